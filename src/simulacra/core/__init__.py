@@ -1,0 +1,36 @@
+"""The discrete-event kernel (layer 1): ``Sim``, events, processes, conditions, interrupts.
+
+It imports only the standard library and layer 0 (``simulacra.errors``,
+``simulacra.rng``). One ``Sim`` belongs to one thread; the kernel takes no locks.
+
+Low-level extension API, for layer-2 resources and nothing else: every event in
+the hot loop is an :class:`Event`; a resource marks its own events by setting
+the ``_owner`` slot to itself and keeps per-event data in ``_data``. An owner
+may define ``_exit_request(event, exc_type)``, which ``with event:`` calls on
+exit. Events are made with ``Sim.event()`` and triggered with ``succeed``.
+"""
+
+from simulacra.errors import Interrupt as Interrupt
+
+from ._kernel import NORMAL as NORMAL
+from ._kernel import PENDING as PENDING
+from ._kernel import URGENT as URGENT
+from ._kernel import ConditionValue as ConditionValue
+from ._kernel import Event as Event
+from ._kernel import Process as Process
+from ._kernel import ProcessGenerator as ProcessGenerator
+from ._kernel import Sim as Sim
+from ._kernel import Tracer as Tracer
+
+__all__ = [
+    "NORMAL",
+    "PENDING",
+    "URGENT",
+    "ConditionValue",
+    "Event",
+    "Interrupt",
+    "Process",
+    "ProcessGenerator",
+    "Sim",
+    "Tracer",
+]

@@ -1,0 +1,1166 @@
+"""The discrete-event kernel: Sim, Event, Process and conditions.
+
+Semantics are SimPy 4's: events fire in ``(time, priority, scheduling order)``
+order, process starts and interrupts are urgent, and a failed event that nobody
+handles crashes :meth:`Sim.run`. What differs is how the work is laid out:
+
+* **One concrete event class.** Timeouts, plain events, resource requests and
+  releases, store puts and gets and conditions are all instances of
+  :class:`Event`; what kind of event it is lives in data (``_owner``,
+  ``_data``), not in the type. CPython 3.11 specialises attribute access per
+  type, so the run loop stays monomorphic. Only :class:`Process` is a subclass,
+  and a process event reaches the heap only when it finishes.
+* **A single-waiter slot.** Almost every event has exactly one process waiting
+  on it. That process lives in ``_waiter``; a callbacks list (``_cbs``) is only
+  allocated for a second subscriber or a callback. The waiter is always the
+  first subscriber, so callback order is SimPy's.
+* **A fused resume path.** :meth:`Sim.run` resumes the waiting generator inline
+  and subscribes it to the next event it yields without a function call. The
+  general path (:func:`_resume`) handles everything else; both are exercised by
+  the differential tests against SimPy, run both through ``run()`` and
+  ``step()``.
+* **One integer heap key.** Heap entries are ``(time, key, event)``. In the
+  default ordering the key is the scheduling sequence number, offset by the
+  priority, so ``(time, priority, sequence)`` becomes a 2-level comparison.
+  In the keyed ordering the key is ``(priority, origin, n)``: who scheduled the
+  event and how many it had scheduled before (see ``docs/design.md``).
+
+A :class:`Sim` and everything attached to it belong to one thread. The kernel
+takes no locks.
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+from collections.abc import Callable, Coroutine, Generator, Iterable, Iterator
+from heapq import heappop, heappush
+from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar, cast, final, overload
+
+from simulacra.errors import (
+    AlreadyTriggered,
+    ConfigError,
+    DeadProcess,
+    EmptySchedule,
+    EventNotReady,
+    ForeignEvent,
+    Interrupt,
+    InvalidDelay,
+    KernelBug,
+    NotAnEvent,
+    SelfInterrupt,
+    SimError,
+    ThreadOwnershipError,
+    UntilInPast,
+)
+from simulacra.rng import SeedTree, Streams, as_seed_tree
+
+if TYPE_CHECKING:
+    import random
+
+__all__ = [
+    "NORMAL",
+    "PENDING",
+    "URGENT",
+    "ConditionValue",
+    "Event",
+    "Process",
+    "ProcessGenerator",
+    "Sim",
+    "Tracer",
+]
+
+T = TypeVar("T")
+R = TypeVar("R")
+
+#: Priority of process starts and interrupts: before everything else at the same time.
+URGENT = 0
+#: Priority of every other event.
+NORMAL = 1
+
+# The default ordering folds the priority into the sequence number: key = seq +
+# priority * _PRIO_STEP. Sequence numbers stay far below _PRIO_STEP.
+_PRIO_STEP = 1 << 60
+
+ProcessGenerator = Generator["Event[Any]", Any, R]
+"""The type of a generator process that returns *R*: ``Generator[Event[Any], Any, R]``."""
+
+
+class _Pending:
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "PENDING"
+
+
+#: The value of an event that has not been triggered yet.
+PENDING: Any = _Pending()
+
+
+class _Processed(list[Any]):
+    """The ``_cbs`` of a processed event: an empty, immutable marker."""
+
+    __slots__ = ()
+
+    def append(self, _: object) -> None:  # pragma: no cover - never reached
+        raise KernelBug("callback added to a processed event")
+
+
+_DONE: Any = _Processed()
+
+
+class _StopRun(Exception):  # noqa: N818  (private control flow, not an error)
+    """Raised by the ``until`` callback to leave the run loop."""
+
+
+def _stop(_: Event[Any]) -> None:
+    raise _StopRun
+
+
+class Tracer(Protocol):
+    """Receives trace records; the kernel's only instrumentation seam.
+
+    ``Sim(trace=True)`` keeps records in memory; ``simulacra.trace`` has a
+    streaming JSONL tracer. The kernel calls :meth:`record` behind one
+    ``is not None`` check, so a Sim without a tracer pays nothing else.
+    """
+
+    def record(self, time: float, kind: str, who: str, payload: object) -> None:
+        """Receive one record: *kind* happened to *who* at *time*."""
+
+
+@final
+class _ListTracer:
+    __slots__ = ("records",)
+
+    def __init__(self) -> None:
+        self.records: list[tuple[float, str, str, object]] = []
+
+    def record(self, time: float, kind: str, who: str, payload: object) -> None:
+        self.records.append((time, kind, who, payload))
+
+
+def _copy_exception(exc: BaseException) -> BaseException:
+    """A fresh copy of *exc* whose ``__cause__`` is *exc* (SimPy's failure copy).
+
+    Each process that receives a failure gets its own exception object, so
+    tracebacks of different receivers do not pile onto one object.
+    """
+    try:
+        copy = type(exc)(*exc.args)
+    except Exception:  # noqa: BLE001  (an exception type with an unusual __init__)
+        return exc
+    copy.__cause__ = exc
+    return copy
+
+
+def _describe(obj: object) -> str:
+    text = repr(obj)
+    if len(text) > 80:
+        text = text[:77] + "..."
+    return f"{text} ({type(obj).__name__})"
+
+
+class Event(Generic[T]):
+    """Something that happens at a point in simulated time.
+
+    An event is *pending* until :meth:`succeed` or :meth:`fail` triggers it;
+    it is then scheduled, and once the simulation reaches it it is
+    *processed*: the processes waiting on it resume and its callbacks run.
+    Yield an event from a generator process (or ``await`` it from an
+    ``async def`` process) to wait for it; the value of the ``yield`` is the
+    event's value.
+
+    Events combine with ``&`` (all of) and ``|`` (any of).
+    """
+
+    # `_owner` and `_data` are the kernel's extension slots: resources and
+    # conditions keep what kind of event this is there, so that every event in
+    # the hot loop has the same type. `_defused` is set only on failed events.
+    __slots__ = ("_cbs", "_data", "_defused", "_ok", "_owner", "_value", "_waiter", "sim")
+
+    sim: Sim
+    #: The value, or PENDING until triggered.
+    _value: Any
+    #: True if succeeded, False if failed; only meaningful once triggered.
+    _ok: bool
+    #: The first process to wait on this event (always resumed first), or None.
+    _waiter: Process[Any] | None
+    #: Further subscribers in subscription order, None if there are none yet,
+    #: or _DONE once the event is processed.
+    _cbs: list[Callable[[Event[Any]], object]] | None
+    _owner: Any
+    _data: Any
+
+    def __init__(self, sim: Sim) -> None:
+        if not isinstance(sim, Sim):
+            raise ConfigError(f"Event(sim): expected a Sim, got {_describe(sim)}")
+        self.sim = sim
+        self._value = PENDING
+        self._ok = True
+        self._waiter = None
+        self._cbs = None
+
+    def __repr__(self) -> str:
+        owner = getattr(self, "_owner", None)
+        kind = type(owner).__name__ if owner is not None else "Event"
+        state = "processed" if self._cbs is _DONE else (
+            "pending" if self._value is PENDING else "triggered"
+        )
+        return f"<{kind} event {state} at 0x{id(self):x}>"
+
+    @property
+    def triggered(self) -> bool:
+        """True once :meth:`succeed` or :meth:`fail` was called (or a timeout was made)."""
+        return self._value is not PENDING
+
+    @property
+    def processed(self) -> bool:
+        """True once the simulation has reached this event and run its callbacks."""
+        return self._cbs is _DONE
+
+    @property
+    def ok(self) -> bool:
+        """True if the event succeeded, False if it failed.
+
+        Raises:
+            EventNotReady: the event has not been triggered yet.
+        """
+        if self._value is PENDING:
+            raise EventNotReady(f"{self!r} has not been triggered yet, so it has no outcome")
+        return self._ok
+
+    @property
+    def value(self) -> T:
+        """The value of the event (the exception if it failed).
+
+        Raises:
+            EventNotReady: the event has not been triggered yet.
+        """
+        if self._value is PENDING:
+            raise EventNotReady(f"the value of {self!r} is not yet available")
+        return cast("T", self._value)
+
+    @property
+    def defused(self) -> bool:
+        """True if the failure of this event was handled, so it will not crash ``run``."""
+        return hasattr(self, "_defused")
+
+    @defused.setter
+    def defused(self, value: bool) -> None:
+        if value:
+            self._defused = True
+        elif hasattr(self, "_defused"):
+            del self._defused
+
+    @property
+    def callbacks(self) -> list[Callable[[Event[Any]], object]] | None:
+        """Callables run with this event when it is processed; None once processed.
+
+        Appending to this list subscribes a callback (SimPy compatible).
+        """
+        if self._cbs is _DONE:
+            return None
+        if self._cbs is None:
+            self._cbs = []
+        return self._cbs
+
+    def succeed(self, value: T | None = None) -> Event[T]:
+        """Trigger the event successfully with *value* and schedule it now.
+
+        Raises:
+            AlreadyTriggered: the event was already triggered.
+        """
+        if self._value is not PENDING:
+            raise AlreadyTriggered(f"{self!r} has already been triggered")
+        self._ok = True
+        self._value = value
+        sim = self.sim
+        heappush(sim._heap, (sim.now, sim._nextkey(), self))
+        return self
+
+    def fail(self, exception: BaseException) -> Event[T]:
+        """Trigger the event as failed with *exception* and schedule it now.
+
+        Processes waiting on it get the exception thrown in; if nobody handles
+        it, :meth:`Sim.run` raises it.
+
+        Raises:
+            AlreadyTriggered: the event was already triggered.
+            ConfigError: *exception* is not an exception instance.
+        """
+        if self._value is not PENDING:
+            raise AlreadyTriggered(f"{self!r} has already been triggered")
+        if not isinstance(exception, BaseException):
+            raise ConfigError(
+                f"fail(exception): expected an exception instance, got {_describe(exception)}"
+            )
+        self._ok = False
+        self._value = exception
+        sim = self.sim
+        heappush(sim._heap, (sim.now, sim._nextkey(), self))
+        return self
+
+    def trigger(self, event: Event[Any]) -> None:
+        """Trigger this event with the outcome and value of *event* (usable as a callback)."""
+        if self._value is not PENDING:
+            raise AlreadyTriggered(f"{self!r} has already been triggered")
+        self._ok = event._ok
+        self._value = event._value
+        sim = self.sim
+        heappush(sim._heap, (sim.now, sim._nextkey(), self))
+
+    def __and__(self, other: Event[Any]) -> Event[ConditionValue]:
+        return self.sim.all_of((self, other))
+
+    def __or__(self, other: Event[Any]) -> Event[ConditionValue]:
+        return self.sim.any_of((self, other))
+
+    def __await__(self) -> Generator[Event[T], Any, T]:
+        return (yield self)  # type: ignore[no-any-return]
+
+    # Context manager protocol: only resource requests use it (release on exit).
+    def __enter__(self) -> Event[T]:
+        return self
+
+    def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
+        owner = getattr(self, "_owner", None)
+        exit_hook = getattr(owner, "_exit_request", None)
+        if exit_hook is None:
+            raise ConfigError(f"{self!r} is not a resource request; only requests work with `with`")
+        exit_hook(self, exc_type)
+
+    async def __aenter__(self) -> Event[T]:
+        await self
+        return self
+
+    async def __aexit__(self, exc_type: object, exc: object, tb: object) -> None:
+        self.__exit__(exc_type, exc, tb)
+
+
+class ConditionValue:
+    """The value of an ``all_of`` / ``any_of`` condition: the events that fired, and their values.
+
+    Supports ``ev in value``, ``value[ev]``, iteration over the events, and
+    :meth:`todict`. Events appear in the order they were given.
+    """
+
+    __slots__ = ("events",)
+
+    def __init__(self) -> None:
+        self.events: list[Event[Any]] = []
+
+    def __getitem__(self, key: Event[T]) -> T:
+        if key not in self.events:
+            raise KeyError(str(key))
+        return cast("T", key._value)
+
+    def __contains__(self, key: object) -> bool:
+        return key in self.events
+
+    def __eq__(self, other: object) -> bool:
+        if type(other) is ConditionValue:
+            return self.events == other.events
+        return self.todict() == other
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return f"<ConditionValue {self.todict()}>"
+
+    def __iter__(self) -> Iterator[Event[Any]]:
+        return iter(self.events)
+
+    def __len__(self) -> int:
+        return len(self.events)
+
+    def keys(self) -> Iterator[Event[Any]]:
+        """The events that had fired when the condition was processed."""
+        return iter(self.events)
+
+    def values(self) -> Iterator[Any]:
+        """Their values, in the same order."""
+        return (event._value for event in self.events)
+
+    def items(self) -> Iterator[tuple[Event[Any], Any]]:
+        """``(event, value)`` pairs, in the same order."""
+        return ((event, event._value) for event in self.events)
+
+    def todict(self) -> dict[Event[Any], Any]:
+        """A dict from event to value."""
+        return {event: event._value for event in self.events}
+
+
+@final
+class _Condition:
+    """What makes an Event a condition: its sub-events and how to evaluate them."""
+
+    __slots__ = ("count", "event", "events", "need_all")
+
+    def __init__(self, event: Event[ConditionValue], events: tuple[Event[Any], ...],
+                 need_all: bool) -> None:
+        self.event = event
+        self.events = events
+        self.need_all = need_all
+        self.count = 0
+
+    def check(self, event: Event[Any]) -> None:
+        cond = self.event
+        if cond._value is not PENDING:
+            return
+        self.count += 1
+        if not event._ok:
+            event._defused = True
+            cond.fail(event._value)
+        elif not self.need_all or self.count == len(self.events):
+            cond.succeed()
+
+    def build_value(self, event: Event[Any]) -> None:
+        self.remove_checks()
+        if event._ok:
+            value = ConditionValue()
+            self.populate(value)
+            event._value = value
+
+    def populate(self, value: ConditionValue) -> None:
+        for event in self.events:
+            sub = getattr(event, "_owner", None)
+            if type(sub) is _Condition:
+                sub.populate(value)
+            elif event._cbs is _DONE:
+                value.events.append(event)
+
+    def remove_checks(self) -> None:
+        check = self.check
+        for event in self.events:
+            cbs = event._cbs
+            if cbs and cbs is not _DONE and check in cbs:
+                cbs.remove(check)
+            sub = getattr(event, "_owner", None)
+            if type(sub) is _Condition:
+                sub.remove_checks()
+
+
+def _subscribe(event: Event[Any], callback: Callable[[Event[Any]], object]) -> None:
+    """Run *callback* when *event* is processed, after earlier subscribers."""
+    cbs = event._cbs
+    if cbs is None:
+        event._cbs = [callback]
+    else:
+        cbs.append(callback)
+
+
+class Process(Event[R]):
+    """A generator or ``async def`` coroutine driven by the simulation.
+
+    A process is itself an event: it succeeds with the generator's return
+    value when it finishes, or fails with the exception that escaped it, so
+    other processes can wait for it with ``yield proc``.
+    """
+
+    __slots__ = ("_gen", "_ident", "_name", "_nsched", "_nspawn", "_pid", "_target")
+
+    _gen: Generator[Any, Any, R] | Coroutine[Any, Any, R]
+    #: The event this process waits on (None once finished).
+    _target: Event[Any] | None
+    _name: str | None
+    _pid: int
+    _ident: tuple[Any, ...]
+    _nsched: int
+    _nspawn: int
+
+    def __init__(self, sim: Sim, generator: Generator[Any, Any, R] | Coroutine[Any, Any, R],
+                 *, name: str | None = None) -> None:
+        if not isinstance(sim, Sim):
+            raise ConfigError(f"Process(sim, ...): expected a Sim, got {_describe(sim)}")
+        sim._init_process(self, generator, name)
+
+    @property
+    def name(self) -> str:
+        """The name given to ``spawn(name=...)``, or the generator's name."""
+        if self._name is not None:
+            return self._name
+        return cast("str", getattr(self._gen, "__name__", type(self._gen).__name__))
+
+    @property
+    def pid(self) -> int:
+        """The process number within its Sim: 1 for the first process spawned, and so on."""
+        return self._pid
+
+    @property
+    def who(self) -> str:
+        """The name used in traces: the given name, or ``<generator name>#<pid>``."""
+        if self._name is not None:
+            return self._name
+        return f"{self.name}#{self._pid}"
+
+    @property
+    def target(self) -> Event[Any] | None:
+        """The event this process is waiting on, or None once it has finished."""
+        return self._target
+
+    @property
+    def is_alive(self) -> bool:
+        """True until the process has finished (returned or raised)."""
+        return self._value is PENDING
+
+    def __repr__(self) -> str:
+        state = "alive" if self._value is PENDING else "finished"
+        return f"<Process {self.who} {state}>"
+
+    def interrupt(self, cause: Any = None) -> None:
+        """Throw :class:`~simulacra.Interrupt` with *cause* into this process, urgently.
+
+        The process stops waiting on its current event (which is not
+        cancelled) and receives the interrupt at the current time, before any
+        normal event.
+
+        Raises:
+            DeadProcess: the process has already finished.
+            SelfInterrupt: a process tried to interrupt itself.
+        """
+        sim = self.sim
+        if self._value is not PENDING:
+            raise DeadProcess(
+                f"process {self.who!r} has finished and cannot be interrupted "
+                f"(cause {cause!r}); check proc.is_alive first"
+            )
+        if self is sim.active_process:
+            raise SelfInterrupt(f"process {self.who!r} tried to interrupt itself")
+        event: Event[Any] = Event.__new__(Event)
+        event.sim = sim
+        event._ok = False
+        event._value = Interrupt(cause)
+        event._defused = True
+        event._waiter = None
+        event._cbs = [_deliver_interrupt]
+        event._owner = self
+        heappush(sim._heap, (sim.now, sim._nexturgent(), event))
+
+    def _finish(self, ok: bool, value: Any) -> None:
+        """Record the outcome of the finished process and schedule it as an event."""
+        self._ok = ok
+        self._value = value
+        self._target = None
+        sim = self.sim
+        heappush(sim._heap, (sim.now, sim._nextkey(), self))
+        tracer = sim._tracer
+        if tracer is not None:
+            tracer.record(sim.now, "exit" if ok else "fail", self.who, value)
+
+    def _on_event(self, event: Event[Any]) -> None:
+        """Resume this process with *event* (the callback form of the waiter slot)."""
+        _resume(self.sim, self, event)
+
+
+def _deliver_interrupt(event: Event[Any]) -> None:
+    proc: Process[Any] = event._owner
+    if proc._value is not PENDING:
+        return  # finished meanwhile: a second interrupt in the same instant
+    target = proc._target
+    if target is not None:
+        if target._waiter is proc:
+            target._waiter = None
+        else:
+            cbs = target._cbs
+            if cbs and cbs is not _DONE:
+                for index, cb in enumerate(cbs):
+                    if getattr(cb, "__self__", None) is proc:
+                        del cbs[index]
+                        break
+    sim = proc.sim
+    if sim._tracer is not None:
+        sim._tracer.record(sim.now, "interrupt", proc.who, event._value.cause)
+    _resume(sim, proc, event)
+
+
+def _resume(sim: Sim, proc: Process[Any], event: Event[Any]) -> None:
+    """Drive *proc* with the outcome of *event* until it waits on a pending event or ends.
+
+    The run loop has an inlined copy of the common case (event succeeded, next
+    event pending with no waiter); everything else comes here.
+    """
+    sim.active_process = proc
+    gen = proc._gen
+    tracer = sim._tracer
+    while True:
+        try:
+            if event._ok:
+                if tracer is not None:
+                    tracer.record(sim.now, "resume", proc.who, event._value)
+                nxt = gen.send(event._value)
+            else:
+                event._defused = True
+                if tracer is not None:
+                    tracer.record(sim.now, "throw", proc.who, event._value)
+                nxt = gen.throw(_copy_exception(event._value))
+        except StopIteration as stop:
+            sim.active_process = None
+            proc._finish(True, stop.value)
+            return
+        except BaseException as exc:  # noqa: BLE001  (the process failed: its event carries it)
+            sim.active_process = None
+            tb = exc.__traceback__
+            exc.__traceback__ = tb.tb_next if tb is not None else None
+            proc._finish(False, exc)
+            return
+        event = sim._wait_on(proc, nxt)  # type: ignore[assignment]
+        if event is None:
+            break
+    sim.active_process = None
+
+
+@final
+class Sim:
+    """One simulation: a clock, an event heap and the processes living on it.
+
+    Args:
+        seed: The master seed of the random streams (an int, str, bytes or a
+            :class:`~simulacra.SeedTree` node). ``None`` draws one from the OS
+            and is not reproducible.
+        trace: ``True`` to record a trace in memory (see ``trace_records``), a
+            :class:`Tracer` to receive the records, or ``False`` (the default)
+            for none.
+        ordering: ``"fifo"`` (the default) breaks ties between events at the
+            same time and priority by scheduling order, exactly as SimPy does.
+            ``"keyed"`` breaks them by model identity: which process scheduled
+            the event and how many it had scheduled before. Keyed order does
+            not depend on how a model is partitioned (see ``docs/design.md``).
+
+    A Sim and every object attached to it belong to one thread.
+    """
+
+    __slots__ = (
+        "_heap",
+        "_keyed",
+        "_nextkey",
+        "_nexturgent",
+        "_npid",
+        "_nroot",
+        "_origin",
+        "_owner_thread",
+        "_root_ident",
+        "_running",
+        "_streams",
+        "_tracer",
+        "active_process",
+        "now",
+    )
+
+    #: The current simulated time.
+    now: float
+    #: The process being resumed right now, or None between processes.
+    active_process: Process[Any] | None
+
+    def __init__(self, seed: int | str | bytes | SeedTree | None = None, trace: bool | Tracer = False,
+                 *, ordering: str = "fifo", start: float = 0.0) -> None:
+        self.now = start
+        self.active_process = None
+        self._heap: list[tuple[float, Any, Event[Any]]] = []
+        self._streams = Streams(as_seed_tree(seed))
+        if trace is True:
+            self._tracer: Tracer | None = _ListTracer()
+        elif trace is False or trace is None:
+            self._tracer = None
+        elif callable(getattr(trace, "record", None)):
+            self._tracer = trace
+        else:
+            raise ConfigError(
+                f"Sim(trace=...): expected True, False or an object with a record() method, "
+                f"got {_describe(trace)}"
+            )
+        if ordering == "fifo":
+            self._keyed = False
+            counter = itertools.count(_PRIO_STEP * NORMAL)
+            self._nextkey: Callable[[], Any] = counter.__next__
+            self._nexturgent: Callable[[], Any] = lambda: counter.__next__() - _PRIO_STEP
+        elif ordering == "keyed":
+            self._keyed = True
+            self._nextkey = self._keyed_normal
+            self._nexturgent = self._keyed_urgent
+        else:
+            raise ConfigError(f"Sim(ordering=...): expected 'fifo' or 'keyed', got {ordering!r}")
+        self._npid = 0
+        self._running = False
+        self._owner_thread = 0
+        # Keyed ordering: the identity of host code outside any process, and
+        # the key of the event whose callbacks are running (their origin).
+        self._root_ident: tuple[Any, ...] = ("root",)
+        self._nroot = 0
+        self._origin: Any = None
+
+    def __repr__(self) -> str:
+        return f"<Sim now={self.now!r} pending={len(self._heap)}>"
+
+    # -- random streams -------------------------------------------------------
+
+    @property
+    def seed(self) -> SeedTree:
+        """The seed-tree node all of this Sim's random streams derive from."""
+        return self._streams.root
+
+    @property
+    def streams(self) -> Streams:
+        """The named random streams of this Sim (for checkpoints: ``getstate``/``setstate``)."""
+        return self._streams
+
+    def rng(self, name: str) -> random.Random:
+        """The ``random.Random`` stream called *name*, made on first use.
+
+        Each stream is derived from the seed by its name, so adding a stream
+        never shifts the draws of another.
+        """
+        return self._streams.rng(name)
+
+    def np_rng(self, name: str) -> Any:
+        """The numpy ``Generator`` stream called *name* (needs ``simulacra[numpy]``)."""
+        return self._streams.np_rng(name)
+
+    # -- tracing --------------------------------------------------------------
+
+    @property
+    def tracer(self) -> Tracer | None:
+        """The tracer receiving records, or None when tracing is off."""
+        return self._tracer
+
+    @property
+    def trace_records(self) -> list[tuple[float, str, str, object]] | None:
+        """The in-memory trace of ``Sim(trace=True)``; None when records go elsewhere or nowhere."""
+        tracer = self._tracer
+        return tracer.records if isinstance(tracer, _ListTracer) else None
+
+    def record(self, kind: str, who: str, payload: object = None) -> None:
+        """Add a model-level record to the trace (a no-op when tracing is off)."""
+        if self._tracer is not None:
+            self._tracer.record(self.now, kind, who, payload)
+
+    # -- keyed ordering -------------------------------------------------------
+
+    def _origin_key(self) -> tuple[Any, int]:
+        proc = self.active_process
+        if proc is not None:
+            proc._nsched += 1
+            return proc._ident, proc._nsched
+        if self._origin is not None:
+            origin = self._origin
+            origin[1] += 1
+            return origin[0], origin[1]
+        self._nroot += 1
+        return self._root_ident, self._nroot
+
+    def _keyed_normal(self) -> tuple[Any, ...]:
+        ident, n = self._origin_key()
+        return (NORMAL, ident, n)
+
+    def _keyed_urgent(self) -> tuple[Any, ...]:
+        ident, n = self._origin_key()
+        return (URGENT, ident, n)
+
+    # -- making events --------------------------------------------------------
+
+    def event(self) -> Event[Any]:
+        """A plain pending event; trigger it with ``succeed`` or ``fail``."""
+        # Inlines Event.__init__ (one per call site in hot models).
+        event: Event[Any] = Event.__new__(Event)
+        event.sim = self
+        event._value = PENDING
+        event._ok = True
+        event._waiter = None
+        event._cbs = None
+        return event
+
+    def delay(self, delay: float, value: T | None = None) -> Event[T | None]:
+        """An event that succeeds with *value* after *delay* units of simulated time.
+
+        Raises:
+            InvalidDelay: *delay* is negative, NaN or not a number.
+        """
+        try:
+            valid = delay >= 0
+        except TypeError:
+            valid = False
+        if not valid:
+            raise InvalidDelay(self._delay_message(delay))
+        # Inlines Event.__init__: one of these per `yield sim.delay(...)`.
+        event: Event[T | None] = Event.__new__(Event)
+        event.sim = self
+        event._value = value
+        event._ok = True
+        event._waiter = None
+        event._cbs = None
+        heappush(self._heap, (self.now + delay, self._nextkey(), event))
+        return event
+
+    def _delay_message(self, delay: object) -> str:
+        proc = self.active_process
+        where = f"process {proc.who!r}" if proc is not None else "host code"
+        return f"delay: expected a number >= 0, got {_describe(delay)} (in {where})"
+
+    timeout = delay  # SimPy's name, for people porting models
+
+    def all_of(self, events: Iterable[Event[Any]]) -> Event[ConditionValue]:
+        """An event that succeeds once every event in *events* has (immediately if empty).
+
+        It fails as soon as one of them fails. Its value is a :class:`ConditionValue`.
+        """
+        return self._condition(events, need_all=True)
+
+    def any_of(self, events: Iterable[Event[Any]]) -> Event[ConditionValue]:
+        """An event that succeeds once any event in *events* has (immediately if empty)."""
+        return self._condition(events, need_all=False)
+
+    def _condition(self, events: Iterable[Event[Any]], *, need_all: bool) -> Event[ConditionValue]:
+        subs = tuple(events)
+        cond: Event[ConditionValue] = self.event()
+        state = _Condition(cond, subs, need_all)
+        cond._owner = state
+        if not subs:
+            cond.succeed(ConditionValue())
+            return cond
+        for sub in subs:
+            sim = getattr(sub, "sim", None)
+            if sim is not self:
+                if not isinstance(sub, Event):
+                    raise NotAnEvent(
+                        f"{'all_of' if need_all else 'any_of'}: expected events, got {_describe(sub)}"
+                    )
+                raise ForeignEvent(
+                    f"{'all_of' if need_all else 'any_of'}: {sub!r} belongs to another Sim"
+                )
+        check = state.check
+        for sub in subs:
+            if sub._cbs is _DONE:
+                check(sub)
+            else:
+                _subscribe(sub, check)
+        _subscribe(cond, state.build_value)
+        return cond
+
+    # -- processes ------------------------------------------------------------
+
+    @overload
+    def spawn(self, fn: Generator[Any, Any, R] | Coroutine[Any, Any, R], /, *,
+              name: str | None = None) -> Process[R]: ...
+
+    @overload
+    def spawn(self, fn: Callable[..., Generator[Any, Any, R] | Coroutine[Any, Any, R]], /,
+              *args: Any, name: str | None = None, **kwargs: Any) -> Process[R]: ...
+
+    def spawn(self, fn: Any, /, *args: Any, name: str | None = None, **kwargs: Any) -> Process[Any]:
+        """Start a process and return it.
+
+        *fn* is a generator function or ``async def`` function, called as
+        ``fn(sim, *args, **kwargs)``, or an already created generator or
+        coroutine object. The process starts at the current time, before any
+        normal event.
+
+        Raises:
+            ConfigError: *fn* is neither.
+        """
+        if hasattr(fn, "send"):
+            if args or kwargs:
+                raise ConfigError(
+                    "spawn(): arguments were given with a generator object; pass the "
+                    "generator function instead: sim.spawn(fn, *args)"
+                )
+            gen = fn
+        elif callable(fn):
+            gen = fn(self, *args, **kwargs)
+            if not hasattr(gen, "send"):
+                raise ConfigError(
+                    f"spawn(): {getattr(fn, '__qualname__', fn)!r} returned {_describe(gen)}; "
+                    "expected a generator function (with `yield`) or an `async def` function"
+                )
+        else:
+            raise ConfigError(
+                f"spawn(): expected a generator function, async def function, generator or "
+                f"coroutine, got {_describe(fn)}"
+            )
+        return self._spawn_generator(gen, name)
+
+    def _spawn_generator(self, gen: Any, name: str | None) -> Process[Any]:
+        proc: Process[Any] = Process.__new__(Process)
+        self._init_process(proc, gen, name)
+        return proc
+
+    def _init_process(self, proc: Process[Any], gen: Any, name: str | None) -> None:
+        if not (hasattr(gen, "send") and hasattr(gen, "throw")):
+            raise ConfigError(f"a process needs a generator or coroutine, got {_describe(gen)}")
+        if name is not None and not isinstance(name, str):
+            raise ConfigError(f"spawn(name=...): expected a str, got {_describe(name)}")
+        proc.sim = self
+        proc._value = PENDING
+        proc._ok = True
+        proc._waiter = None
+        proc._cbs = None
+        proc._gen = gen
+        proc._name = name
+        self._npid += 1
+        proc._pid = self._npid
+        if self._keyed:
+            parent = self.active_process
+            if name is not None:
+                proc._ident = ("name", name)
+            elif parent is not None:
+                parent._nspawn += 1
+                proc._ident = (*parent._ident, parent._nspawn)
+            else:
+                self._nroot += 1
+                proc._ident = (*self._root_ident, "spawn", self._nroot)
+            proc._nsched = 0
+            proc._nspawn = 0
+        init: Event[Any] = Event.__new__(Event)
+        init.sim = self
+        init._value = None
+        init._ok = True
+        init._waiter = proc
+        init._cbs = None
+        proc._target = init
+        heappush(self._heap, (self.now, self._nexturgent(), init))
+        if self._tracer is not None:
+            self._tracer.record(self.now, "spawn", proc.who, None)
+
+    process = spawn  # SimPy's name
+
+    def _wait_on(self, proc: Process[Any], nxt: object) -> Event[Any] | None:
+        """Subscribe *proc* to *nxt*; return *nxt* if it is already processed (resume at once)."""
+        try:
+            cbs = nxt._cbs  # type: ignore[attr-defined]
+            sim = nxt.sim  # type: ignore[attr-defined]
+        except AttributeError:
+            sim = cbs = None
+        if sim is not self:
+            # Throw the error into the process at its `yield`, so the traceback
+            # points at the offending line; unhandled, it fails the process and
+            # crashes run().
+            if isinstance(nxt, Event):
+                err: SimError = ForeignEvent(
+                    f"process {proc.who!r} yielded {nxt!r}, which belongs to another Sim; "
+                    "expected an event of the Sim running the process"
+                )
+            else:
+                err = NotAnEvent(
+                    f"process {proc.who!r} yielded {_describe(nxt)}; expected an event "
+                    "(sim.delay(...), sim.event(), a request, a process, all_of/any_of, ...)"
+                )
+            bad: Event[Any] = Event.__new__(Event)
+            bad.sim = self
+            bad._ok = False
+            bad._value = err
+            bad._waiter = None
+            bad._cbs = _DONE
+            return bad
+        event = cast("Event[Any]", nxt)
+        if cbs is _DONE:
+            return event
+        if cbs is None and event._waiter is None:
+            event._waiter = proc
+        else:
+            _subscribe(event, proc._on_event)
+        proc._target = event
+        return None
+
+    # -- running --------------------------------------------------------------
+
+    def peek(self) -> float:
+        """The time of the next event, or ``inf`` if none is scheduled."""
+        return self._heap[0][0] if self._heap else float("inf")
+
+    def _enter(self) -> None:
+        if self._running:
+            if threading.get_ident() != self._owner_thread:
+                raise ThreadOwnershipError(
+                    "this Sim is being run by another thread; a Sim and everything attached "
+                    "to it belong to one thread"
+                )
+            proc = self.active_process
+            where = f" from process {proc.who!r}" if proc is not None else ""
+            raise SimError(f"run()/step() called while the Sim is already running{where}")
+        self._running = True
+        self._owner_thread = threading.get_ident()
+
+    def step(self) -> None:
+        """Process the next event.
+
+        Raises:
+            EmptySchedule: no event is scheduled.
+        """
+        self._enter()
+        try:
+            self._step()
+        finally:
+            self._running = False
+
+    def _step(self) -> None:
+        try:
+            when, key, event = heappop(self._heap)
+        except IndexError:
+            raise EmptySchedule("no events are scheduled") from None
+        self.now = when
+        waiter = event._waiter
+        cbs = event._cbs
+        event._cbs = _DONE
+        if self._keyed:
+            self._origin = [key, 0]
+        try:
+            if waiter is not None:
+                event._waiter = None
+                _resume(self, waiter, event)
+            if cbs is not None:
+                for callback in cbs:
+                    callback(event)
+        finally:
+            self._origin = None
+        if not event._ok and not hasattr(event, "_defused"):
+            raise _copy_exception(event._value)
+
+    def run(self, until: float | Event[Any] | None = None) -> Any:
+        """Advance the simulation.
+
+        Args:
+            until: ``None`` runs until no events remain. A number runs until
+                the clock reaches it (events at that time stay unprocessed,
+                except urgent ones scheduled before ``run`` was called). An
+                event runs until it has been processed.
+
+        Returns:
+            The value of *until* if it is an event, else ``None``.
+
+        Raises:
+            UntilInPast: *until* is a time not after ``now``.
+            EmptySchedule: *until* is an event and no events remain to trigger it.
+            ForeignEvent: *until* is an event of another Sim.
+        """
+        if isinstance(until, Event) and until.sim is self and until._cbs is _DONE:
+            return until._value
+        self._enter()
+        stop_event: Event[Any] | None = None
+        try:
+            if until is not None:
+                stop_event = self._until_event(until)
+            if self._keyed:
+                while True:
+                    self._step()
+            else:
+                self._run_fifo()
+        except _StopRun:
+            assert stop_event is not None  # noqa: S101
+            if not stop_event._ok:
+                # SimPy raises the until-event's own exception here.
+                raise stop_event._value from None
+            return stop_event._value
+        except EmptySchedule:
+            if stop_event is not None and isinstance(until, Event):
+                raise EmptySchedule(
+                    f"run(until={until!r}): no events are left and the event was never triggered"
+                ) from None
+        finally:
+            self._running = False
+            self.active_process = None
+        return None
+
+    def _until_event(self, until: float | Event[Any]) -> Event[Any]:
+        """The event that ends ``run(until=...)``, subscribed to stop the loop."""
+        if isinstance(until, Event):
+            if until.sim is not self:
+                raise ForeignEvent(f"run(until=...): {until!r} belongs to another Sim")
+            stop_event = until
+        else:
+            try:
+                at = float(until)
+            except (TypeError, ValueError):
+                raise ConfigError(
+                    f"run(until=...): expected None, a number or an event, got {_describe(until)}"
+                ) from None
+            if not at > self.now:
+                raise UntilInPast(
+                    f"run(until={at!r}): must be greater than the current time {self.now!r}"
+                )
+            stop_event = Event.__new__(Event)
+            stop_event.sim = self
+            stop_event._value = None
+            stop_event._ok = True
+            stop_event._waiter = None
+            stop_event._cbs = None
+            heappush(self._heap, (at, self._nexturgent(), stop_event))
+        _subscribe(stop_event, _stop)
+        return stop_event
+
+    def _run_fifo(self) -> None:
+        """The run loop of the default ordering.
+
+        This loop is what makes the kernel fast; read it top to bottom. It
+        inlines the common case of ``_step`` + ``_resume``: the event
+        succeeded, a process waits on it, and the event that process yields
+        next is pending with no waiter yet. Every other case goes through
+        ``_resume`` / ``_wait_on``, which the tests run on the same models.
+        """
+        heap = self._heap
+        pop = heappop
+        tracer = self._tracer
+        done = _DONE
+        while heap:
+            self.now, _, event = pop(heap)
+            waiter = event._waiter
+            cbs = event._cbs
+            event._cbs = done
+            if waiter is not None:
+                if event._ok and tracer is None:
+                    self.active_process = waiter
+                    try:
+                        nxt = waiter._gen.send(event._value)
+                    except StopIteration as stop:
+                        self.active_process = None
+                        waiter._finish(True, stop.value)
+                    except BaseException as exc:  # noqa: BLE001
+                        self.active_process = None
+                        tb = exc.__traceback__
+                        exc.__traceback__ = tb.tb_next if tb is not None else None
+                        waiter._finish(False, exc)
+                    else:
+                        try:
+                            fast = nxt._cbs is None and nxt._waiter is None and nxt.sim is self
+                        except AttributeError:
+                            fast = False
+                        if fast:
+                            nxt._waiter = waiter
+                            waiter._target = nxt
+                            self.active_process = None
+                        else:
+                            again = self._wait_on(waiter, nxt)
+                            if again is not None:
+                                _resume(self, waiter, again)
+                            else:
+                                self.active_process = None
+                else:
+                    _resume(self, waiter, event)
+            if cbs is not None:
+                for callback in cbs:
+                    callback(event)
+            if not event._ok and not hasattr(event, "_defused"):
+                raise _copy_exception(event._value)
+        raise EmptySchedule
+
+    # -- checks ---------------------------------------------------------------
+
+    def _check_invariants(self) -> None:
+        """Assert the kernel's invariants; tests call this after every test.
+
+        Raises:
+            KernelBug: an invariant does not hold.
+        """
+        heap = self._heap
+        for index, (when, _, event) in enumerate(heap):
+            if when < self.now:
+                raise KernelBug(f"event {event!r} scheduled at {when} is in the past ({self.now})")
+            if event._value is PENDING:
+                raise KernelBug(f"pending event {event!r} is in the heap")
+            if event._cbs is _DONE:
+                raise KernelBug(f"processed event {event!r} is still in the heap")
+            for child in (2 * index + 1, 2 * index + 2):
+                if child < len(heap) and heap[child][:2] < heap[index][:2]:
+                    raise KernelBug("the event heap is out of order")
+        if self._running and self.active_process is not None:
+            return
+        if self.active_process is not None:
+            raise KernelBug(f"active_process is {self.active_process!r} outside of a step")

@@ -1,0 +1,747 @@
+"""Resources, containers and stores with SimPy 4's semantics.
+
+Every request, release, put and get is a plain kernel :class:`Event` whose
+``_owner`` is the resource (see ``simulacra.core``), so the kernel's run loop
+sees one event type. The queue discipline is SimPy's, detail for detail,
+because the order is observable:
+
+* a new request is appended to the queue and then only the *head* of the
+  queue is tried (it may be an older request, not the new one);
+* ``release`` frees the slot at once, but the next request is granted when
+  the release event is *processed*, one step later;
+* a put is processed before the gets it unblocks are tried, and vice versa.
+
+Statistics are kept as running sums (no per-event lists), so they cost a few
+additions per grant and release.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+from heapq import heappop, heappush
+from typing import Any, Generic, NamedTuple, TypeVar, final
+
+from simulacra.core import PENDING, Event, Process, Sim
+from simulacra.errors import CapacityExceeded, ConfigError, ForeignRequest
+
+__all__ = [
+    "Container",
+    "ContainerStatistics",
+    "FilterStore",
+    "PreemptiveResource",
+    "Preempted",
+    "PriorityItem",
+    "PriorityResource",
+    "PriorityStore",
+    "Resource",
+    "ResourceStatistics",
+    "Store",
+    "StoreStatistics",
+]
+
+T = TypeVar("T")
+_INF = float("inf")
+
+
+def _check_sim(sim: object, what: str) -> Sim:
+    if not isinstance(sim, Sim):
+        raise ConfigError(f"{what}(sim, ...): expected a Sim, got {type(sim).__name__}")
+    return sim
+
+
+def _check_capacity(capacity: object, what: str) -> float:
+    if isinstance(capacity, bool) or not isinstance(capacity, int | float) or not capacity > 0:
+        raise ConfigError(f"{what}(capacity=...): expected a number > 0, got {capacity!r}")
+    return capacity
+
+
+@dataclass(frozen=True, slots=True)
+class ResourceStatistics:
+    """What a resource has seen so far, from its creation to ``time``.
+
+    Attributes:
+        time: When the statistics were taken (``sim.now``).
+        capacity: The number of slots.
+        utilisation: Time-averaged fraction of slots in use.
+        mean_queue_length: Time-averaged number of requests waiting.
+        max_queue_length: The most requests ever waiting at once.
+        requests: Requests made.
+        grants: Requests granted.
+        mean_wait: Mean time from request to grant, over granted requests.
+        max_wait: The longest such wait.
+    """
+
+    time: float
+    capacity: float
+    utilisation: float
+    mean_queue_length: float
+    max_queue_length: int
+    requests: int
+    grants: int
+    mean_wait: float
+    max_wait: float
+
+
+@dataclass(frozen=True, slots=True)
+class Preempted:
+    """The cause of the :class:`~simulacra.Interrupt` a preempted process receives.
+
+    Attributes:
+        by: The process whose request preempted this one (None if made outside a process).
+        usage_since: When the preempted request was granted.
+        resource: The resource it was using.
+    """
+
+    by: Process[Any] | None
+    usage_since: float
+    resource: PreemptiveResource
+
+    def __trace__(self) -> object:
+        return {"by": None if self.by is None else self.by.who, "usage_since": self.usage_since}
+
+
+class Resource:
+    """A resource with *capacity* slots that processes request, hold and release.
+
+    Use it as ``with res.request() as req: yield req`` (or ``async with``);
+    leaving the block releases the slot, or cancels the request if it was
+    still waiting.
+
+    Attributes:
+        users: The granted requests, in grant order.
+        queue: The waiting requests, in the order they will be granted.
+    """
+
+    __slots__ = (
+        "_busy",
+        "_capacity",
+        "_grants",
+        "_on_release",
+        "_qarea",
+        "_qmax",
+        "_requests",
+        "_since",
+        "_wmax",
+        "_wsum",
+        "queue",
+        "sim",
+        "users",
+    )
+
+    queue: Any
+
+    def __init__(self, sim: Sim, capacity: int = 1) -> None:
+        self.sim = _check_sim(sim, type(self).__name__)
+        self._capacity = _check_capacity(capacity, type(self).__name__)
+        self.users: list[Event[Any]] = []
+        self.queue = deque()
+        # Pre-bound once: the callback of every release event.
+        self._on_release: Callable[[Event[Any]], None] = self._grant_next
+        self._since = sim.now
+        self._busy = 0.0  # sum of release times minus sum of grant times
+        self._qarea = 0.0  # sum of dequeue times minus sum of enqueue times
+        self._qmax = 0
+        self._requests = 0
+        self._grants = 0
+        self._wsum = 0.0
+        self._wmax = 0.0
+
+    def __repr__(self) -> str:
+        return (
+            f"<{type(self).__name__} capacity={self._capacity} users={len(self.users)} "
+            f"queued={len(self.queue)}>"
+        )
+
+    @property
+    def capacity(self) -> float:
+        """The number of slots."""
+        return self._capacity
+
+    @property
+    def count(self) -> int:
+        """The number of slots in use."""
+        return len(self.users)
+
+    def request(self) -> Event[None]:
+        """Ask for a slot: an event that succeeds when the slot is granted."""
+        sim = self.sim
+        now = sim.now
+        # Inlines Sim.event(): one request per customer in queueing models.
+        req: Event[None] = Event.__new__(Event)
+        req.sim = sim
+        req._value = PENDING
+        req._ok = True
+        req._waiter = None
+        req._cbs = None
+        req._owner = self
+        req._data = now  # request time; the grant time once granted
+        self._requests += 1
+        queue = self.queue
+        if not queue and len(self.users) < self._capacity:
+            self._grant(req, now)
+        else:
+            queue.append(req)
+            self._qarea -= now
+            if len(queue) > self._qmax:
+                self._qmax = len(queue)
+            if len(self.users) < self._capacity:
+                # SimPy tries the head of the queue, which may be older than *req*.
+                self._grant_head(now)
+        return req
+
+    def _grant(self, req: Event[Any], now: float) -> None:
+        self.users.append(req)
+        wait = now - req._data
+        if wait > 0.0:
+            self._wsum += wait
+            if wait > self._wmax:
+                self._wmax = wait
+        req._data = now
+        self._grants += 1
+        self._busy -= now
+        req.succeed()
+
+    def _grant_head(self, now: float) -> None:
+        req = self.queue.popleft()
+        self._qarea += now
+        self._grant(req, now)
+
+    def _grant_next(self, _release: Event[Any]) -> None:
+        # The callback of a processed release event: try the head of the queue.
+        if self.queue and len(self.users) < self._capacity:
+            self._grant_head(self.sim.now)
+
+    def release(self, request: Event[Any]) -> Event[None]:
+        """Give back the slot of *request*; an event that succeeds at once.
+
+        Releasing a request that is still waiting in the queue cancels it.
+
+        Raises:
+            ForeignRequest: *request* was made on another resource.
+        """
+        if getattr(request, "_owner", None) is not self:
+            raise ForeignRequest(
+                f"release(request): {request!r} was not made on {self!r}; release a request "
+                "on the resource that granted it"
+            )
+        sim = self.sim
+        try:
+            self.users.remove(request)
+        except ValueError:
+            if request._value is PENDING:
+                self._cancel(request, sim.now)
+        else:
+            self._busy += sim.now
+        rel: Event[None] = Event.__new__(Event)
+        rel.sim = sim
+        rel._value = PENDING
+        rel._ok = True
+        rel._waiter = None
+        rel._cbs = [self._on_release]
+        rel._data = request
+        return rel.succeed()
+
+    def _cancel(self, request: Event[Any], now: float) -> None:
+        try:
+            self.queue.remove(request)
+        except ValueError:
+            return
+        self._qarea += now
+
+    def _exit_request(self, request: Event[Any], exc_type: object) -> None:
+        # `with res.request() as req:` leaves the block. As in SimPy, a
+        # generator being closed (GeneratorExit) only cancels.
+        if exc_type is GeneratorExit:
+            if request._value is PENDING:
+                self._cancel(request, self.sim.now)
+            return
+        self.release(request)
+
+    def statistics(self) -> ResourceStatistics:
+        """Utilisation, queue length over time and waits, from creation until now."""
+        now = self.sim.now
+        span = now - self._since
+        busy = self._busy + len(self.users) * now
+        qarea = self._qarea + len(self.queue) * now
+        return ResourceStatistics(
+            time=now,
+            capacity=self._capacity,
+            utilisation=busy / (span * self._capacity) if span > 0 else 0.0,
+            mean_queue_length=qarea / span if span > 0 else 0.0,
+            max_queue_length=self._qmax,
+            requests=self._requests,
+            grants=self._grants,
+            mean_wait=self._wsum / self._grants if self._grants else 0.0,
+            max_wait=self._wmax,
+        )
+
+
+@final
+class _PriorityData:
+    """What a priority request carries: SimPy's sort key and who asked."""
+
+    __slots__ = ("key", "preempt", "proc", "time")
+
+    def __init__(self, time: float, key: tuple[float, float, bool], preempt: bool,
+                 proc: Process[Any] | None) -> None:
+        self.time = time  # request time, then grant time (usage_since)
+        self.key = key
+        self.preempt = preempt
+        self.proc = proc
+
+
+def _priority_key(request: Event[Any]) -> tuple[float, float, bool]:
+    data: _PriorityData = request._data
+    return data.key
+
+
+class PriorityResource(Resource):
+    """A resource whose queue is ordered by priority (lower first), then request time.
+
+    Ties keep request order.
+    """
+
+    __slots__ = ()
+
+    def __init__(self, sim: Sim, capacity: int = 1) -> None:
+        super().__init__(sim, capacity)
+        self.queue = []
+
+    def request(self, priority: float = 0, preempt: bool = True) -> Event[None]:  # type: ignore[override]
+        """Ask for a slot with *priority* (lower is served first)."""
+        if isinstance(priority, bool) or not isinstance(priority, int | float):
+            raise ConfigError(f"request(priority=...): expected a number, got {priority!r}")
+        sim = self.sim
+        now = sim.now
+        req: Event[None] = sim.event()
+        req._owner = self
+        req._data = _PriorityData(now, (priority, now, not preempt), bool(preempt),
+                                  sim.active_process)
+        self._requests += 1
+        queue: list[Event[Any]] = self.queue
+        bisect.insort_right(queue, req, key=_priority_key)
+        self._qarea -= now
+        if len(queue) > self._qmax:
+            self._qmax = len(queue)
+        self._try_head(now)
+        return req
+
+    def _try_head(self, now: float) -> None:
+        if len(self.users) < self._capacity:
+            self._grant_head(now)
+
+    def _grant(self, req: Event[Any], now: float) -> None:
+        data: _PriorityData = req._data
+        self.users.append(req)
+        wait = now - data.time
+        if wait > 0.0:
+            self._wsum += wait
+            if wait > self._wmax:
+                self._wmax = wait
+        data.time = now
+        self._grants += 1
+        self._busy -= now
+        req.succeed()
+
+    def _grant_head(self, now: float) -> None:
+        req = self.queue.pop(0)
+        self._qarea += now
+        self._grant(req, now)
+
+    def _grant_next(self, _release: Event[Any]) -> None:
+        if self.queue:
+            self._try_head(self.sim.now)
+
+
+class PreemptiveResource(PriorityResource):
+    """A priority resource where a more important request can evict a user.
+
+    The evicted process receives ``Interrupt(cause=Preempted(by, usage_since, resource))``.
+    A request made with ``preempt=False`` waits instead of evicting.
+    """
+
+    __slots__ = ()
+
+    def _try_head(self, now: float) -> None:
+        users = self.users
+        head = self.queue[0]
+        data: _PriorityData = head._data
+        if len(users) >= self._capacity and data.preempt:
+            # SimPy's choice of victim: the last of the users sorted by key.
+            victim = sorted(users, key=_priority_key)[-1]
+            vdata: _PriorityData = victim._data
+            if vdata.key > data.key:
+                users.remove(victim)
+                self._busy += now
+                proc = vdata.proc
+                if proc is not None and proc.is_alive and proc is not self.sim.active_process:
+                    proc.interrupt(Preempted(by=data.proc, usage_since=vdata.time, resource=self))
+        if len(users) < self._capacity:
+            self._grant_head(now)
+
+
+# ---------------------------------------------------------------------------
+# Containers and stores: SimPy's generic put/get queues.
+
+
+@dataclass(frozen=True, slots=True)
+class ContainerStatistics:
+    """What a container or store has seen, from creation to ``time``.
+
+    Attributes:
+        time: When the statistics were taken.
+        mean_level: Time-averaged level (for stores: number of items).
+        max_level: The highest level reached.
+        puts: Puts completed.
+        gets: Gets completed.
+        mean_put_wait: Mean time a completed put waited.
+        mean_get_wait: Mean time a completed get waited.
+        put_queue_length: Puts waiting now.
+        get_queue_length: Gets waiting now.
+    """
+
+    time: float
+    mean_level: float
+    max_level: float
+    puts: int
+    gets: int
+    mean_put_wait: float
+    mean_get_wait: float
+    put_queue_length: int
+    get_queue_length: int
+
+
+StoreStatistics = ContainerStatistics
+
+
+class _PutGetResource:
+    """SimPy's BaseResource: put and get queues tried in turn.
+
+    A put is tried when it is made and whenever a get is processed, and vice
+    versa. ``_do_put``/``_do_get`` return True to go on with the next waiting
+    event, or False to stop at this one (SimPy's ``proceed``).
+    """
+
+    __slots__ = (
+        "_capacity",
+        "_gets",
+        "_gwait",
+        "_larea",
+        "_last",
+        "_lmax",
+        "_puts",
+        "_pwait",
+        "_since",
+        "_trigger_get_cb",
+        "_trigger_put_cb",
+        "get_queue",
+        "put_queue",
+        "sim",
+    )
+
+    def __init__(self, sim: Sim, capacity: float) -> None:
+        self.sim = _check_sim(sim, type(self).__name__)
+        self._capacity = _check_capacity(capacity, type(self).__name__)
+        self.put_queue: list[Event[Any]] = []
+        self.get_queue: list[Event[Any]] = []
+        self._trigger_put_cb: Callable[[Event[Any]], None] = self._trigger_put
+        self._trigger_get_cb: Callable[[Event[Any]], None] = self._trigger_get
+        self._since = self._last = sim.now
+        self._larea = 0.0
+        self._lmax = 0.0
+        self._puts = self._gets = 0
+        self._pwait = self._gwait = 0.0
+
+    @property
+    def capacity(self) -> float:
+        """The most this can hold."""
+        return self._capacity
+
+    def _level(self) -> float:
+        raise NotImplementedError
+
+    def _new(self, data: Any, queue: list[Event[Any]], on_processed: Callable[[Event[Any]], None],
+             ) -> Event[Any]:
+        sim = self.sim
+        event: Event[Any] = Event.__new__(Event)
+        event.sim = sim
+        event._value = PENDING
+        event._ok = True
+        event._waiter = None
+        event._cbs = [on_processed]
+        event._owner = self
+        event._data = data
+        queue.append(event)
+        return event
+
+    def _level_changing(self) -> None:
+        # Time-weighted level: called just before the level changes.
+        now = self.sim.now
+        self._larea += self._level() * (now - self._last)
+        self._last = now
+
+    def _level_changed(self) -> None:
+        level = self._level()
+        if level > self._lmax:
+            self._lmax = level
+
+    def _put_done(self, event: Event[Any], value: Any = None) -> None:
+        self._puts += 1
+        self._pwait += self.sim.now - event._data[0]
+        event.succeed(value)
+
+    def _get_done(self, event: Event[Any], value: Any = None) -> None:
+        self._gets += 1
+        self._gwait += self.sim.now - event._data[0]
+        event.succeed(value)
+
+    def _do_put(self, event: Event[Any]) -> bool:
+        raise NotImplementedError
+
+    def _do_get(self, event: Event[Any]) -> bool:
+        raise NotImplementedError
+
+    def _trigger_put(self, _event: Event[Any] | None) -> None:
+        queue = self.put_queue
+        index = 0
+        while index < len(queue):
+            put = queue[index]
+            proceed = self._do_put(put)
+            if put._value is PENDING:
+                index += 1
+            else:
+                del queue[index]
+            if not proceed:
+                break
+
+    def _trigger_get(self, _event: Event[Any] | None) -> None:
+        queue = self.get_queue
+        index = 0
+        while index < len(queue):
+            get = queue[index]
+            proceed = self._do_get(get)
+            if get._value is PENDING:
+                index += 1
+            else:
+                del queue[index]
+            if not proceed:
+                break
+
+    def _exit_request(self, event: Event[Any], exc_type: object) -> None:
+        # `with store.get() as get:` cancels the get if it is still waiting.
+        if event._value is PENDING:
+            for queue in (self.put_queue, self.get_queue):
+                if event in queue:
+                    queue.remove(event)
+
+    def statistics(self) -> ContainerStatistics:
+        """Level over time, completed puts and gets, and their waits."""
+        now = self.sim.now
+        span = now - self._since
+        area = self._larea + self._level() * (now - self._last)
+        return ContainerStatistics(
+            time=now,
+            mean_level=area / span if span > 0 else float(self._level()),
+            max_level=max(self._lmax, self._level()),
+            puts=self._puts,
+            gets=self._gets,
+            mean_put_wait=self._pwait / self._puts if self._puts else 0.0,
+            mean_get_wait=self._gwait / self._gets if self._gets else 0.0,
+            put_queue_length=len(self.put_queue),
+            get_queue_length=len(self.get_queue),
+        )
+
+
+class Container(_PutGetResource):
+    """A continuous or discrete amount (fuel, money, parts) between 0 and *capacity*.
+
+    ``put(amount)`` waits until there is room; ``get(amount)`` waits until
+    there is enough.
+    """
+
+    __slots__ = ("_amount",)
+
+    def __init__(self, sim: Sim, capacity: float = _INF, init: float = 0) -> None:
+        super().__init__(sim, capacity)
+        if isinstance(init, bool) or not isinstance(init, int | float) or not init >= 0:
+            raise ConfigError(f"Container(init=...): expected a number >= 0, got {init!r}")
+        if init > capacity:
+            raise ConfigError(
+                f"Container(init=...): init {init!r} is more than the capacity {capacity!r}"
+            )
+        self._amount = init
+        self._lmax = init
+
+    def __repr__(self) -> str:
+        return f"<Container level={self._amount} capacity={self._capacity}>"
+
+    @property
+    def level(self) -> float:
+        """The amount held now."""
+        return self._amount
+
+    def _level(self) -> float:
+        return self._amount
+
+    def _check_amount(self, amount: object, what: str) -> float:
+        if isinstance(amount, bool) or not isinstance(amount, int | float) or not amount > 0:
+            raise ConfigError(f"Container.{what}(amount=...): expected a number > 0, got {amount!r}")
+        if amount > self._capacity:
+            raise CapacityExceeded(
+                f"Container.{what}(amount={amount!r}): more than the capacity "
+                f"{self._capacity!r}, so it could never complete"
+            )
+        return amount
+
+    def put(self, amount: float) -> Event[None]:
+        """Add *amount*; an event that succeeds once it fits.
+
+        Raises:
+            CapacityExceeded: *amount* is more than the capacity.
+        """
+        amount = self._check_amount(amount, "put")
+        event = self._new((self.sim.now, amount), self.put_queue, self._trigger_get_cb)
+        self._trigger_put(None)
+        return event
+
+    def get(self, amount: float) -> Event[None]:
+        """Take *amount*; an event that succeeds once enough is there.
+
+        Raises:
+            CapacityExceeded: *amount* is more than the capacity.
+        """
+        amount = self._check_amount(amount, "get")
+        event = self._new((self.sim.now, amount), self.get_queue, self._trigger_put_cb)
+        self._trigger_get(None)
+        return event
+
+    def _do_put(self, event: Event[Any]) -> bool:
+        amount = event._data[1]
+        if self._capacity - self._amount >= amount:
+            self._level_changing()
+            self._amount += amount
+            self._level_changed()
+            self._put_done(event)
+            return True
+        return False
+
+    def _do_get(self, event: Event[Any]) -> bool:
+        amount = event._data[1]
+        if self._amount >= amount:
+            self._level_changing()
+            self._amount -= amount
+            self._get_done(event)
+            return True
+        return False
+
+
+class Store(_PutGetResource, Generic[T]):
+    """A FIFO buffer of Python objects with an optional *capacity*.
+
+    ``put(item)`` waits while the store is full; ``get()`` waits while it is
+    empty and succeeds with the oldest item.
+    """
+
+    __slots__ = ("items",)
+
+    def __init__(self, sim: Sim, capacity: float = _INF) -> None:
+        super().__init__(sim, capacity)
+        self.items: list[T] = []
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} items={len(self.items)} capacity={self._capacity}>"
+
+    def _level(self) -> float:
+        return len(self.items)
+
+    def put(self, item: T) -> Event[None]:
+        """Add *item*; an event that succeeds once there is room."""
+        event = self._new((self.sim.now, item), self.put_queue, self._trigger_get_cb)
+        self._trigger_put(None)
+        return event
+
+    def get(self) -> Event[T]:
+        """An event that succeeds with the next item once there is one."""
+        event = self._new((self.sim.now, None), self.get_queue, self._trigger_put_cb)
+        self._trigger_get(None)
+        return event
+
+    def _do_put(self, event: Event[Any]) -> bool:
+        if len(self.items) < self._capacity:
+            self._level_changing()
+            self.items.append(event._data[1])
+            self._level_changed()
+            self._put_done(event)
+        return False
+
+    def _do_get(self, event: Event[Any]) -> bool:
+        if self.items:
+            self._level_changing()
+            item = self.items.pop(0)
+            self._get_done(event, item)
+        return False
+
+
+class FilterStore(Store[T]):
+    """A store whose ``get(filter)`` takes the oldest item the filter accepts.
+
+    Every waiting get is tried when an item arrives, in order.
+    """
+
+    __slots__ = ()
+
+    def get(self, filter: Callable[[T], bool] | None = None) -> Event[T]:  # noqa: A002  (SimPy's name)
+        """An event that succeeds with the oldest item for which *filter* is true."""
+        if filter is not None and not callable(filter):
+            raise ConfigError(f"FilterStore.get(filter=...): expected a callable, got {filter!r}")
+        event = self._new((self.sim.now, filter), self.get_queue, self._trigger_put_cb)
+        self._trigger_get(None)
+        return event
+
+    def _do_get(self, event: Event[Any]) -> bool:
+        accept = event._data[1]
+        items = self.items
+        for index, item in enumerate(items):
+            if accept is None or accept(item):
+                self._level_changing()
+                del items[index]
+                self._get_done(event, item)
+                break
+        return True
+
+
+class PriorityItem(NamedTuple):
+    """An item of a :class:`PriorityStore`: compared by *priority* only (lower first)."""
+
+    priority: Any
+    item: Any
+
+    def __lt__(self, other: tuple[Any, ...]) -> bool:
+        return bool(self.priority < other[0])
+
+
+class PriorityStore(Store[T]):
+    """A store whose ``get()`` returns the item with the lowest priority first.
+
+    Items must be orderable; wrap them as :class:`PriorityItem` to order by a
+    separate priority.
+    """
+
+    __slots__ = ()
+
+    def _do_put(self, event: Event[Any]) -> bool:
+        if len(self.items) < self._capacity:
+            self._level_changing()
+            heappush(self.items, event._data[1])
+            self._level_changed()
+            self._put_done(event)
+        return False
+
+    def _do_get(self, event: Event[Any]) -> bool:
+        if self.items:
+            self._level_changing()
+            self._get_done(event, heappop(self.items))
+        return False
