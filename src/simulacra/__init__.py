@@ -41,8 +41,8 @@ from .errors import UntilInPast as UntilInPast
 from .resources import Container as Container
 from .resources import ContainerStatistics as ContainerStatistics
 from .resources import FilterStore as FilterStore
-from .resources import PreemptiveResource as PreemptiveResource
 from .resources import Preempted as Preempted
+from .resources import PreemptiveResource as PreemptiveResource
 from .resources import PriorityItem as PriorityItem
 from .resources import PriorityResource as PriorityResource
 from .resources import PriorityStore as PriorityStore

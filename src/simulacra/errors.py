@@ -67,8 +67,11 @@ class ScheduleError(SimError):
 
 
 class EmptySchedule(ScheduleError):
-    """No events are left: ``step()`` on an empty schedule, or ``run(until=event)``
-    ran out of events before *event* was triggered."""
+    """No events are left.
+
+    Raised by ``step()`` on an empty schedule, and by ``run(until=event)`` when
+    the events ran out before *event* was triggered.
+    """
 
 
 class InvalidDelay(ScheduleError, ValueError):
@@ -139,7 +142,7 @@ class TraceError(SimError, ValueError):
     """A trace file or record could not be read or is malformed."""
 
 
-class Interrupt(SimError):  # noqa: N818  (SimPy's name; users catch it by this name)
+class Interrupt(SimError):
     """Thrown into a process by ``Process.interrupt(cause)``.
 
     The cause is available as :attr:`cause`.
@@ -154,5 +157,5 @@ class Interrupt(SimError):  # noqa: N818  (SimPy's name; users catch it by this 
         return f"{type(self).__name__}({self.cause!r})"
 
 
-class KernelBug(Exception):  # noqa: N818  (deliberately outside SimError)
+class KernelBug(Exception):  # deliberately outside SimError
     """An invariant inside simulacra broke. This should never happen: please report it."""

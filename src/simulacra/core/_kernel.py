@@ -31,10 +31,13 @@ takes no locks.
 
 from __future__ import annotations
 
+import bisect
 import itertools
 import threading
+from collections import deque
 from collections.abc import Callable, Coroutine, Generator, Iterable, Iterator
 from heapq import heappop, heappush
+from types import GeneratorType
 from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar, cast, final, overload
 
 from simulacra.errors import (
@@ -82,6 +85,9 @@ NORMAL = 1
 # priority * _PRIO_STEP. Sequence numbers stay far below _PRIO_STEP.
 _PRIO_STEP = 1 << 60
 
+# `object.__new__` bound once: `Event.__new__` is looked up on the type at every call.
+_new = object.__new__
+
 ProcessGenerator = Generator["Event[Any]", Any, R]
 """The type of a generator process that returns *R*: ``Generator[Event[Any], Any, R]``."""
 
@@ -109,7 +115,20 @@ class _Processed(list[Any]):
 _DONE: Any = _Processed()
 
 
-class _StopRun(Exception):  # noqa: N818  (private control flow, not an error)
+class _Deferred(list[Any]):
+    """The ``_cbs`` of a finished process whose completion event is not queued yet."""
+
+    __slots__ = ()
+
+
+# In the fifo ordering, a process that finishes while nobody waits on it does
+# not queue its completion event: it reserves the key it would have had (kept
+# in `_data` as (time, key)) and the first subscriber settles it (Sim._settle).
+_DEFERRED: Any = _Deferred()
+
+
+
+class _StopRun(Exception):
     """Raised by the ``until`` callback to leave the run loop."""
 
 
@@ -148,7 +167,7 @@ def _copy_exception(exc: BaseException) -> BaseException:
     """
     try:
         copy = type(exc)(*exc.args)
-    except Exception:  # noqa: BLE001  (an exception type with an unusual __init__)
+    except Exception:
         return exc
     copy.__cause__ = exc
     return copy
@@ -188,7 +207,7 @@ class Event(Generic[T]):
     _waiter: Process[Any] | None
     #: Further subscribers in subscription order, None if there are none yet,
     #: or _DONE once the event is processed.
-    _cbs: list[Callable[[Event[Any]], object]] | None
+    _cbs: Any
     _owner: Any
     _data: Any
 
@@ -217,6 +236,8 @@ class Event(Generic[T]):
     @property
     def processed(self) -> bool:
         """True once the simulation has reached this event and run its callbacks."""
+        if self._cbs is _DEFERRED:
+            return self.sim._deferred_passed(self)
         return self._cbs is _DONE
 
     @property
@@ -259,11 +280,15 @@ class Event(Generic[T]):
 
         Appending to this list subscribes a callback (SimPy compatible).
         """
+        if self._cbs is _DEFERRED:
+            self.sim._settle(self)
         if self._cbs is _DONE:
             return None
         if self._cbs is None:
             self._cbs = []
-        return self._cbs
+        elif type(self._cbs) is tuple:
+            self._cbs = list(self._cbs)
+        return cast("list[Callable[[Event[Any]], object]]", self._cbs)
 
     def succeed(self, value: T | None = None) -> Event[T]:
         """Trigger the event successfully with *value* and schedule it now.
@@ -276,7 +301,7 @@ class Event(Generic[T]):
         self._ok = True
         self._value = value
         sim = self.sim
-        heappush(sim._heap, (sim.now, sim._nextkey(), self))
+        sim._now_append((sim._nextkey(), self))
         return self
 
     def fail(self, exception: BaseException) -> Event[T]:
@@ -298,7 +323,7 @@ class Event(Generic[T]):
         self._ok = False
         self._value = exception
         sim = self.sim
-        heappush(sim._heap, (sim.now, sim._nextkey(), self))
+        sim._now_append((sim._nextkey(), self))
         return self
 
     def trigger(self, event: Event[Any]) -> None:
@@ -308,7 +333,7 @@ class Event(Generic[T]):
         self._ok = event._ok
         self._value = event._value
         sim = self.sim
-        heappush(sim._heap, (sim.now, sim._nextkey(), self))
+        sim._now_append((sim._nextkey(), self))
 
     def __and__(self, other: Event[Any]) -> Event[ConditionValue]:
         return self.sim.all_of((self, other))
@@ -324,10 +349,12 @@ class Event(Generic[T]):
         return self
 
     def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
-        owner = getattr(self, "_owner", None)
-        exit_hook = getattr(owner, "_exit_request", None)
-        if exit_hook is None:
-            raise ConfigError(f"{self!r} is not a resource request; only requests work with `with`")
+        try:
+            exit_hook = self._owner._exit_request
+        except AttributeError:
+            raise ConfigError(
+                f"{self!r} is not a resource request; only requests work with `with`"
+            ) from None
         exit_hook(self, exc_type)
 
     async def __aenter__(self) -> Event[T]:
@@ -444,8 +471,16 @@ class _Condition:
 def _subscribe(event: Event[Any], callback: Callable[[Event[Any]], object]) -> None:
     """Run *callback* when *event* is processed, after earlier subscribers."""
     cbs = event._cbs
+    if cbs is _DEFERRED:
+        event.sim._settle(event)
+        cbs = event._cbs
+        if cbs is _DONE:
+            callback(event)
+            return
     if cbs is None:
         event._cbs = [callback]
+    elif type(cbs) is tuple:  # a resource's shared, immutable callbacks
+        event._cbs = [*cbs, callback]
     else:
         cbs.append(callback)
 
@@ -465,7 +500,7 @@ class Process(Event[R]):
     _target: Event[Any] | None
     _name: str | None
     _pid: int
-    _ident: tuple[Any, ...]
+    _ident: str
     _nsched: int
     _nspawn: int
 
@@ -527,7 +562,7 @@ class Process(Event[R]):
             )
         if self is sim.active_process:
             raise SelfInterrupt(f"process {self.who!r} tried to interrupt itself")
-        event: Event[Any] = Event.__new__(Event)
+        event: Event[Any] = _new(Event)
         event.sim = sim
         event._ok = False
         event._value = Interrupt(cause)
@@ -543,7 +578,11 @@ class Process(Event[R]):
         self._value = value
         self._target = None
         sim = self.sim
-        heappush(sim._heap, (sim.now, sim._nextkey(), self))
+        if ok and self._waiter is None and self._cbs is None and not sim._keyed:
+            self._data = (sim.now, sim._nextkey())
+            self._cbs = _DEFERRED
+        else:
+            sim._now_append((sim._nextkey(), self))
         tracer = sim._tracer
         if tracer is not None:
             tracer.record(sim.now, "exit" if ok else "fail", self.who, value)
@@ -595,18 +634,19 @@ def _resume(sim: Sim, proc: Process[Any], event: Event[Any]) -> None:
                     tracer.record(sim.now, "throw", proc.who, event._value)
                 nxt = gen.throw(_copy_exception(event._value))
         except StopIteration as stop:
-            sim.active_process = None
             proc._finish(True, stop.value)
-            return
-        except BaseException as exc:  # noqa: BLE001  (the process failed: its event carries it)
             sim.active_process = None
+            return
+        except BaseException as exc:
             tb = exc.__traceback__
             exc.__traceback__ = tb.tb_next if tb is not None else None
             proc._finish(False, exc)
+            sim.active_process = None
             return
-        event = sim._wait_on(proc, nxt)  # type: ignore[assignment]
-        if event is None:
+        again = sim._wait_on(proc, nxt)
+        if again is None:
             break
+        event = again
     sim.active_process = None
 
 
@@ -633,8 +673,11 @@ class Sim:
     __slots__ = (
         "_heap",
         "_keyed",
+        "_lastq",
         "_nextkey",
         "_nexturgent",
+        "_now_append",
+        "_nowq",
         "_npid",
         "_nroot",
         "_origin",
@@ -652,11 +695,18 @@ class Sim:
     #: The process being resumed right now, or None between processes.
     active_process: Process[Any] | None
 
-    def __init__(self, seed: int | str | bytes | SeedTree | None = None, trace: bool | Tracer = False,
-                 *, ordering: str = "fifo", start: float = 0.0) -> None:
+    def __init__(self, seed: int | str | bytes | SeedTree | None = None,
+                 trace: bool | Tracer = False, *, ordering: str = "fifo",
+                 start: float = 0.0) -> None:
         self.now = start
         self.active_process = None
+        #: Events at a later time, or urgent: (time, key, event).
         self._heap: list[tuple[float, Any, Event[Any]]] = []
+        #: Normal events scheduled for the current time, in key order: (key, event).
+        #: Every one of them comes after every heap entry at the current time:
+        #: heap entries at `now` are urgent or were scheduled at an earlier time.
+        #: Only the fifo ordering uses it; keyed keys are not monotonic.
+        self._nowq: deque[tuple[Any, Event[Any]]] = deque()
         self._streams = Streams(as_seed_tree(seed))
         if trace is True:
             self._tracer: Tracer | None = _ListTracer()
@@ -680,17 +730,25 @@ class Sim:
             self._nexturgent = self._keyed_urgent
         else:
             raise ConfigError(f"Sim(ordering=...): expected 'fifo' or 'keyed', got {ordering!r}")
+        #: Schedules `(key, event)` at the current time, after everything scheduled so far.
+        self._now_append: Callable[[tuple[Any, Event[Any]]], None] = (
+            self._push_now if self._keyed else self._nowq.append
+        )
+        #: The key last taken from the current-time queue. Keys are handed out
+        #: in increasing order, so a deferred completion reserved with key k at
+        #: the current time has been passed exactly when _lastq > k.
+        self._lastq: Any = -1
         self._npid = 0
         self._running = False
         self._owner_thread = 0
         # Keyed ordering: the identity of host code outside any process, and
         # the key of the event whose callbacks are running (their origin).
-        self._root_ident: tuple[Any, ...] = ("root",)
+        self._root_ident = "root"
         self._nroot = 0
         self._origin: Any = None
 
     def __repr__(self) -> str:
-        return f"<Sim now={self.now!r} pending={len(self._heap)}>"
+        return f"<Sim now={self.now!r} pending={len(self._heap) + len(self._nowq)}>"
 
     # -- random streams -------------------------------------------------------
 
@@ -736,13 +794,18 @@ class Sim:
 
     # -- keyed ordering -------------------------------------------------------
 
-    def _origin_key(self) -> tuple[Any, int]:
+    # A keyed key is (priority, ident, n): ident is a str naming who scheduled
+    # the event (a process path such as "r/3/1", "n:<name>" for a named process,
+    # "e:<ident>@<n>" for the callbacks of an event, or "root" for host code) and
+    # n counts the events it has scheduled. All three are partition-independent.
+
+    def _origin_key(self) -> tuple[str, int]:
         proc = self.active_process
         if proc is not None:
             proc._nsched += 1
             return proc._ident, proc._nsched
-        if self._origin is not None:
-            origin = self._origin
+        origin = self._origin
+        if origin is not None:
             origin[1] += 1
             return origin[0], origin[1]
         self._nroot += 1
@@ -756,12 +819,15 @@ class Sim:
         ident, n = self._origin_key()
         return (URGENT, ident, n)
 
+    def _push_now(self, entry: tuple[Any, Event[Any]]) -> None:
+        heappush(self._heap, (self.now, entry[0], entry[1]))
+
     # -- making events --------------------------------------------------------
 
     def event(self) -> Event[Any]:
         """A plain pending event; trigger it with ``succeed`` or ``fail``."""
         # Inlines Event.__init__ (one per call site in hot models).
-        event: Event[Any] = Event.__new__(Event)
+        event: Event[Any] = _new(Event)
         event.sim = self
         event._value = PENDING
         event._ok = True
@@ -782,13 +848,16 @@ class Sim:
         if not valid:
             raise InvalidDelay(self._delay_message(delay))
         # Inlines Event.__init__: one of these per `yield sim.delay(...)`.
-        event: Event[T | None] = Event.__new__(Event)
+        event: Event[T | None] = _new(Event)
         event.sim = self
         event._value = value
         event._ok = True
         event._waiter = None
         event._cbs = None
-        heappush(self._heap, (self.now + delay, self._nextkey(), event))
+        if delay:
+            heappush(self._heap, (self.now + delay, self._nextkey(), event))
+        else:
+            self._now_append((self._nextkey(), event))
         return event
 
     def _delay_message(self, delay: object) -> str:
@@ -820,15 +889,14 @@ class Sim:
         for sub in subs:
             sim = getattr(sub, "sim", None)
             if sim is not self:
+                what = "all_of" if need_all else "any_of"
                 if not isinstance(sub, Event):
-                    raise NotAnEvent(
-                        f"{'all_of' if need_all else 'any_of'}: expected events, got {_describe(sub)}"
-                    )
-                raise ForeignEvent(
-                    f"{'all_of' if need_all else 'any_of'}: {sub!r} belongs to another Sim"
-                )
+                    raise NotAnEvent(f"{what}: expected events, got {_describe(sub)}")
+                raise ForeignEvent(f"{what}: {sub!r} belongs to another Sim")
         check = state.check
         for sub in subs:
+            if sub._cbs is _DEFERRED:
+                self._settle(sub)
             if sub._cbs is _DONE:
                 check(sub)
             else:
@@ -857,6 +925,29 @@ class Sim:
         Raises:
             ConfigError: *fn* is neither.
         """
+        if type(fn) is GeneratorType and name is None and not args and not kwargs and (
+            not self._keyed and self._tracer is None
+        ):
+            # Inlines _init_process for the common `sim.spawn(gen(...))` call.
+            proc: Process[Any] = _new(Process)
+            proc.sim = self
+            proc._value = PENDING
+            proc._ok = True
+            proc._waiter = None
+            proc._cbs = None
+            proc._gen = fn
+            proc._name = None
+            self._npid += 1
+            proc._pid = self._npid
+            init: Event[Any] = _new(Event)
+            init.sim = self
+            init._value = None
+            init._ok = True
+            init._waiter = proc
+            init._cbs = None
+            proc._target = init
+            heappush(self._heap, (self.now, self._nexturgent(), init))
+            return proc
         if hasattr(fn, "send"):
             if args or kwargs:
                 raise ConfigError(
@@ -879,7 +970,7 @@ class Sim:
         return self._spawn_generator(gen, name)
 
     def _spawn_generator(self, gen: Any, name: str | None) -> Process[Any]:
-        proc: Process[Any] = Process.__new__(Process)
+        proc: Process[Any] = _new(Process)
         self._init_process(proc, gen, name)
         return proc
 
@@ -900,16 +991,16 @@ class Sim:
         if self._keyed:
             parent = self.active_process
             if name is not None:
-                proc._ident = ("name", name)
+                proc._ident = f"n:{name}"
             elif parent is not None:
                 parent._nspawn += 1
-                proc._ident = (*parent._ident, parent._nspawn)
+                proc._ident = f"{parent._ident}/{parent._nspawn}"
             else:
                 self._nroot += 1
-                proc._ident = (*self._root_ident, "spawn", self._nroot)
+                proc._ident = f"r/{self._nroot}"
             proc._nsched = 0
             proc._nspawn = 0
-        init: Event[Any] = Event.__new__(Event)
+        init: Event[Any] = _new(Event)
         init.sim = self
         init._value = None
         init._ok = True
@@ -921,6 +1012,18 @@ class Sim:
             self._tracer.record(self.now, "spawn", proc.who, None)
 
     process = spawn  # SimPy's name
+
+    def _deferred_passed(self, event: Event[Any]) -> bool:
+        when, key = event._data
+        return bool(when < self.now or self._lastq > key)
+
+    def _settle(self, event: Event[Any]) -> None:
+        """Decide a deferred completion: processed already, or queued with its reserved key."""
+        if self._deferred_passed(event):
+            event._cbs = _DONE
+            return
+        event._cbs = None
+        bisect.insort(self._nowq, (event._data[1], event))
 
     def _wait_on(self, proc: Process[Any], nxt: object) -> Event[Any] | None:
         """Subscribe *proc* to *nxt*; return *nxt* if it is already processed (resume at once)."""
@@ -943,7 +1046,7 @@ class Sim:
                     f"process {proc.who!r} yielded {_describe(nxt)}; expected an event "
                     "(sim.delay(...), sim.event(), a request, a process, all_of/any_of, ...)"
                 )
-            bad: Event[Any] = Event.__new__(Event)
+            bad: Event[Any] = _new(Event)
             bad.sim = self
             bad._ok = False
             bad._value = err
@@ -951,6 +1054,9 @@ class Sim:
             bad._cbs = _DONE
             return bad
         event = cast("Event[Any]", nxt)
+        if cbs is _DEFERRED:
+            self._settle(event)
+            cbs = event._cbs
         if cbs is _DONE:
             return event
         if cbs is None and event._waiter is None:
@@ -964,6 +1070,8 @@ class Sim:
 
     def peek(self) -> float:
         """The time of the next event, or ``inf`` if none is scheduled."""
+        if self._nowq:
+            return self.now
         return self._heap[0][0] if self._heap else float("inf")
 
     def _enter(self) -> None:
@@ -992,16 +1100,19 @@ class Sim:
             self._running = False
 
     def _step(self) -> None:
-        try:
-            when, key, event = heappop(self._heap)
-        except IndexError:
-            raise EmptySchedule("no events are scheduled") from None
-        self.now = when
+        heap = self._heap
+        if self._nowq and not (heap and heap[0][0] <= self.now):
+            key, event = self._nowq.popleft()
+            self._lastq = key
+        elif heap:
+            self.now, key, event = heappop(heap)
+        else:
+            raise EmptySchedule("no events are scheduled")
         waiter = event._waiter
         cbs = event._cbs
         event._cbs = _DONE
         if self._keyed:
-            self._origin = [key, 0]
+            self._origin = [f"e:{key[1]}@{key[2]}", 0]
         try:
             if waiter is not None:
                 event._waiter = None
@@ -1031,14 +1142,17 @@ class Sim:
             EmptySchedule: *until* is an event and no events remain to trigger it.
             ForeignEvent: *until* is an event of another Sim.
         """
-        if isinstance(until, Event) and until.sim is self and until._cbs is _DONE:
-            return until._value
+        if isinstance(until, Event) and until.sim is self:
+            if until._cbs is _DEFERRED:
+                self._settle(until)
+            if until._cbs is _DONE:
+                return until._value
         self._enter()
         stop_event: Event[Any] | None = None
         try:
             if until is not None:
                 stop_event = self._until_event(until)
-            if self._keyed:
+            if self._keyed or self._tracer is not None:
                 while True:
                     self._step()
             else:
@@ -1059,6 +1173,24 @@ class Sim:
             self.active_process = None
         return None
 
+    def _requeue_stopped(self, event: Event[Any], cbs: Any, callback: object) -> None:
+        """SimPy's until-event hand-over: callbacks after the stop run on the next step.
+
+        The event goes back to the head of the schedule (priority -1, before
+        urgent events) with the callbacks that followed the stop, so ``peek()``
+        after ``run(until=t)`` is ``t`` and the next ``step()`` finishes it.
+        """
+        if not event._ok:
+            return  # SimPy raises the failure itself and drops the rest.
+        callbacks = list(cbs)
+        rest = callbacks[callbacks.index(callback) + 1:]
+        event._cbs = rest or None
+        if self._keyed:
+            ident, n = self._origin_key()
+            heappush(self._heap, (self.now, (-1, ident, n), event))
+        else:
+            heappush(self._heap, (self.now, self._nexturgent() - _PRIO_STEP, event))
+
     def _until_event(self, until: float | Event[Any]) -> Event[Any]:
         """The event that ends ``run(until=...)``, subscribed to stop the loop."""
         if isinstance(until, Event):
@@ -1076,7 +1208,7 @@ class Sim:
                 raise UntilInPast(
                     f"run(until={at!r}): must be greater than the current time {self.now!r}"
                 )
-            stop_event = Event.__new__(Event)
+            stop_event = _new(Event)
             stop_event.sim = self
             stop_event._value = None
             stop_event._ok = True
@@ -1085,6 +1217,17 @@ class Sim:
             heappush(self._heap, (at, self._nexturgent(), stop_event))
         _subscribe(stop_event, _stop)
         return stop_event
+
+    def _process_failed(self, event: Event[Any], waiter: Process[Any] | None,
+                        cbs: list[Callable[[Event[Any]], object]] | None) -> None:
+        """Process a failed event popped by the run loop: resume, call back, crash if unhandled."""
+        if waiter is not None:
+            _resume(self, waiter, event)
+        if cbs is not None:
+            for callback in cbs:
+                callback(event)
+        if not hasattr(event, "_defused"):
+            raise _copy_exception(event._value)
 
     def _run_fifo(self) -> None:
         """The run loop of the default ordering.
@@ -1096,49 +1239,66 @@ class Sim:
         ``_resume`` / ``_wait_on``, which the tests run on the same models.
         """
         heap = self._heap
+        nowq = self._nowq
         pop = heappop
-        tracer = self._tracer
+        popleft = nowq.popleft
+        append_now = nowq.append
+        nextkey = self._nextkey
         done = _DONE
-        while heap:
-            self.now, _, event = pop(heap)
+        deferred = _DEFERRED
+        while True:
+            if nowq:
+                if heap and heap[0][0] <= self.now:
+                    self.now, _, event = pop(heap)
+                else:
+                    self._lastq, event = popleft()
+            elif heap:
+                self.now, _, event = pop(heap)
+            else:
+                break
             waiter = event._waiter
             cbs = event._cbs
             event._cbs = done
+            if not event._ok:
+                self._process_failed(event, waiter, cbs)
+                continue
             if waiter is not None:
-                if event._ok and tracer is None:
-                    self.active_process = waiter
-                    try:
-                        nxt = waiter._gen.send(event._value)
-                    except StopIteration as stop:
-                        self.active_process = None
-                        waiter._finish(True, stop.value)
-                    except BaseException as exc:  # noqa: BLE001
-                        self.active_process = None
-                        tb = exc.__traceback__
-                        exc.__traceback__ = tb.tb_next if tb is not None else None
-                        waiter._finish(False, exc)
+                self.active_process = waiter
+                try:
+                    nxt = waiter._gen.send(event._value)
+                except StopIteration as stop:
+                    # Inlines Process._finish (no tracer in this loop).
+                    waiter._value = stop.value
+                    waiter._target = None
+                    if waiter._waiter is None and waiter._cbs is None:
+                        waiter._data = (self.now, nextkey())
+                        waiter._cbs = deferred
                     else:
-                        try:
-                            fast = nxt._cbs is None and nxt._waiter is None and nxt.sim is self
-                        except AttributeError:
-                            fast = False
-                        if fast:
-                            nxt._waiter = waiter
-                            waiter._target = nxt
-                            self.active_process = None
-                        else:
-                            again = self._wait_on(waiter, nxt)
-                            if again is not None:
-                                _resume(self, waiter, again)
-                            else:
-                                self.active_process = None
+                        append_now((nextkey(), waiter))
+                except BaseException as exc:
+                    tb = exc.__traceback__
+                    exc.__traceback__ = tb.tb_next if tb is not None else None
+                    waiter._finish(False, exc)
                 else:
-                    _resume(self, waiter, event)
+                    try:
+                        fast = nxt._cbs is None and nxt._waiter is None and nxt.sim is self
+                    except AttributeError:
+                        fast = False
+                    if fast:
+                        nxt._waiter = waiter
+                        waiter._target = nxt
+                    else:
+                        again = self._wait_on(waiter, nxt)
+                        if again is not None:
+                            _resume(self, waiter, again)
+                self.active_process = None
             if cbs is not None:
-                for callback in cbs:
-                    callback(event)
-            if not event._ok and not hasattr(event, "_defused"):
-                raise _copy_exception(event._value)
+                try:
+                    for callback in cbs:
+                        callback(event)
+                except _StopRun:
+                    self._requeue_stopped(event, cbs, callback)
+                    raise
         raise EmptySchedule
 
     # -- checks ---------------------------------------------------------------
@@ -1160,6 +1320,12 @@ class Sim:
             for child in (2 * index + 1, 2 * index + 2):
                 if child < len(heap) and heap[child][:2] < heap[index][:2]:
                     raise KernelBug("the event heap is out of order")
+        keys = [key for key, _ in self._nowq]
+        if keys != sorted(keys):
+            raise KernelBug("the current-time queue is out of key order")
+        for _, event in self._nowq:
+            if event._value is PENDING or event._cbs is _DONE:
+                raise KernelBug(f"event {event!r} in the current-time queue is not triggered")
         if self._running and self.active_process is not None:
             return
         if self.active_process is not None:

@@ -7,8 +7,8 @@ Built on the public kernel API of ``simulacra.core`` (plus its documented
 from ._resources import Container as Container
 from ._resources import ContainerStatistics as ContainerStatistics
 from ._resources import FilterStore as FilterStore
-from ._resources import PreemptiveResource as PreemptiveResource
 from ._resources import Preempted as Preempted
+from ._resources import PreemptiveResource as PreemptiveResource
 from ._resources import PriorityItem as PriorityItem
 from ._resources import PriorityResource as PriorityResource
 from ._resources import PriorityStore as PriorityStore

@@ -22,7 +22,7 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from heapq import heappop, heappush
-from typing import Any, Generic, NamedTuple, TypeVar, final
+from typing import Any, Generic, NamedTuple, TypeGuard, TypeVar, cast, final
 
 from simulacra.core import PENDING, Event, Process, Sim
 from simulacra.errors import CapacityExceeded, ConfigError, ForeignRequest
@@ -43,6 +43,8 @@ __all__ = [
 ]
 
 T = TypeVar("T")
+# `object.__new__` bound once: `Event.__new__` is looked up on the type at every call.
+_new = object.__new__
 _INF = float("inf")
 
 
@@ -52,8 +54,12 @@ def _check_sim(sim: object, what: str) -> Sim:
     return sim
 
 
+def _is_number(value: object) -> TypeGuard[float]:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
 def _check_capacity(capacity: object, what: str) -> float:
-    if isinstance(capacity, bool) or not isinstance(capacity, int | float) or not capacity > 0:
+    if not _is_number(capacity) or not capacity > 0:
         raise ConfigError(f"{what}(capacity=...): expected a number > 0, got {capacity!r}")
     return capacity
 
@@ -119,9 +125,9 @@ class Resource:
         "_busy",
         "_capacity",
         "_grants",
-        "_on_release",
         "_qarea",
         "_qmax",
+        "_release_cbs",
         "_requests",
         "_since",
         "_wmax",
@@ -138,8 +144,8 @@ class Resource:
         self._capacity = _check_capacity(capacity, type(self).__name__)
         self.users: list[Event[Any]] = []
         self.queue = deque()
-        # Pre-bound once: the callback of every release event.
-        self._on_release: Callable[[Event[Any]], None] = self._grant_next
+        # Shared by every release event: its one callback, bound once.
+        self._release_cbs: tuple[Callable[[Event[Any]], None]] = (self._grant_next,)
         self._since = sim.now
         self._busy = 0.0  # sum of release times minus sum of grant times
         self._qarea = 0.0  # sum of dequeue times minus sum of enqueue times
@@ -170,7 +176,7 @@ class Resource:
         sim = self.sim
         now = sim.now
         # Inlines Sim.event(): one request per customer in queueing models.
-        req: Event[None] = Event.__new__(Event)
+        req: Event[None] = _new(Event)
         req.sim = sim
         req._value = PENDING
         req._ok = True
@@ -181,12 +187,16 @@ class Resource:
         self._requests += 1
         queue = self.queue
         if not queue and len(self.users) < self._capacity:
-            self._grant(req, now)
+            # Inlines _grant for an immediate grant (no wait): the common case.
+            self.users.append(req)
+            self._grants += 1
+            self._busy -= now
+            req._value = None
+            sim._now_append((sim._nextkey(), req))
         else:
             queue.append(req)
             self._qarea -= now
-            if len(queue) > self._qmax:
-                self._qmax = len(queue)
+            self._qmax = max(self._qmax, len(queue))
             if len(self.users) < self._capacity:
                 # SimPy tries the head of the queue, which may be older than *req*.
                 self._grant_head(now)
@@ -197,8 +207,7 @@ class Resource:
         wait = now - req._data
         if wait > 0.0:
             self._wsum += wait
-            if wait > self._wmax:
-                self._wmax = wait
+            self._wmax = max(self._wmax, wait)
         req._data = now
         self._grants += 1
         self._busy -= now
@@ -227,22 +236,8 @@ class Resource:
                 f"release(request): {request!r} was not made on {self!r}; release a request "
                 "on the resource that granted it"
             )
-        sim = self.sim
-        try:
-            self.users.remove(request)
-        except ValueError:
-            if request._value is PENDING:
-                self._cancel(request, sim.now)
-        else:
-            self._busy += sim.now
-        rel: Event[None] = Event.__new__(Event)
-        rel.sim = sim
-        rel._value = PENDING
-        rel._ok = True
-        rel._waiter = None
-        rel._cbs = [self._on_release]
-        rel._data = request
-        return rel.succeed()
+        release: Event[None] = self._exit_request(request, None)
+        return release
 
     def _cancel(self, request: Event[Any], now: float) -> None:
         try:
@@ -251,14 +246,33 @@ class Resource:
             return
         self._qarea += now
 
-    def _exit_request(self, request: Event[Any], exc_type: object) -> None:
-        # `with res.request() as req:` leaves the block. As in SimPy, a
-        # generator being closed (GeneratorExit) only cancels.
+    def _exit_request(self, request: Event[Any], exc_type: object) -> Event[None]:
+        # `with res.request() as req:` leaves the block, or release() was called
+        # (exc_type None). As in SimPy, a generator being closed only cancels.
+        sim = self.sim
+        now = sim.now
         if exc_type is GeneratorExit:
             if request._value is PENDING:
-                self._cancel(request, self.sim.now)
-            return
-        self.release(request)
+                self._cancel(request, now)
+            return request
+        try:
+            self.users.remove(request)
+        except ValueError:
+            if request._value is PENDING:
+                self._cancel(request, now)
+        else:
+            self._busy += now
+        # Like SimPy's Release: it succeeds at once and grants the next request
+        # when it is processed.
+        rel: Event[None] = _new(Event)
+        rel.sim = sim
+        rel._value = None
+        rel._ok = True
+        rel._waiter = None
+        rel._cbs = self._release_cbs
+        rel._data = request
+        sim._now_append((sim._nextkey(), rel))
+        return rel
 
     def statistics(self) -> ResourceStatistics:
         """Utilisation, queue length over time and waits, from creation until now."""
@@ -310,9 +324,9 @@ class PriorityResource(Resource):
         super().__init__(sim, capacity)
         self.queue = []
 
-    def request(self, priority: float = 0, preempt: bool = True) -> Event[None]:  # type: ignore[override]
+    def request(self, priority: float = 0, preempt: bool = True) -> Event[None]:
         """Ask for a slot with *priority* (lower is served first)."""
-        if isinstance(priority, bool) or not isinstance(priority, int | float):
+        if not _is_number(priority):
             raise ConfigError(f"request(priority=...): expected a number, got {priority!r}")
         sim = self.sim
         now = sim.now
@@ -324,8 +338,7 @@ class PriorityResource(Resource):
         queue: list[Event[Any]] = self.queue
         bisect.insort_right(queue, req, key=_priority_key)
         self._qarea -= now
-        if len(queue) > self._qmax:
-            self._qmax = len(queue)
+        self._qmax = max(self._qmax, len(queue))
         self._try_head(now)
         return req
 
@@ -339,8 +352,7 @@ class PriorityResource(Resource):
         wait = now - data.time
         if wait > 0.0:
             self._wsum += wait
-            if wait > self._wmax:
-                self._wmax = wait
+            self._wmax = max(self._wmax, wait)
         data.time = now
         self._grants += 1
         self._busy -= now
@@ -370,8 +382,8 @@ class PreemptiveResource(PriorityResource):
         head = self.queue[0]
         data: _PriorityData = head._data
         if len(users) >= self._capacity and data.preempt:
-            # SimPy's choice of victim: the last of the users sorted by key.
-            victim = sorted(users, key=_priority_key)[-1]
+            # SimPy's choice of victim: the first user with the largest key.
+            victim = max(users, key=_priority_key)
             vdata: _PriorityData = victim._data
             if vdata.key > data.key:
                 users.remove(victim)
@@ -466,7 +478,7 @@ class _PutGetResource:
     def _new(self, data: Any, queue: list[Event[Any]], on_processed: Callable[[Event[Any]], None],
              ) -> Event[Any]:
         sim = self.sim
-        event: Event[Any] = Event.__new__(Event)
+        event: Event[Any] = _new(Event)
         event.sim = sim
         event._value = PENDING
         event._ok = True
@@ -485,8 +497,7 @@ class _PutGetResource:
 
     def _level_changed(self) -> None:
         level = self._level()
-        if level > self._lmax:
-            self._lmax = level
+        self._lmax = max(self._lmax, level)
 
     def _put_done(self, event: Event[Any], value: Any = None) -> None:
         self._puts += 1
@@ -566,7 +577,7 @@ class Container(_PutGetResource):
 
     def __init__(self, sim: Sim, capacity: float = _INF, init: float = 0) -> None:
         super().__init__(sim, capacity)
-        if isinstance(init, bool) or not isinstance(init, int | float) or not init >= 0:
+        if not _is_number(init) or not init >= 0:
             raise ConfigError(f"Container(init=...): expected a number >= 0, got {init!r}")
         if init > capacity:
             raise ConfigError(
@@ -587,8 +598,10 @@ class Container(_PutGetResource):
         return self._amount
 
     def _check_amount(self, amount: object, what: str) -> float:
-        if isinstance(amount, bool) or not isinstance(amount, int | float) or not amount > 0:
-            raise ConfigError(f"Container.{what}(amount=...): expected a number > 0, got {amount!r}")
+        if not _is_number(amount) or not amount > 0:
+            raise ConfigError(
+                f"Container.{what}(amount=...): expected a number > 0, got {amount!r}"
+            )
         if amount > self._capacity:
             raise CapacityExceeded(
                 f"Container.{what}(amount={amount!r}): more than the capacity "
@@ -693,7 +706,7 @@ class FilterStore(Store[T]):
 
     __slots__ = ()
 
-    def get(self, filter: Callable[[T], bool] | None = None) -> Event[T]:  # noqa: A002  (SimPy's name)
+    def get(self, filter: Callable[[T], bool] | None = None) -> Event[T]:
         """An event that succeeds with the oldest item for which *filter* is true."""
         if filter is not None and not callable(filter):
             raise ConfigError(f"FilterStore.get(filter=...): expected a callable, got {filter!r}")
@@ -735,7 +748,7 @@ class PriorityStore(Store[T]):
     def _do_put(self, event: Event[Any]) -> bool:
         if len(self.items) < self._capacity:
             self._level_changing()
-            heappush(self.items, event._data[1])
+            heappush(cast("list[Any]", self.items), event._data[1])
             self._level_changed()
             self._put_done(event)
         return False
@@ -743,5 +756,5 @@ class PriorityStore(Store[T]):
     def _do_get(self, event: Event[Any]) -> bool:
         if self.items:
             self._level_changing()
-            self._get_done(event, heappop(self.items))
+            self._get_done(event, heappop(cast("list[Any]", self.items)))
         return False

@@ -1,0 +1,17 @@
+"""The ``simulacra`` command line (layer 7).
+
+This layer sits on top of everything else and eats its own dog food: it uses
+only the public front door ``simulacra`` (imported lazily, inside the commands
+that need it) and the standard library. ``simulacra --version`` therefore stays
+cheap, and nothing here can depend on a private module of a lower layer.
+
+Commands:
+    ``simulacra --version``
+        Print ``simulacra <version>``.
+    ``simulacra run TARGET [--seed N] [--set KEY=VALUE ...] [--json]``
+        Call a model function and print the KPIs it returns.
+"""
+
+from simulacra.cli._main import main as main
+
+__all__ = ["main"]

@@ -1,0 +1,335 @@
+"""Argument parsing and the commands of ``simulacra``.
+
+A *model function* is any callable ``run(seed: int = ..., **params)`` that
+returns a mapping of KPI names to ``int``, ``float`` or ``str`` values.
+``simulacra run`` finds it, calls it once and prints what it returned.
+
+Exit status:
+    0: the model ran and its KPIs were printed.
+    1: the model raised a :class:`simulacra.SimError` (reported in one line).
+    2: a usage error: bad arguments, a target that cannot be found or called,
+       or a model that broke the KPI contract (reported in one line).
+
+Any other exception raised by the model is a bug in the model (or in
+simulacra) and propagates with its traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import importlib
+import importlib.machinery
+import importlib.util
+import inspect
+import json
+import numbers
+import sys
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from pathlib import Path
+from types import ModuleType
+from typing import TextIO, TypeAlias
+
+from simulacra._version import __version__
+
+__all__ = ["main"]
+
+#: The value of one KPI once checked: what ``--json`` can encode exactly.
+KPIValue: TypeAlias = bool | int | float | str
+
+EXIT_OK = 0
+EXIT_SIM_ERROR = 1
+#: Also what argparse uses for its own usage errors.
+EXIT_USAGE = 2
+
+#: The function ``run`` calls when TARGET names none.
+DEFAULT_FUNCTION = "run"
+#: The file ``run`` loads when TARGET is a directory.
+MODEL_FILE = "model.py"
+#: The ``sys.modules`` name a model file is loaded under while it runs. A real
+#: entry is needed: dataclasses and typing look their module up there.
+_MODEL_MODULE = "__simulacra_model__"
+
+
+class _UsageError(Exception):
+    """A problem with what was asked for; ``main`` prints it and returns 2."""
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the ``simulacra`` command line.
+
+    Args:
+        argv: The arguments after the program name. ``None`` reads
+            ``sys.argv[1:]``.
+
+    Returns:
+        The exit status: 0 on success, 1 if the model raised a
+        :class:`simulacra.SimError`, 2 on a usage error.
+    """
+    parser = _build_parser()
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:  # --help, --version, usage errors: argparse has printed
+        return exc.code if isinstance(exc.code, int) else EXIT_USAGE
+    command: Callable[[argparse.Namespace], int] = args.command_fn
+    try:
+        return command(args)
+    except _UsageError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+
+
+def _build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="simulacra",
+        description="Deterministic simulation of many interacting actors.",
+    )
+    parser.add_argument("--version", action="version", version=f"simulacra {__version__}")
+    commands = parser.add_subparsers(title="commands", metavar="COMMAND", required=True)
+
+    run = commands.add_parser(
+        "run",
+        help="run a model function once and print its KPIs",
+        description=(
+            "Call a model function run(seed=..., **params) and print the mapping of "
+            "KPIs it returns."
+        ),
+    )
+    run.add_argument(
+        "target",
+        metavar="TARGET",
+        help=(
+            "path/to/file.py, path/to/file.py:func, a directory holding model.py, "
+            f"or package.module:func; the function defaults to {DEFAULT_FUNCTION!r}"
+        ),
+    )
+    run.add_argument("--seed", type=int, metavar="N", help="pass seed=N to the model")
+    run.add_argument(
+        "--set",
+        dest="settings",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help=(
+            "pass KEY=VALUE to the model as a keyword argument; VALUE is read as JSON "
+            "(3, 0.5, true, null, [1, 2]) or else taken as a plain string; repeatable"
+        ),
+    )
+    run.add_argument("--json", action="store_true", help="print the KPIs as a JSON object")
+    run.set_defaults(command_fn=_cmd_run)
+    return parser
+
+
+def _cmd_run(args: argparse.Namespace) -> int:
+    import simulacra  # noqa: PLC0415  (layer 7 uses the front door, and only when needed)
+
+    kwargs = _parse_settings(args.settings)
+    if args.seed is not None:
+        if "seed" in kwargs:
+            raise _UsageError("--seed and --set seed=... were both given; use --seed")
+        kwargs["seed"] = args.seed
+    where, name = _split_target(args.target)
+    label = f"{where}:{name}"
+    try:
+        with _loaded(where) as module:
+            function = _model_function(module, where, name)
+            _check_call(function, kwargs, label)
+            result = function(**kwargs)
+    except simulacra.SimError as exc:
+        print(f"error: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return EXIT_SIM_ERROR
+    kpis = _checked_kpis(result, label)
+    if args.json:
+        print(json.dumps(kpis, indent=2), file=sys.stdout)
+    else:
+        _print_table(kpis, sys.stdout)
+    return EXIT_OK
+
+
+def _parse_settings(items: Sequence[str]) -> dict[str, object]:
+    """Turn ``--set KEY=VALUE`` items into keyword arguments."""
+    settings: dict[str, object] = {}
+    for item in items:
+        key, sep, raw = item.partition("=")
+        if not sep:
+            raise _UsageError(f"--set expects KEY=VALUE, got {item!r}")
+        if not key.isidentifier():
+            raise _UsageError(f"--set key {key!r} (in {item!r}) must be a Python identifier")
+        if key in settings:
+            raise _UsageError(f"--set {key}=... was given twice (again in {item!r})")
+        try:
+            settings[key] = json.loads(raw)
+        except json.JSONDecodeError:
+            settings[key] = raw
+    return settings
+
+
+def _split_target(target: str) -> tuple[str, str]:
+    """Split ``WHERE[:FUNC]`` into WHERE and the function name."""
+    where, sep, name = target.rpartition(":")
+    # A drive letter (C:\models\bank.py) is not a function name.
+    if not sep or not where or "/" in name or "\\" in name:
+        return target, DEFAULT_FUNCTION
+    if not name.isidentifier():
+        raise _UsageError(f"TARGET {target!r}: function name {name!r} must be a Python identifier")
+    return where, name
+
+
+def _looks_like_path(where: str) -> bool:
+    return where.endswith(".py") or "/" in where or "\\" in where or Path(where).exists()
+
+
+@contextlib.contextmanager
+def _loaded(where: str) -> Iterator[ModuleType]:
+    """Load the file or import the module WHERE names, for as long as the model runs.
+
+    Like ``python file.py`` and ``python -m module``, the model's directory
+    (for a module, the working directory) comes first on ``sys.path`` so that
+    a model split over several files can import its parts. ``sys.path`` and
+    ``sys.modules`` are restored afterwards, except for modules imported by
+    name, which stay imported as any import would.
+    """
+    if _looks_like_path(where):
+        path = _model_file(Path(where))
+        with _first_on_sys_path(path.parent), _source_module(path) as module:
+            yield module
+        return
+    if not all(part.isidentifier() for part in where.split(".")):
+        raise _UsageError(f"file not found: {where!r} is neither a file nor a module name")
+    with _first_on_sys_path(Path.cwd()):
+        try:
+            module = importlib.import_module(where)
+        except ModuleNotFoundError as exc:
+            # Only a missing target is a usage error; a model whose own imports
+            # fail has a bug and keeps its traceback.
+            if exc.name is None or not (where == exc.name or where.startswith(f"{exc.name}.")):
+                raise
+            raise _UsageError(f"no module named {where!r} (looked in {Path.cwd()} too)") from None
+        yield module
+
+
+@contextlib.contextmanager
+def _source_module(path: Path) -> Iterator[ModuleType]:
+    loader = importlib.machinery.SourceFileLoader(_MODEL_MODULE, str(path))
+    spec = importlib.util.spec_from_loader(_MODEL_MODULE, loader, origin=str(path))
+    if spec is None:  # pragma: no cover (a SourceFileLoader always gives a spec)
+        raise _UsageError(f"cannot load {str(path)!r} as Python source")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[_MODEL_MODULE] = module
+    try:
+        loader.exec_module(module)
+        yield module
+    finally:
+        sys.modules.pop(_MODEL_MODULE, None)
+
+
+def _model_file(path: Path) -> Path:
+    if path.is_dir():
+        model = path / MODEL_FILE
+        if not model.is_file():
+            raise _UsageError(f"file not found: directory {str(path)!r} has no {MODEL_FILE}")
+        return model
+    if not path.is_file():
+        raise _UsageError(f"file not found: {str(path)!r}")
+    return path
+
+
+@contextlib.contextmanager
+def _first_on_sys_path(directory: Path) -> Iterator[None]:
+    entry = str(directory)
+    sys.path.insert(0, entry)
+    try:
+        yield
+    finally:
+        with contextlib.suppress(ValueError):  # the model may have removed it itself
+            sys.path.remove(entry)
+
+
+def _model_function(module: ModuleType, where: str, name: str) -> Callable[..., object]:
+    try:
+        function: object = getattr(module, name)
+    except AttributeError:
+        raise _UsageError(f"no such function: {name!r} in {where!r}") from None
+    if not callable(function):
+        raise _UsageError(f"{where}:{name} is not callable: its type is {type(function).__name__}")
+    return function
+
+
+def _check_call(function: Callable[..., object], kwargs: Mapping[str, object], label: str) -> None:
+    """Report arguments the model cannot take as a usage error, before calling it.
+
+    Checked up front so that a ``TypeError`` raised *inside* the model still
+    reads as the bug it is.
+    """
+    try:
+        signature = inspect.signature(function)
+    except (TypeError, ValueError):  # no signature to read: let the call decide
+        return
+    try:
+        signature.bind(**kwargs)
+    except TypeError as exc:
+        given = ", ".join(f"{key}={value!r}" for key, value in kwargs.items()) or "no arguments"
+        raise _UsageError(f"cannot call {label} with {given}: {exc}") from None
+
+
+def _checked_kpis(result: object, label: str) -> dict[str, KPIValue]:
+    """Check the model's result against the KPI contract and normalise it."""
+    if not isinstance(result, Mapping):
+        raise _UsageError(
+            f"{label} returned {type(result).__name__}, expected a mapping of "
+            "KPI names to int, float or str"
+        )
+    kpis: dict[str, KPIValue] = {}
+    for key, value in result.items():
+        if not isinstance(key, str):
+            raise _UsageError(
+                f"{label} returned KPI name {key!r} ({type(key).__name__}), expected a str"
+            )
+        kpis[key] = _kpi_value(value, key, label)
+    return kpis
+
+
+def _kpi_value(value: object, key: str, label: str) -> KPIValue:
+    # numbers.Integral/Real also accept numpy scalars, which models often return.
+    if isinstance(value, bool | str):
+        return value
+    if isinstance(value, numbers.Integral):
+        return int(value)
+    if isinstance(value, numbers.Real):
+        return float(value)
+    raise _UsageError(
+        f"{label} returned KPI {key!r} = {value!r} ({type(value).__name__}), "
+        "expected an int, float or str"
+    )
+
+
+def _format(value: KPIValue) -> str:
+    # repr() of a float is its shortest exact form: equal runs print equal digits.
+    return value if isinstance(value, str) else repr(value)
+
+
+def _print_table(kpis: Mapping[str, KPIValue], out: TextIO) -> None:
+    """Print *kpis* as two aligned columns, with rich when it is installed."""
+    rows = [(name, _format(value)) for name, value in kpis.items()]
+    name_width = max([len("KPI"), *(len(name) for name, _ in rows)])
+    value_width = max([len("value"), *(len(text) for _, text in rows)])
+    try:
+        from rich import box  # type: ignore[import-not-found,unused-ignore]  # noqa: PLC0415
+        from rich.console import (  # type: ignore[import-not-found,unused-ignore]  # noqa: PLC0415
+            Console,
+        )
+        from rich.table import Table  # type: ignore[import-not-found,unused-ignore]  # noqa: PLC0415
+    except ImportError:
+        print(f"{'KPI':<{name_width}}  {'value':>{value_width}}", file=out)
+        for name, text in rows:
+            print(f"{name:<{name_width}}  {text:>{value_width}}", file=out)
+        return
+    table = Table(box=box.SIMPLE_HEAD, show_edge=False)
+    table.add_column("KPI", no_wrap=True)
+    table.add_column("value", justify="right", no_wrap=True)
+    for name, text in rows:
+        table.add_row(name, text)
+    console = Console(file=out, highlight=False)
+    # Never cut a value to fit a narrow terminal: the digits are the result.
+    console.width = max(console.width, name_width + value_width + 8)
+    console.print(table)
