@@ -114,7 +114,7 @@ COMMON = {
 
 
 @settings(max_examples=300, **COMMON)
-@given(models())
+@given(models(max_programs=6, max_ops=8))
 def test_random_models_match_simpy(model: Model) -> None:
     out = check(model)
     assert all(e[4] for e in out.log), "active_process was wrong in SimPy (harness bug)"
@@ -128,8 +128,8 @@ def test_random_models_run_in_keyed_mode(model: Model) -> None:
 
 
 @pytest.mark.slow
-@settings(max_examples=3000, **COMMON)
-@given(models())
+@settings(max_examples=2000, **COMMON)
+@given(models(max_programs=10, max_ops=14))
 def test_random_models_match_simpy_many(model: Model) -> None:
     check(model)
 
@@ -634,3 +634,14 @@ def test_preemption_victim_among_equal_keys_is_the_first_user(a: Any) -> None:
     a.spawn(env, user(env, "C", 0, True, 1))
     a.run(env)
     assert log == [("A", "preempted", 1), ("B", "done"), ("C", "done")]
+
+
+@pytest.mark.skipif(not KEYED, reason="Sim(ordering='keyed') is not available")
+def test_keyed_condition_triggered_from_a_callback() -> None:
+    """Keyed ordering once crashed with TypeError comparing heap keys whose origin was an
+    event's key ``(1, ...)`` with a process identity ``("root", ...)``."""
+    model = Model(
+        resources=[("res", 1)],
+        programs=[[("delay", 0, None), ("use", 0, 0, 0, False, "renege", 0)]],
+    )
+    check_keyed(model)

@@ -8,9 +8,9 @@ the hot loop is an :class:`Event`; a resource marks its own events by setting
 the ``_owner`` slot to itself and keeps per-event data in ``_data``. An owner
 may define ``_exit_request(event, exc_type)``, which ``with event:`` calls on
 exit. Events are made with ``Sim.event()`` and triggered with ``succeed``; on
-hot paths a resource may instead set ``_value``/``_ok`` and push
-``(sim.now, sim._nextkey(), event)`` onto ``sim._heap`` itself, which is
-exactly what ``succeed`` does. Nothing else in the kernel is for use outside it.
+hot paths a resource may instead set ``_value``/``_ok`` and call
+``sim._now_append(event)`` itself, which is exactly what ``succeed`` does.
+Nothing else in the kernel is for use outside it.
 """
 
 from simulacra.errors import Interrupt as Interrupt

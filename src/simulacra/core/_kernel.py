@@ -24,6 +24,11 @@ handles crashes :meth:`Sim.run`. What differs is how the work is laid out:
   priority, so ``(time, priority, sequence)`` becomes a 2-level comparison.
   In the keyed ordering the key is ``(priority, origin, n)``: who scheduled the
   event and how many it had scheduled before (see ``docs/design.md``).
+* **A current-time FIFO beside the heap.** Most events are scheduled for
+  *now* (grants, releases, process completions, ``succeed()``). In the default
+  ordering they go to a plain deque, without a key: they come after every
+  heap entry at the current time and in scheduling order among themselves,
+  which is exactly their ``(time, priority, sequence)`` order.
 
 A :class:`Sim` and everything attached to it belong to one thread. The kernel
 takes no locks.
@@ -31,7 +36,6 @@ takes no locks.
 
 from __future__ import annotations
 
-import bisect
 import itertools
 import threading
 from collections import deque
@@ -114,17 +118,6 @@ class _Processed(list[Any]):
 
 _DONE: Any = _Processed()
 
-
-class _Deferred(list[Any]):
-    """The ``_cbs`` of a finished process whose completion event is not queued yet."""
-
-    __slots__ = ()
-
-
-# In the fifo ordering, a process that finishes while nobody waits on it does
-# not queue its completion event: it reserves the key it would have had (kept
-# in `_data` as (time, key)) and the first subscriber settles it (Sim._settle).
-_DEFERRED: Any = _Deferred()
 
 
 
@@ -236,8 +229,6 @@ class Event(Generic[T]):
     @property
     def processed(self) -> bool:
         """True once the simulation has reached this event and run its callbacks."""
-        if self._cbs is _DEFERRED:
-            return self.sim._deferred_passed(self)
         return self._cbs is _DONE
 
     @property
@@ -280,8 +271,6 @@ class Event(Generic[T]):
 
         Appending to this list subscribes a callback (SimPy compatible).
         """
-        if self._cbs is _DEFERRED:
-            self.sim._settle(self)
         if self._cbs is _DONE:
             return None
         if self._cbs is None:
@@ -301,7 +290,7 @@ class Event(Generic[T]):
         self._ok = True
         self._value = value
         sim = self.sim
-        sim._now_append((sim._nextkey(), self))
+        sim._now_append(self)
         return self
 
     def fail(self, exception: BaseException) -> Event[T]:
@@ -323,7 +312,7 @@ class Event(Generic[T]):
         self._ok = False
         self._value = exception
         sim = self.sim
-        sim._now_append((sim._nextkey(), self))
+        sim._now_append(self)
         return self
 
     def trigger(self, event: Event[Any]) -> None:
@@ -333,7 +322,7 @@ class Event(Generic[T]):
         self._ok = event._ok
         self._value = event._value
         sim = self.sim
-        sim._now_append((sim._nextkey(), self))
+        sim._now_append(self)
 
     def __and__(self, other: Event[Any]) -> Event[ConditionValue]:
         return self.sim.all_of((self, other))
@@ -471,12 +460,6 @@ class _Condition:
 def _subscribe(event: Event[Any], callback: Callable[[Event[Any]], object]) -> None:
     """Run *callback* when *event* is processed, after earlier subscribers."""
     cbs = event._cbs
-    if cbs is _DEFERRED:
-        event.sim._settle(event)
-        cbs = event._cbs
-        if cbs is _DONE:
-            callback(event)
-            return
     if cbs is None:
         event._cbs = [callback]
     elif type(cbs) is tuple:  # a resource's shared, immutable callbacks
@@ -578,11 +561,7 @@ class Process(Event[R]):
         self._value = value
         self._target = None
         sim = self.sim
-        if ok and self._waiter is None and self._cbs is None and not sim._keyed:
-            self._data = (sim.now, sim._nextkey())
-            self._cbs = _DEFERRED
-        else:
-            sim._now_append((sim._nextkey(), self))
+        sim._now_append(self)
         tracer = sim._tracer
         if tracer is not None:
             tracer.record(sim.now, "exit" if ok else "fail", self.who, value)
@@ -673,7 +652,6 @@ class Sim:
     __slots__ = (
         "_heap",
         "_keyed",
-        "_lastq",
         "_nextkey",
         "_nexturgent",
         "_now_append",
@@ -682,6 +660,7 @@ class Sim:
         "_nroot",
         "_origin",
         "_owner_thread",
+        "_plain",
         "_root_ident",
         "_running",
         "_streams",
@@ -702,11 +681,13 @@ class Sim:
         self.active_process = None
         #: Events at a later time, or urgent: (time, key, event).
         self._heap: list[tuple[float, Any, Event[Any]]] = []
-        #: Normal events scheduled for the current time, in key order: (key, event).
-        #: Every one of them comes after every heap entry at the current time:
-        #: heap entries at `now` are urgent or were scheduled at an earlier time.
-        #: Only the fifo ordering uses it; keyed keys are not monotonic.
-        self._nowq: deque[tuple[Any, Event[Any]]] = deque()
+        #: Normal events scheduled for the current time, in scheduling order.
+        #: They need no key: every one of them comes after every heap entry
+        #: at the current time (those are urgent, or were scheduled at an
+        #: earlier time, so their sequence numbers are smaller), and among
+        #: themselves they are in order by construction. Only the fifo ordering
+        #: uses it; keyed keys are not monotonic in scheduling order.
+        self._nowq: deque[Event[Any]] = deque()
         self._streams = Streams(as_seed_tree(seed))
         if trace is True:
             self._tracer: Tracer | None = _ListTracer()
@@ -730,14 +711,12 @@ class Sim:
             self._nexturgent = self._keyed_urgent
         else:
             raise ConfigError(f"Sim(ordering=...): expected 'fifo' or 'keyed', got {ordering!r}")
-        #: Schedules `(key, event)` at the current time, after everything scheduled so far.
-        self._now_append: Callable[[tuple[Any, Event[Any]]], None] = (
+        #: Schedules an event at the current time, after everything scheduled so far.
+        self._now_append: Callable[[Event[Any]], None] = (
             self._push_now if self._keyed else self._nowq.append
         )
-        #: The key last taken from the current-time queue. Keys are handed out
-        #: in increasing order, so a deferred completion reserved with key k at
-        #: the current time has been passed exactly when _lastq > k.
-        self._lastq: Any = -1
+        #: Neither keyed nor traced: the inlined fast paths apply.
+        self._plain = not self._keyed and self._tracer is None
         self._npid = 0
         self._running = False
         self._owner_thread = 0
@@ -819,8 +798,8 @@ class Sim:
         ident, n = self._origin_key()
         return (URGENT, ident, n)
 
-    def _push_now(self, entry: tuple[Any, Event[Any]]) -> None:
-        heappush(self._heap, (self.now, entry[0], entry[1]))
+    def _push_now(self, event: Event[Any]) -> None:
+        heappush(self._heap, (self.now, self._nextkey(), event))
 
     # -- making events --------------------------------------------------------
 
@@ -841,12 +820,6 @@ class Sim:
         Raises:
             InvalidDelay: *delay* is negative, NaN or not a number.
         """
-        try:
-            valid = delay >= 0
-        except TypeError:
-            valid = False
-        if not valid:
-            raise InvalidDelay(self._delay_message(delay))
         # Inlines Event.__init__: one of these per `yield sim.delay(...)`.
         event: Event[T | None] = _new(Event)
         event.sim = self
@@ -854,11 +827,16 @@ class Sim:
         event._ok = True
         event._waiter = None
         event._cbs = None
-        if delay:
-            heappush(self._heap, (self.now + delay, self._nextkey(), event))
-        else:
-            self._now_append((self._nextkey(), event))
-        return event
+        try:
+            if delay > 0:
+                heappush(self._heap, (self.now + delay, self._nextkey(), event))
+                return event
+            if delay == 0:
+                self._now_append(event)
+                return event
+        except TypeError:
+            pass
+        raise InvalidDelay(self._delay_message(delay))  # negative, NaN or not a number
 
     def _delay_message(self, delay: object) -> str:
         proc = self.active_process
@@ -895,8 +873,6 @@ class Sim:
                 raise ForeignEvent(f"{what}: {sub!r} belongs to another Sim")
         check = state.check
         for sub in subs:
-            if sub._cbs is _DEFERRED:
-                self._settle(sub)
             if sub._cbs is _DONE:
                 check(sub)
             else:
@@ -925,9 +901,7 @@ class Sim:
         Raises:
             ConfigError: *fn* is neither.
         """
-        if type(fn) is GeneratorType and name is None and not args and not kwargs and (
-            not self._keyed and self._tracer is None
-        ):
+        if type(fn) is GeneratorType and self._plain and name is None and not args and not kwargs:
             # Inlines _init_process for the common `sim.spawn(gen(...))` call.
             proc: Process[Any] = _new(Process)
             proc.sim = self
@@ -946,7 +920,8 @@ class Sim:
             init._waiter = proc
             init._cbs = None
             proc._target = init
-            heappush(self._heap, (self.now, self._nexturgent(), init))
+            # An urgent key in the fifo ordering (see Sim.__init__).
+            heappush(self._heap, (self.now, self._nextkey() - _PRIO_STEP, init))
             return proc
         if hasattr(fn, "send"):
             if args or kwargs:
@@ -1013,18 +988,6 @@ class Sim:
 
     process = spawn  # SimPy's name
 
-    def _deferred_passed(self, event: Event[Any]) -> bool:
-        when, key = event._data
-        return bool(when < self.now or self._lastq > key)
-
-    def _settle(self, event: Event[Any]) -> None:
-        """Decide a deferred completion: processed already, or queued with its reserved key."""
-        if self._deferred_passed(event):
-            event._cbs = _DONE
-            return
-        event._cbs = None
-        bisect.insort(self._nowq, (event._data[1], event))
-
     def _wait_on(self, proc: Process[Any], nxt: object) -> Event[Any] | None:
         """Subscribe *proc* to *nxt*; return *nxt* if it is already processed (resume at once)."""
         try:
@@ -1054,9 +1017,6 @@ class Sim:
             bad._cbs = _DONE
             return bad
         event = cast("Event[Any]", nxt)
-        if cbs is _DEFERRED:
-            self._settle(event)
-            cbs = event._cbs
         if cbs is _DONE:
             return event
         if cbs is None and event._waiter is None:
@@ -1102,8 +1062,8 @@ class Sim:
     def _step(self) -> None:
         heap = self._heap
         if self._nowq and not (heap and heap[0][0] <= self.now):
-            key, event = self._nowq.popleft()
-            self._lastq = key
+            event = self._nowq.popleft()
+            key: Any = None  # only the keyed ordering reads it, and it never uses the deque
         elif heap:
             self.now, key, event = heappop(heap)
         else:
@@ -1142,11 +1102,8 @@ class Sim:
             EmptySchedule: *until* is an event and no events remain to trigger it.
             ForeignEvent: *until* is an event of another Sim.
         """
-        if isinstance(until, Event) and until.sim is self:
-            if until._cbs is _DEFERRED:
-                self._settle(until)
-            if until._cbs is _DONE:
-                return until._value
+        if isinstance(until, Event) and until.sim is self and until._cbs is _DONE:
+            return until._value
         self._enter()
         stop_event: Event[Any] | None = None
         try:
@@ -1243,15 +1200,13 @@ class Sim:
         pop = heappop
         popleft = nowq.popleft
         append_now = nowq.append
-        nextkey = self._nextkey
         done = _DONE
-        deferred = _DEFERRED
         while True:
             if nowq:
                 if heap and heap[0][0] <= self.now:
                     self.now, _, event = pop(heap)
                 else:
-                    self._lastq, event = popleft()
+                    event = popleft()
             elif heap:
                 self.now, _, event = pop(heap)
             else:
@@ -1270,11 +1225,7 @@ class Sim:
                     # Inlines Process._finish (no tracer in this loop).
                     waiter._value = stop.value
                     waiter._target = None
-                    if waiter._waiter is None and waiter._cbs is None:
-                        waiter._data = (self.now, nextkey())
-                        waiter._cbs = deferred
-                    else:
-                        append_now((nextkey(), waiter))
+                    append_now(waiter)
                 except BaseException as exc:
                     tb = exc.__traceback__
                     exc.__traceback__ = tb.tb_next if tb is not None else None
@@ -1320,10 +1271,7 @@ class Sim:
             for child in (2 * index + 1, 2 * index + 2):
                 if child < len(heap) and heap[child][:2] < heap[index][:2]:
                     raise KernelBug("the event heap is out of order")
-        keys = [key for key, _ in self._nowq]
-        if keys != sorted(keys):
-            raise KernelBug("the current-time queue is out of key order")
-        for _, event in self._nowq:
+        for event in self._nowq:
             if event._value is PENDING or event._cbs is _DONE:
                 raise KernelBug(f"event {event!r} in the current-time queue is not triggered")
         if self._running and self.active_process is not None:

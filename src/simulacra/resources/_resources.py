@@ -123,12 +123,12 @@ class Resource:
 
     __slots__ = (
         "_busy",
+        "_cancels",
         "_capacity",
         "_grants",
         "_qarea",
         "_qmax",
         "_release_cbs",
-        "_requests",
         "_since",
         "_wmax",
         "_wsum",
@@ -150,7 +150,7 @@ class Resource:
         self._busy = 0.0  # sum of release times minus sum of grant times
         self._qarea = 0.0  # sum of dequeue times minus sum of enqueue times
         self._qmax = 0
-        self._requests = 0
+        self._cancels = 0
         self._grants = 0
         self._wsum = 0.0
         self._wmax = 0.0
@@ -178,22 +178,22 @@ class Resource:
         # Inlines Sim.event(): one request per customer in queueing models.
         req: Event[None] = _new(Event)
         req.sim = sim
-        req._value = PENDING
         req._ok = True
         req._waiter = None
         req._cbs = None
         req._owner = self
         req._data = now  # request time; the grant time once granted
-        self._requests += 1
         queue = self.queue
-        if not queue and len(self.users) < self._capacity:
+        users = self.users
+        if not queue and len(users) < self._capacity:
             # Inlines _grant for an immediate grant (no wait): the common case.
-            self.users.append(req)
+            req._value = None
+            users.append(req)
             self._grants += 1
             self._busy -= now
-            req._value = None
-            sim._now_append((sim._nextkey(), req))
+            sim._now_append(req)
         else:
+            req._value = PENDING
             queue.append(req)
             self._qarea -= now
             self._qmax = max(self._qmax, len(queue))
@@ -244,6 +244,7 @@ class Resource:
             self.queue.remove(request)
         except ValueError:
             return
+        self._cancels += 1
         self._qarea += now
 
     def _exit_request(self, request: Event[Any], exc_type: object) -> Event[None]:
@@ -271,7 +272,7 @@ class Resource:
         rel._waiter = None
         rel._cbs = self._release_cbs
         rel._data = request
-        sim._now_append((sim._nextkey(), rel))
+        sim._now_append(rel)
         return rel
 
     def statistics(self) -> ResourceStatistics:
@@ -286,7 +287,7 @@ class Resource:
             utilisation=busy / (span * self._capacity) if span > 0 else 0.0,
             mean_queue_length=qarea / span if span > 0 else 0.0,
             max_queue_length=self._qmax,
-            requests=self._requests,
+            requests=self._grants + self._cancels + len(self.queue),
             grants=self._grants,
             mean_wait=self._wsum / self._grants if self._grants else 0.0,
             max_wait=self._wmax,
@@ -334,7 +335,6 @@ class PriorityResource(Resource):
         req._owner = self
         req._data = _PriorityData(now, (priority, now, not preempt), bool(preempt),
                                   sim.active_process)
-        self._requests += 1
         queue: list[Event[Any]] = self.queue
         bisect.insort_right(queue, req, key=_priority_key)
         self._qarea -= now
