@@ -4,13 +4,14 @@ A *model* is plain data (a :class:`Model` of tuples and lists), never code. The 
 interpreter runs it on either kernel through an adapter that maps the API
 (``env.timeout`` versus ``sim.delay`` and so on) and logs every observable resume point:
 
-``(now, pid, what, value, active)``
+``(now, pid, what, value, active, state)``
 
 where *value* is normalised to plain data (condition values become lists of
 ``(label, value)`` in the kernel's own order, exceptions become
 ``("EXC", type name, args, cause type name)``, preemptions become
-``("PREEMPTED", by pid, usage_since, resource label)``) and *active* says whether
-``active_process`` was the logging process. Two kernels with the same semantics give
+``("PREEMPTED", by pid, usage_since, resource label)``), *active* says whether
+``active_process`` was the logging process and *state* is a snapshot of every shared
+resource, container and store. Two kernels with the same semantics give
 identical logs.
 
 Op reference (each op is a tuple, first item the kind):
@@ -22,6 +23,7 @@ Op reference (each op is a tuple, first item the kind):
   ``"renege"`` (``yield req | delay(patience)``).
 * ``("cput", c, amount)`` / ``("cget", c, amount)``: container put / get.
 * ``("sput", s, item, priority)`` / ``("sget", s, filter_name)``: store put / get.
+* ``("sputs", s, [(item, priority), ...])``: several puts, none of them waited for.
 * ``("spawn", program, wait)``: start a child process, optionally yield it.
 * ``("join", target)``: yield the process with pid ``target % len(procs)`` (not self).
 * ``("interrupt", target, cause, allow_unstarted)``: interrupt another live process.
@@ -275,8 +277,17 @@ class Ctx:
         self.events[k] = self.label(self.a.event(self.env), f"E{k}.{self.event_gen[k]}")
 
     def emit(self, pid: int, what: str, value: Any = None) -> None:
-        active = self.env.active_process
-        self.log.append((self.env.now, pid, what, value, active is self.procs[pid]))
+        active = self.env.active_process is self.procs[pid]
+        # With the state of every shared object at every resume point, a difference in
+        # when a grant, put or get happens shows up at the next entry.
+        self.log.append((self.env.now, pid, what, value, active, self.snapshot()))
+
+    def snapshot(self) -> tuple[Any, ...]:
+        return (
+            tuple((r.count, len(r.queue)) for r in self.resources),
+            tuple(c.level for c in self.containers),
+            tuple(tuple(self.norm(x) for x in s.items) for s in self.stores),
+        )
 
     def spawn(self, ops: list[tuple[Any, ...]]) -> int:
         pid = len(self.procs)
@@ -405,6 +416,13 @@ class Ctx:
                     item = a.PriorityItem(op[3], item)
                 ev = self.stores[s].put(item)
                 yield from self.wait(pid, ev, "sput")
+            elif kind == "sputs":
+                s = op[1]
+                for item, prio in op[2]:
+                    self.stores[s].put(
+                        a.PriorityItem(prio, item) if self.store_kinds[s] == "prio" else item
+                    )
+                self.emit(pid, "sputs", len(op[2]))
             elif kind == "sget":
                 s = op[1]
                 if self.store_kinds[s] == "filter" and op[2] != "default":
@@ -630,10 +648,11 @@ def programs(
     if shape["containers"]:
         kinds += ["cput", "cget", "cget"]
     if shape["stores"]:
-        kinds += ["sput", "sget", "sget"]
+        kinds += ["sput", "sputs", "sget", "sget", "sget"]
     if depth < 2:
         kinds += ["spawn", "spawn"]
-    n_ops = draw(st.integers(0, max_ops if depth == 0 else (max_ops + 1) // 2 + 1))
+    # sampled_from draws uniformly; integers() would favour tiny programs.
+    n_ops = draw(st.sampled_from(range(max_ops + 1 if depth == 0 else (max_ops + 1) // 2 + 2)))
     ops: list[tuple[Any, ...]] = []
     for _ in range(n_ops):
         kind = draw(st.sampled_from(kinds))
@@ -663,6 +682,10 @@ def programs(
         elif kind == "sput":
             s = draw(st.integers(0, len(shape["stores"]) - 1))
             ops.append(("sput", s, draw(st.integers(0, 9)), draw(st.sampled_from((0, 1, 1, 2)))))
+        elif kind == "sputs":
+            s = draw(st.integers(0, len(shape["stores"]) - 1))
+            burst = st.tuples(st.integers(0, 9), st.sampled_from((0, 1, 1, 2)))
+            ops.append(("sputs", s, draw(st.lists(burst, min_size=2, max_size=4))))
         elif kind == "sget":
             s = draw(st.integers(0, len(shape["stores"]) - 1))
             ops.append(("sget", s, draw(st.sampled_from(("default", *FILTERS)))))
@@ -688,7 +711,11 @@ def programs(
             if kind == "succeed":
                 ops.append(("succeed", k, draw(st.sampled_from(VALUES))))
             elif kind == "fail":
-                ops.append(("fail", k, f"boom{k}"))
+                # Half the time only: a failure nobody waits for ends the whole run.
+                if draw(chance(2)):
+                    ops.append(("fail", k, f"boom{k}"))
+                else:
+                    ops.append(("wait", k))
             else:
                 ops.append((kind, k))
         else:
@@ -701,24 +728,12 @@ def programs(
 @st.composite
 def models(draw: Any, max_programs: int = 5, max_ops: int = 6) -> Model:
     """A random model: shared objects plus 1 to *max_programs* top-level programs."""
-    resources = draw(
-        st.lists(
-            st.tuples(st.sampled_from(("res", "prio", "preempt")), st.integers(1, 3)),
-            max_size=2,
-        )
-    )
-    containers = draw(
-        st.lists(
-            st.sampled_from(((INF, 0), (3, 0), (3, 2), (5, 5), (2, 1))),
-            max_size=1,
-        )
-    )
-    stores = draw(
-        st.lists(
-            st.tuples(st.sampled_from(("fifo", "filter", "prio")), st.sampled_from((INF, 1, 2))),
-            max_size=2,
-        )
-    )
+    resource = st.tuples(st.sampled_from(("res", "prio", "preempt")), st.sampled_from((1, 2, 3)))
+    container = st.sampled_from(((INF, 0), (3, 0), (3, 2), (5, 5), (2, 1)))
+    store = st.tuples(st.sampled_from(("fifo", "filter", "prio")), st.sampled_from((INF, 1, 2)))
+    resources = [draw(resource) for _ in range(draw(st.sampled_from((0, 1, 1, 2))))]
+    containers = [draw(container) for _ in range(draw(st.sampled_from((0, 0, 1))))]
+    stores = [draw(store) for _ in range(draw(st.sampled_from((0, 1, 1, 2))))]
     n_events = draw(st.integers(1, 2))
     shape = {
         "resources": resources,
@@ -729,6 +744,7 @@ def models(draw: Any, max_programs: int = 5, max_ops: int = 6) -> Model:
         "store": stores,
         "n_events": n_events,
     }
-    progs = draw(st.lists(programs(0, shape, 30, max_ops), min_size=1, max_size=max_programs))
+    n_programs = draw(st.sampled_from(range(1, max_programs + 1)))
+    progs = [draw(programs(0, shape, 30, max_ops)) for _ in range(n_programs)]
     until = draw(st.sampled_from((None, None, 0.5, 1, 2, 3.5, "P0", "E0")))
     return Model(resources, containers, stores, n_events, progs, until)

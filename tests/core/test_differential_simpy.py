@@ -226,6 +226,23 @@ def test_only_head_of_resource_queue_is_tried() -> None:
     assert grants == [(0, 0), (0, 1), (1, 2), (1, 3), (2, 4)]
 
 
+def test_each_release_event_grants_one_queued_request() -> None:
+    # Capacity 2, two users release at t=1, two requests queued. In SimPy the first
+    # Release event grants one request and the second Release the other; P0 resumes
+    # between the two and sees one slot still free.
+    model = Model(
+        resources=[("res", 2)],
+        programs=[
+            [use(0, 1), ("delay", 0, None), ("observe", "res", 0)],
+            [use(0, 1)],
+            [use(0, 1)],
+            [use(0, 1)],
+        ],
+    )
+    out = check(model)
+    assert (1, 0, "observe", ("res", 1, 1, 1, 2)) in trail(out)
+
+
 def test_container_getters_block_behind_the_head() -> None:
     model = Model(
         containers=[(5, 0)],

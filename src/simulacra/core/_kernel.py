@@ -19,16 +19,16 @@ handles crashes :meth:`Sim.run`. What differs is how the work is laid out:
   general path (:func:`_resume`) handles everything else; both are exercised by
   the differential tests against SimPy, run both through ``run()`` and
   ``step()``.
-* **One integer heap key.** Heap entries are ``(time, key, event)``. In the
-  default ordering the key is the scheduling sequence number, offset by the
-  priority, so ``(time, priority, sequence)`` becomes a 2-level comparison.
-  In the keyed ordering the key is ``(priority, origin, n)``: who scheduled the
-  event and how many it had scheduled before (see ``docs/design.md``).
-* **A current-time FIFO beside the heap.** Most events are scheduled for
-  *now* (grants, releases, process completions, ``succeed()``). In the default
-  ordering they go to a plain deque, without a key: they come after every
-  heap entry at the current time and in scheduling order among themselves,
-  which is exactly their ``(time, priority, sequence)`` order.
+* **No sequence numbers in the default ordering.** SimPy's order is
+  ``(time, priority, sequence)``. The kernel keeps a heap of the *distinct*
+  future times, a dict from each time to its events in scheduling order, and,
+  for the current time, one deque of urgent and one of normal events. Events
+  in a list or deque are in scheduling order by construction, so that layout
+  *is* the total order, with no per-event key or tuple: ties cost O(1)
+  and the heap compares plain floats.
+* **Keyed ordering** uses one heap of ``(time, key, event)`` where the key is
+  ``(priority, origin, n)``: who scheduled the event and how many it had
+  scheduled before (see ``docs/design.md``).
 
 A :class:`Sim` and everything attached to it belong to one thread. The kernel
 takes no locks.
@@ -553,7 +553,7 @@ class Process(Event[R]):
         event._waiter = None
         event._cbs = [_deliver_interrupt]
         event._owner = self
-        heappush(sim._heap, (sim.now, sim._nexturgent(), event))
+        sim._urgent_append(event)
 
     def _finish(self, ok: bool, value: Any) -> None:
         """Record the outcome of the finished process and schedule it as an event."""
@@ -650,6 +650,7 @@ class Sim:
     """
 
     __slots__ = (
+        "_buckets",
         "_heap",
         "_keyed",
         "_nextkey",
@@ -664,7 +665,11 @@ class Sim:
         "_root_ident",
         "_running",
         "_streams",
+        "_times",
         "_tracer",
+        "_ubuckets",
+        "_urgent_append",
+        "_urgentq",
         "active_process",
         "now",
     )
@@ -679,15 +684,23 @@ class Sim:
                  start: float = 0.0) -> None:
         self.now = start
         self.active_process = None
-        #: Events at a later time, or urgent: (time, key, event).
-        self._heap: list[tuple[float, Any, Event[Any]]] = []
-        #: Normal events scheduled for the current time, in scheduling order.
-        #: They need no key: every one of them comes after every heap entry
-        #: at the current time (those are urgent, or were scheduled at an
-        #: earlier time, so their sequence numbers are smaller), and among
-        #: themselves they are in order by construction. Only the fifo ordering
-        #: uses it; keyed keys are not monotonic in scheduling order.
+        # The fifo ordering's schedule. At time t the order is: urgent events
+        # scheduled for t in advance (only run(until=t) makes those), urgent
+        # events scheduled at t, normal events scheduled for t in advance,
+        # normal events scheduled at t, each group in scheduling order. Every
+        # container below is appended to in scheduling order, so no keys.
+        #: Heap of the distinct future times that have events.
+        self._times: list[float] = []
+        #: Future time -> its normal events, in scheduling order.
+        self._buckets: dict[float, list[Event[Any]]] = {}
+        #: Future time -> its urgent events (run-until stops), in scheduling order.
+        self._ubuckets: dict[float, list[Event[Any]]] = {}
+        #: Urgent events at the current time (process starts, interrupts).
+        self._urgentq: deque[Event[Any]] = deque()
+        #: Normal events at the current time.
         self._nowq: deque[Event[Any]] = deque()
+        #: The keyed ordering's schedule: (time, key, event).
+        self._heap: list[tuple[float, Any, Event[Any]]] = []
         self._streams = Streams(as_seed_tree(seed))
         if trace is True:
             self._tracer: Tracer | None = _ListTracer()
@@ -711,9 +724,12 @@ class Sim:
             self._nexturgent = self._keyed_urgent
         else:
             raise ConfigError(f"Sim(ordering=...): expected 'fifo' or 'keyed', got {ordering!r}")
-        #: Schedules an event at the current time, after everything scheduled so far.
+        #: Schedule an event at the current time, normal or urgent priority.
         self._now_append: Callable[[Event[Any]], None] = (
             self._push_now if self._keyed else self._nowq.append
+        )
+        self._urgent_append: Callable[[Event[Any]], None] = (
+            self._push_urgent if self._keyed else self._urgentq.append
         )
         #: Neither keyed nor traced: the inlined fast paths apply.
         self._plain = not self._keyed and self._tracer is None
@@ -727,7 +743,11 @@ class Sim:
         self._origin: Any = None
 
     def __repr__(self) -> str:
-        return f"<Sim now={self.now!r} pending={len(self._heap) + len(self._nowq)}>"
+        return f"<Sim now={self.now!r} pending={self._pending_count()}>"
+
+    def _pending_count(self) -> int:
+        future = sum(map(len, self._buckets.values())) + sum(map(len, self._ubuckets.values()))
+        return len(self._heap) + len(self._urgentq) + len(self._nowq) + future
 
     # -- random streams -------------------------------------------------------
 
@@ -798,8 +818,41 @@ class Sim:
         ident, n = self._origin_key()
         return (URGENT, ident, n)
 
+    # -- scheduling -----------------------------------------------------------
+
     def _push_now(self, event: Event[Any]) -> None:
         heappush(self._heap, (self.now, self._nextkey(), event))
+
+    def _push_urgent(self, event: Event[Any]) -> None:
+        heappush(self._heap, (self.now, self._nexturgent(), event))
+
+    def _at(self, when: float, event: Event[Any], *, urgent: bool = False) -> None:
+        """Schedule *event* at *when* > now (delay() inlines the normal case)."""
+        if self._keyed:
+            key = self._nexturgent() if urgent else self._nextkey()
+            heappush(self._heap, (when, key, event))
+            return
+        if when not in self._buckets:
+            self._buckets[when] = []
+            heappush(self._times, when)
+        if urgent:
+            self._ubuckets.setdefault(when, []).append(event)
+        else:
+            self._buckets[when].append(event)
+
+    def _advance(self) -> bool:
+        """Move the clock to the next future time; False if there is none (fifo ordering)."""
+        times = self._times
+        if not times:
+            return False
+        when = heappop(times)
+        self.now = when
+        self._nowq.extend(self._buckets.pop(when))
+        if self._ubuckets:
+            urgent = self._ubuckets.pop(when, None)
+            if urgent:
+                self._urgentq.extend(urgent)
+        return True
 
     # -- making events --------------------------------------------------------
 
@@ -827,11 +880,22 @@ class Sim:
         event._ok = True
         event._waiter = None
         event._cbs = None
+        now = self.now
         try:
-            if delay > 0:
-                heappush(self._heap, (self.now + delay, self._nextkey(), event))
+            when = now + delay
+            if when > now:
+                if self._keyed:
+                    heappush(self._heap, (when, self._nextkey(), event))
+                    return event
+                # Inlines Sim._at: a bucket per distinct time, in scheduling order.
+                bucket = self._buckets.get(when)
+                if bucket is None:
+                    self._buckets[when] = [event]
+                    heappush(self._times, when)
+                else:
+                    bucket.append(event)
                 return event
-            if delay == 0:
+            if delay >= 0:  # zero, or too small to move a clock this large
                 self._now_append(event)
                 return event
         except TypeError:
@@ -920,8 +984,7 @@ class Sim:
             init._waiter = proc
             init._cbs = None
             proc._target = init
-            # An urgent key in the fifo ordering (see Sim.__init__).
-            heappush(self._heap, (self.now, self._nextkey() - _PRIO_STEP, init))
+            self._urgentq.append(init)
             return proc
         if hasattr(fn, "send"):
             if args or kwargs:
@@ -982,7 +1045,7 @@ class Sim:
         init._waiter = proc
         init._cbs = None
         proc._target = init
-        heappush(self._heap, (self.now, self._nexturgent(), init))
+        self._urgent_append(init)
         if self._tracer is not None:
             self._tracer.record(self.now, "spawn", proc.who, None)
 
@@ -1030,9 +1093,11 @@ class Sim:
 
     def peek(self) -> float:
         """The time of the next event, or ``inf`` if none is scheduled."""
-        if self._nowq:
+        if self._keyed:
+            return self._heap[0][0] if self._heap else float("inf")
+        if self._urgentq or self._nowq:
             return self.now
-        return self._heap[0][0] if self._heap else float("inf")
+        return self._times[0] if self._times else float("inf")
 
     def _enter(self) -> None:
         if self._running:
@@ -1060,14 +1125,16 @@ class Sim:
             self._running = False
 
     def _step(self) -> None:
-        heap = self._heap
-        if self._nowq and not (heap and heap[0][0] <= self.now):
-            event = self._nowq.popleft()
-            key: Any = None  # only the keyed ordering reads it, and it never uses the deque
-        elif heap:
-            self.now, key, event = heappop(heap)
+        key: Any = None
+        if self._keyed:
+            if not self._heap:
+                raise EmptySchedule("no events are scheduled")
+            self.now, key, event = heappop(self._heap)
         else:
-            raise EmptySchedule("no events are scheduled")
+            while not (self._urgentq or self._nowq):
+                if not self._advance():
+                    raise EmptySchedule("no events are scheduled")
+            event = (self._urgentq or self._nowq).popleft()
         waiter = event._waiter
         cbs = event._cbs
         event._cbs = _DONE
@@ -1146,7 +1213,7 @@ class Sim:
             ident, n = self._origin_key()
             heappush(self._heap, (self.now, (-1, ident, n), event))
         else:
-            heappush(self._heap, (self.now, self._nexturgent() - _PRIO_STEP, event))
+            self._urgentq.appendleft(event)  # priority -1: before everything now
 
     def _until_event(self, until: float | Event[Any]) -> Event[Any]:
         """The event that ends ``run(until=...)``, subscribed to stop the loop."""
@@ -1171,7 +1238,7 @@ class Sim:
             stop_event._ok = True
             stop_event._waiter = None
             stop_event._cbs = None
-            heappush(self._heap, (at, self._nexturgent(), stop_event))
+            self._at(at, stop_event, urgent=True)
         _subscribe(stop_event, _stop)
         return stop_event
 
@@ -1195,20 +1262,29 @@ class Sim:
         next is pending with no waiter yet. Every other case goes through
         ``_resume`` / ``_wait_on``, which the tests run on the same models.
         """
-        heap = self._heap
+        urgentq = self._urgentq
         nowq = self._nowq
-        pop = heappop
-        popleft = nowq.popleft
+        times = self._times
+        buckets = self._buckets
+        pop_urgent = urgentq.popleft
+        pop_now = nowq.popleft
         append_now = nowq.append
         done = _DONE
         while True:
-            if nowq:
-                if heap and heap[0][0] <= self.now:
-                    self.now, _, event = pop(heap)
-                else:
-                    event = popleft()
-            elif heap:
-                self.now, _, event = pop(heap)
+            if urgentq:
+                event = pop_urgent()
+            elif nowq:
+                event = pop_now()
+            elif times:
+                # Inlines Sim._advance.
+                when = heappop(times)
+                self.now = when
+                nowq.extend(buckets.pop(when))
+                if self._ubuckets:
+                    urgent = self._ubuckets.pop(when, None)
+                    if urgent:
+                        urgentq.extend(urgent)
+                continue
             else:
                 break
             waiter = event._waiter
@@ -1271,9 +1347,23 @@ class Sim:
             for child in (2 * index + 1, 2 * index + 2):
                 if child < len(heap) and heap[child][:2] < heap[index][:2]:
                     raise KernelBug("the event heap is out of order")
-        for event in self._nowq:
+        times = self._times
+        for index in range(len(times)):
+            if times[index] <= self.now:
+                raise KernelBug(f"future time {times[index]} is not after now ({self.now})")
+            for child in (2 * index + 1, 2 * index + 2):
+                if child < len(times) and times[child] < times[index]:
+                    raise KernelBug("the time heap is out of order")
+        if set(times) != set(self._buckets) or len(times) != len(self._buckets):
+            raise KernelBug("the time heap and the buckets disagree")
+        if not set(self._ubuckets) <= set(self._buckets):
+            raise KernelBug("an urgent bucket has no time in the heap")
+        queued = [*self._urgentq, *self._nowq]
+        for bucket in (*self._buckets.values(), *self._ubuckets.values()):
+            queued.extend(bucket)
+        for event in queued:
             if event._value is PENDING or event._cbs is _DONE:
-                raise KernelBug(f"event {event!r} in the current-time queue is not triggered")
+                raise KernelBug(f"queued event {event!r} is pending or already processed")
         if self._running and self.active_process is not None:
             return
         if self.active_process is not None:

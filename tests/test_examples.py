@@ -1,0 +1,266 @@
+"""The shipped examples run as tests: their models, their scripts and the CLI on them."""
+
+from __future__ import annotations
+
+import importlib.util
+import math
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+
+import simulacra
+from simulacra.cli import main
+
+ROOT = Path(__file__).resolve().parents[1]
+EXAMPLES = ROOT / "examples"
+SRC = ROOT / "src"
+
+BANK_KPIS = ("mean_wait", "erlang_c_wait", "relative_error", "utilisation", "served")
+FLEET_KPIS = ("requests", "served", "abandoned", "open", "abandonment_rate", "mean_wait",
+              "utilisation", "charges", "mean_charger_wait", "charger_utilisation")
+
+
+def _load(name: str, path: Path) -> ModuleType:
+    """Import an example file under *name* (examples are not an installed package)."""
+    if name in sys.modules:
+        return sys.modules[name]
+    spec = importlib.util.spec_from_file_location(name, path)
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # dataclasses look their module up here
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="module")
+def bank() -> ModuleType:
+    return _load("_example_bank", EXAMPLES / "bank.py")
+
+
+@pytest.fixture(scope="module")
+def fleet_model() -> ModuleType:
+    return _load("_example_ride_hailing_model", EXAMPLES / "ride_hailing" / "model.py")
+
+
+def _script(*args: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "PYTHONPATH": str(SRC)}
+    return subprocess.run(
+        [sys.executable, *args], cwd=ROOT, env=env, capture_output=True, text=True,
+        timeout=60, check=False,
+    )
+
+
+# --------------------------------------------------------------------------- bank
+
+
+def test_erlang_c_formula_known_values(bank: ModuleType) -> None:
+    # M/M/1: Wq = rho / (mu - lambda) = 0.5 / 0.5.
+    assert math.isclose(bank.erlang_c_wait(1, 0.5, 1.0), 1.0)
+    # M/M/2, a = 1: C = 1/3, Wq = C / (2 - 1).
+    assert math.isclose(bank.erlang_c_wait(2, 1.0, 1.0), 1.0 / 3.0)
+
+
+def test_bank_defaults(bank: ModuleType) -> None:
+    start = time.perf_counter()
+    kpis = bank.run()
+    assert time.perf_counter() - start < 5.0
+    assert set(BANK_KPIS) <= set(kpis)
+    assert kpis["served"] == 20000
+    assert kpis["relative_error"] == abs(kpis["mean_wait"] - kpis["erlang_c_wait"]) / kpis[
+        "erlang_c_wait"]
+    assert bank.run() == kpis  # same seed, same KPIs
+
+
+def test_bank_mean_wait_matches_erlang_c(bank: ModuleType) -> None:
+    """The simulated mean wait of M/M/3 at load 0.8 is within 12% of Erlang C.
+
+    Why 12%: waits of successive customers are strongly correlated, so the
+    error of the mean is much larger than s / sqrt(n) suggests. Over 30 seeds
+    with these parameters (100 000 customers, lambda 2.4, mu 1, c 3) the
+    relative error had a standard deviation of 3.9% (largest 9.0%), so 12% is
+    about three standard deviations: a correct kernel passes for practically
+    every seed. It still fails for a wrong model: with 4 tellers Wq is 0.18,
+    and with 2 the queue is unstable.
+    """
+    kpis = bank.run(seed=42, arrival_rate=2.4, customers=100_000)
+    wq = bank.erlang_c_wait(3, 2.4, 1.0)
+    assert kpis["erlang_c_wait"] == wq
+    assert kpis["relative_error"] < 0.12, kpis
+    # The check has power: the neighbouring model is far outside the tolerance.
+    assert abs(kpis["mean_wait"] / bank.erlang_c_wait(4, 2.4, 1.0) - 1.0) > 0.12
+    # Utilisation converges much faster (sd 0.0034 over the same 30 seeds).
+    assert abs(kpis["utilisation"] - 0.8) < 0.015, kpis
+    assert kpis["served"] == 100_000
+
+
+def test_bank_rejects_unstable_and_bad_parameters(bank: ModuleType) -> None:
+    with pytest.raises(simulacra.ConfigError, match="arrival_rate"):
+        bank.run(arrival_rate=3.0)
+    with pytest.raises(simulacra.ConfigError, match="servers"):
+        bank.run(servers=0)
+    with pytest.raises(simulacra.ConfigError, match="customers"):
+        bank.run(customers=0)
+
+
+def test_bank_script() -> None:
+    result = _script(str(EXAMPLES / "bank.py"))
+    assert result.returncode == 0, result.stderr
+    for name in ("mean_wait", "erlang_c_wait", "utilisation", "served"):
+        assert name in result.stdout
+
+
+def test_cli_runs_bank(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["run", str(EXAMPLES / "bank.py"), "--seed", "3"]) == 0
+    out = capsys.readouterr().out
+    for name in BANK_KPIS:
+        assert name in out
+
+
+# --------------------------------------------------------------------------- ride hailing
+
+
+def test_fleet_defaults_run_fast_and_are_deterministic(fleet_model: ModuleType) -> None:
+    start = time.perf_counter()
+    first = fleet_model.run()
+    assert time.perf_counter() - start < 5.0
+    assert tuple(first) == FLEET_KPIS
+    assert fleet_model.run() == first
+    assert first["served"] > 0
+    assert 0.0 < first["utilisation"] < 1.0
+    assert first["charges"] > 0
+
+
+def test_fleet_different_seeds_differ(fleet_model: ModuleType) -> None:
+    assert fleet_model.run(seed=1) != fleet_model.run(seed=2)
+
+
+def _traced(fleet_model: ModuleType, seed: int, **params: Any) -> tuple[str, dict[str, Any]]:
+    sim = simulacra.Sim(seed, trace=True)
+    fleet = fleet_model.build(sim, **params)
+    sim.run(until=fleet.params.horizon)
+    sim._check_invariants()
+    return simulacra.Trace.of(sim).digest(), fleet.kpis()
+
+
+def test_fleet_trace_digest_is_reproducible(fleet_model: ModuleType) -> None:
+    params = {"horizon": 200.0, "policy": "power_of_d"}
+    digest, kpis = _traced(fleet_model, 7, **params)
+    assert _traced(fleet_model, 7, **params) == (digest, kpis)
+    assert _traced(fleet_model, 8, **params)[0] != digest
+    # Tracing does not change the model.
+    assert kpis == fleet_model.run(seed=7, **params)
+
+
+@pytest.mark.parametrize("vehicles", [40, 22])
+def test_fleet_accounting(fleet_model: ModuleType, vehicles: int) -> None:
+    sim = simulacra.Sim(11)
+    fleet = fleet_model.build(sim, vehicles=vehicles, horizon=300.0)
+    sim.run(until=300.0)
+    kpis = fleet.kpis()
+    outcomes = [request.outcome for request in fleet.requests]
+    finished = sum(outcome is not None for outcome in outcomes)
+    assert kpis["served"] == outcomes.count("served")
+    assert kpis["abandoned"] == outcomes.count("abandoned")
+    assert kpis["served"] + kpis["abandoned"] == finished
+    assert kpis["requests"] == finished + kpis["open"] == len(fleet.requests)
+    # An abandoned request never had a vehicle; a pickup takes at least one drive.
+    for request in fleet.requests:
+        if request.outcome == "abandoned":
+            assert request.vehicle is None
+        if request.picked_up is not None:
+            assert request.picked_up - request.arrived >= fleet.params.min_travel - 1e-9
+    if vehicles == 22:  # an undersized fleet: the abandonment path is exercised
+        assert kpis["abandoned"] > 0
+        assert 0.0 < kpis["abandonment_rate"] < 1.0
+
+
+def test_fleet_policies(fleet_model: ModuleType) -> None:
+    closest = fleet_model.run(policy="closest")
+    sampled = fleet_model.run(policy="power_of_d", d=2)
+    everyone = fleet_model.run(policy="power_of_d", d=1000)
+    assert sampled != closest
+    # Sampling fewer vehicles can only lengthen pickups on average here.
+    assert sampled["mean_wait"] > closest["mean_wait"]
+    # d larger than the fleet samples every idle vehicle: the same choice as closest,
+    # up to which of equally close vehicles is picked.
+    assert everyone["mean_wait"] == pytest.approx(closest["mean_wait"], rel=0.05)
+
+
+def test_fleet_travel_times_are_never_zero(fleet_model: ModuleType) -> None:
+    sim = simulacra.Sim(0)
+    fleet = fleet_model.build(sim, zones=9, min_travel=0.5, hop_time=0.25)
+    assert fleet.params.lookahead == 0.5
+    assert min(min(row) for row in fleet.travel) == 0.5
+    assert fleet.travel[0][4] == fleet.travel[0][5] == 0.5 + 4 * 0.25  # the short way round
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("vehicles", 0),
+        ("vehicles", 2.5),
+        ("zones", 0),
+        ("demand_rate", 0.0),
+        ("horizon", -1.0),
+        ("policy", "nearest"),
+        ("d", 0),
+        ("patience", float("nan")),
+        ("min_travel", 0.0),
+        ("hop_time", -1.0),
+        ("stations", 13),
+        ("chargers", 0),
+        ("recharge_below", 1.5),
+        ("recharge_below", 0.01),
+    ],
+)
+def test_fleet_bad_parameters_name_the_field(fleet_model: ModuleType, field: str,
+                                             value: object) -> None:
+    with pytest.raises(simulacra.ConfigError) as info:
+        fleet_model.run(**{field: value})
+    message = str(info.value)
+    assert field in message
+    assert repr(value) in message
+    assert "must be" in message
+
+
+def test_fleet_policy_error_lists_the_choices(fleet_model: ModuleType) -> None:
+    with pytest.raises(simulacra.ConfigError, match="'closest', 'power_of_d'"):
+        fleet_model.run(policy="random")
+
+
+def test_fleet_build_rejects_unknown_parameters(fleet_model: ModuleType) -> None:
+    with pytest.raises(simulacra.ConfigError, match="'fleet_size'"):
+        fleet_model.build(simulacra.Sim(0), fleet_size=3)
+
+
+def test_fleet_script() -> None:
+    result = _script(str(EXAMPLES / "ride_hailing"))
+    assert result.returncode == 0, result.stderr
+    for name in FLEET_KPIS:
+        assert name in result.stdout
+    assert "closest" in result.stdout
+    assert "power_of_d" in result.stdout
+
+
+def test_fleet_script_plain_text_and_errors() -> None:
+    result = _script(str(EXAMPLES / "ride_hailing"), "--plain", "--policy", "closest")
+    assert result.returncode == 0, result.stderr
+    assert "mean_wait" in result.stdout
+    bad = _script(str(EXAMPLES / "ride_hailing"), "--vehicles", "0")
+    assert bad.returncode == 2
+    assert "vehicles" in bad.stderr
+
+
+def test_cli_runs_fleet_directory(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["run", str(EXAMPLES / "ride_hailing"), "--seed", "3",
+                 "--set", "horizon=120"]) == 0
+    out = capsys.readouterr().out
+    for name in FLEET_KPIS:
+        assert name in out
