@@ -18,6 +18,8 @@ Benchmarks (``--only NAME``, repeatable):
 * ``memory``: traced memory (``tracemalloc``) per idle process: 100 000
   processes spawned, run until all of them wait on a long delay, memory delta
   divided by the number of processes. Ratio = simulacra / SimPy (lower is better).
+  Notes add the same with every process waiting for a different time (no
+  shared time slot), and the share of the suspended generator itself.
 * ``contention``: 1 000 processes sharing a Resource of capacity 10, 20
   request/hold/release cycles each: cycles/s.
 * ``import``: ``import simulacra.core`` (which imports the ``simulacra``
@@ -219,14 +221,14 @@ IDLE_DELAY = 1e9
 _started = [0]
 
 
-def _idle_simpy(env: simpy.Environment) -> Generator[Any, Any, None]:
+def _idle_simpy(env: simpy.Environment, delay: float) -> Generator[Any, Any, None]:
     _started[0] += 1
-    yield env.timeout(IDLE_DELAY)
+    yield env.timeout(delay)
 
 
-def _idle_simulacra(sim: Sim) -> Generator[Any, Any, None]:
+def _idle_simulacra(sim: Sim, delay: float) -> Generator[Any, Any, None]:
     _started[0] += 1
-    yield sim.delay(IDLE_DELAY)
+    yield sim.delay(delay)
 
 
 def _bare() -> Generator[None, None, None]:
@@ -250,8 +252,11 @@ def memory_generator(count: int) -> float:
     return (after - before) / count - 8
 
 
-def memory_simpy(count: int) -> float:
-    """Traced bytes per idle SimPy process (all started, all waiting on a timeout)."""
+def memory_simpy(count: int, *, spread: bool = False) -> float:
+    """Traced bytes per idle SimPy process (all started, all waiting on a timeout).
+
+    All wait for the same time, or with *spread* each for a different time.
+    """
     gc.collect()
     tracemalloc.start()
     try:
@@ -259,8 +264,8 @@ def memory_simpy(count: int) -> float:
         env.run(until=0.5)  # warm up whatever run() allocates once
         _started[0] = 0
         before = tracemalloc.get_traced_memory()[0]
-        for _ in range(count):
-            env.process(_idle_simpy(env))
+        for i in range(count):
+            env.process(_idle_simpy(env, IDLE_DELAY + i if spread else IDLE_DELAY))
         env.run(until=1.0)
         gc.collect()
         after = tracemalloc.get_traced_memory()[0]
@@ -270,7 +275,7 @@ def memory_simpy(count: int) -> float:
     return (after - before) / count
 
 
-def memory_simulacra(count: int) -> float:
+def memory_simulacra(count: int, *, spread: bool = False) -> float:
     """Traced bytes per idle simulacra process, measured as for SimPy."""
     gc.collect()
     tracemalloc.start()
@@ -279,8 +284,8 @@ def memory_simulacra(count: int) -> float:
         sim.run(until=0.5)
         _started[0] = 0
         before = tracemalloc.get_traced_memory()[0]
-        for _ in range(count):
-            sim.spawn(_idle_simulacra(sim))
+        for i in range(count):
+            sim.spawn(_idle_simulacra(sim, IDLE_DELAY + i if spread else IDLE_DELAY))
         sim.run(until=1.0)
         gc.collect()
         after = tracemalloc.get_traced_memory()[0]
@@ -481,6 +486,12 @@ def bench_memory(res: Result, sizes: Sizes, first_ours: bool) -> None:
     res.ours.append(ours)
     res.simpy.append(theirs)
     res.ratio.append(ours / theirs)
+    spread_ours, spread_theirs = _pair(first_ours, lambda: memory_simulacra(n, spread=True),
+                                       lambda: memory_simpy(n, spread=True))
+    res.notes.append(
+        f"each waiting for a different time: simulacra {spread_ours:.0f}, SimPy "
+        f"{spread_theirs:.0f} bytes/process (ratio {spread_ours / spread_theirs:.2f})"
+    )
     generator = memory_generator(n)
     res.notes.append(
         f"of which the suspended generator itself: {generator:.0f} bytes; without it, "

@@ -7,7 +7,7 @@ catches ``ValueError`` or ``RuntimeError`` keeps working::
     SimError
     ├── ScheduleError
     │   ├── EmptySchedule          run(until=event) ran out of events first
-    │   ├── InvalidDelay           a negative or non-finite delay (also ValueError)
+    │   ├── InvalidDelay           a negative, NaN or non-numeric delay (also ValueError)
     │   └── UntilInPast            run(until=t) with t <= now (also ValueError)
     ├── EventError
     │   ├── AlreadyTriggered       succeed()/fail() on a triggered event (also RuntimeError)

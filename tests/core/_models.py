@@ -591,7 +591,12 @@ def execute(adapter: Any, model: Model, mode: str = "run", **env_kw: Any) -> Out
     except Exception as e:
         crash = ctx.norm_exc(e)
     final = (
-        tuple(p.is_alive for p in ctx.procs),
+        tuple(
+            (p.is_alive, p.triggered, p.processed)
+            + ((p.ok, ctx.norm(p.value)) if p.triggered else ())
+            for p in ctx.procs
+        ),
+        env.active_process is None,
         tuple(ctx.state("res", i) for i in range(len(ctx.resources))),
         tuple(ctx.state("cont", i) for i in range(len(ctx.containers))),
         tuple(ctx.state("store", i) for i in range(len(ctx.stores))),

@@ -196,10 +196,12 @@ class Event(Generic[T]):
     _value: Any
     #: True if succeeded, False if failed; only meaningful once triggered.
     _ok: bool
-    #: The first process to wait on this event (always resumed first), or None.
+    #: The first process to wait on this event, or None. It is resumed before
+    #: any list of callbacks and after an owner's tuple of callbacks.
     _waiter: Process[Any] | None
-    #: Further subscribers in subscription order, None if there are none yet,
-    #: or _DONE once the event is processed.
+    #: None if nobody else subscribed yet; a tuple of owner callbacks shared by
+    #: all events of a resource (installed at creation, so they run first); a
+    #: list of further subscribers in subscription order; _DONE once processed.
     _cbs: Any
     _owner: Any
     _data: Any
@@ -276,7 +278,7 @@ class Event(Generic[T]):
         if self._cbs is None:
             self._cbs = []
         elif type(self._cbs) is tuple:
-            self._cbs = list(self._cbs)
+            return _own_callbacks(self)
         return cast("list[Callable[[Event[Any]], object]]", self._cbs)
 
     def succeed(self, value: T | None = None) -> Event[T]:
@@ -347,7 +349,13 @@ class Event(Generic[T]):
         exit_hook(self, exc_type)
 
     async def __aenter__(self) -> Event[T]:
-        await self
+        try:
+            await self
+        except BaseException as exc:
+            # `async with` never calls __aexit__ when __aenter__ raises (an
+            # interrupt while waiting for the grant): cancel the request here.
+            self.__exit__(type(exc), exc, exc.__traceback__)
+            raise
         return self
 
     async def __aexit__(self, exc_type: object, exc: object, tb: object) -> None:
@@ -462,10 +470,26 @@ def _subscribe(event: Event[Any], callback: Callable[[Event[Any]], object]) -> N
     cbs = event._cbs
     if cbs is None:
         event._cbs = [callback]
-    elif type(cbs) is tuple:  # a resource's shared, immutable callbacks
-        event._cbs = [*cbs, callback]
+    elif type(cbs) is tuple:
+        _own_callbacks(event).append(callback)
     else:
         cbs.append(callback)
+
+
+def _own_callbacks(event: Event[Any]) -> list[Callable[[Event[Any]], object]]:
+    """Turn an event's shared owner callbacks (a tuple) into its own list.
+
+    A resource installs its callbacks as a shared tuple when it makes an event;
+    they run before the waiter. Once anything else subscribes, the event gets
+    a list in the exact order: owner callbacks, the waiter, the rest.
+    """
+    cbs: list[Callable[[Event[Any]], object]] = list(event._cbs)
+    waiter = event._waiter
+    if waiter is not None:
+        event._waiter = None
+        cbs.append(waiter._on_event)
+    event._cbs = cbs
+    return cbs
 
 
 class Process(Event[R]):
@@ -929,11 +953,13 @@ class Sim:
             cond.succeed(ConditionValue())
             return cond
         for sub in subs:
-            sim = getattr(sub, "sim", None)
-            if sim is not self:
-                what = "all_of" if need_all else "any_of"
-                if not isinstance(sub, Event):
-                    raise NotAnEvent(f"{what}: expected events, got {_describe(sub)}")
+            what = "all_of" if need_all else "any_of"
+            if not isinstance(sub, Event):
+                raise NotAnEvent(
+                    f"{what}: expected events, got {_describe(sub)} "
+                    "(a resource needs .request(), a store .get() or .put(...))"
+                )
+            if sub.sim is not self:
                 raise ForeignEvent(f"{what}: {sub!r} belongs to another Sim")
         check = state.check
         for sub in subs:
@@ -1045,7 +1071,13 @@ class Sim:
         init._waiter = proc
         init._cbs = None
         proc._target = init
-        self._urgent_append(init)
+        if self._keyed:
+            # A start is keyed by the process itself (its event #0), not by
+            # whoever spawned it: the order of starts does not depend on the
+            # order of spawn calls, which a partitioned run does not keep.
+            heappush(self._heap, (self.now, (URGENT, proc._ident, 0), init))
+        else:
+            self._urgentq.append(init)
         if self._tracer is not None:
             self._tracer.record(self.now, "spawn", proc.who, None)
 
@@ -1082,7 +1114,7 @@ class Sim:
         event = cast("Event[Any]", nxt)
         if cbs is _DONE:
             return event
-        if cbs is None and event._waiter is None:
+        if event._waiter is None and (cbs is None or type(cbs) is tuple):
             event._waiter = proc
         else:
             _subscribe(event, proc._on_event)
@@ -1120,20 +1152,26 @@ class Sim:
         """
         self._enter()
         try:
-            self._step()
+            if not self._step():
+                raise EmptySchedule("step(): no events are scheduled")
         finally:
             self._running = False
 
-    def _step(self) -> None:
+    def _step(self) -> bool:
+        """Process the next event; False if there is none.
+
+        (Not EmptySchedule: a process may raise that itself, and its failure
+        must crash run() like any other.)
+        """
         key: Any = None
         if self._keyed:
             if not self._heap:
-                raise EmptySchedule("no events are scheduled")
+                return False
             self.now, key, event = heappop(self._heap)
         else:
             while not (self._urgentq or self._nowq):
                 if not self._advance():
-                    raise EmptySchedule("no events are scheduled")
+                    return False
             event = (self._urgentq or self._nowq).popleft()
         waiter = event._waiter
         cbs = event._cbs
@@ -1142,15 +1180,23 @@ class Sim:
             self._origin = [f"e:{key[1]}@{key[2]}", 0]
         try:
             if waiter is not None:
-                event._waiter = None
+                if type(cbs) is tuple:  # an owner's callbacks: they subscribed before the waiter
+                    for callback in cbs:
+                        callback(event)
+                    cbs = None
                 _resume(self, waiter, event)
             if cbs is not None:
-                for callback in cbs:
-                    callback(event)
+                try:
+                    for callback in cbs:
+                        callback(event)
+                except _StopRun:
+                    self._requeue_stopped(event, cbs, callback)
+                    raise
         finally:
             self._origin = None
         if not event._ok and not hasattr(event, "_defused"):
             raise _copy_exception(event._value)
+        return True
 
     def run(self, until: float | Event[Any] | None = None) -> Any:
         """Advance the simulation.
@@ -1177,8 +1223,8 @@ class Sim:
             if until is not None:
                 stop_event = self._until_event(until)
             if self._keyed or self._tracer is not None:
-                while True:
-                    self._step()
+                while self._step():
+                    pass
             else:
                 self._run_fifo()
         except _StopRun:
@@ -1187,14 +1233,13 @@ class Sim:
                 # SimPy raises the until-event's own exception here.
                 raise stop_event._value from None
             return stop_event._value
-        except EmptySchedule:
-            if stop_event is not None and isinstance(until, Event):
-                raise EmptySchedule(
-                    f"run(until={until!r}): no events are left and the event was never triggered"
-                ) from None
         finally:
             self._running = False
             self.active_process = None
+        if stop_event is not None and isinstance(until, Event):
+            raise EmptySchedule(
+                f"run(until={until!r}): no events are left and the event was never triggered"
+            )
         return None
 
     def _requeue_stopped(self, event: Event[Any], cbs: Any, callback: object) -> None:
@@ -1242,10 +1287,13 @@ class Sim:
         _subscribe(stop_event, _stop)
         return stop_event
 
-    def _process_failed(self, event: Event[Any], waiter: Process[Any] | None,
-                        cbs: list[Callable[[Event[Any]], object]] | None) -> None:
+    def _process_failed(self, event: Event[Any], waiter: Process[Any] | None, cbs: Any) -> None:
         """Process a failed event popped by the run loop: resume, call back, crash if unhandled."""
         if waiter is not None:
+            if type(cbs) is tuple:  # an owner's callbacks: they subscribed before the waiter
+                for callback in cbs:
+                    callback(event)
+                cbs = None
             _resume(self, waiter, event)
         if cbs is not None:
             for callback in cbs:
@@ -1294,6 +1342,10 @@ class Sim:
                 self._process_failed(event, waiter, cbs)
                 continue
             if waiter is not None:
+                if type(cbs) is tuple:  # an owner's callbacks: they subscribed before the waiter
+                    for callback in cbs:
+                        callback(event)
+                    cbs = None
                 self.active_process = waiter
                 try:
                     nxt = waiter._gen.send(event._value)
@@ -1308,7 +1360,9 @@ class Sim:
                     waiter._finish(False, exc)
                 else:
                     try:
-                        fast = nxt._cbs is None and nxt._waiter is None and nxt.sim is self
+                        fast = nxt._waiter is None and nxt.sim is self and (
+                            (cbs_next := nxt._cbs) is None or type(cbs_next) is tuple
+                        )
                     except AttributeError:
                         fast = False
                     if fast:
@@ -1326,7 +1380,6 @@ class Sim:
                 except _StopRun:
                     self._requeue_stopped(event, cbs, callback)
                     raise
-        raise EmptySchedule
 
     # -- checks ---------------------------------------------------------------
 

@@ -338,8 +338,9 @@ class PriorityResource(Resource):
         queue: list[Event[Any]] = self.queue
         bisect.insort_right(queue, req, key=_priority_key)
         self._qarea -= now
-        self._qmax = max(self._qmax, len(queue))
         self._try_head(now)
+        # Counted after the grant, so that only requests that wait count.
+        self._qmax = max(self._qmax, len(queue))
         return req
 
     def _try_head(self, now: float) -> None:
@@ -434,21 +435,25 @@ class _PutGetResource:
 
     A put is tried when it is made and whenever a get is processed, and vice
     versa. ``_do_put``/``_do_get`` return True to go on with the next waiting
-    event, or False to stop at this one (SimPy's ``proceed``).
+    event, or False to stop at this one (SimPy's ``proceed``). A put made while
+    no put waits is tried directly, which is what SimPy's trigger loop does in
+    that case. Each put/get event shares its owner's callback tuple, so the
+    process that yields it still takes the kernel's single-waiter fast path.
     """
 
     __slots__ = (
         "_capacity",
+        "_get_cbs",
         "_gets",
         "_gwait",
         "_larea",
         "_last",
         "_lmax",
+        "_put_cbs",
         "_puts",
         "_pwait",
         "_since",
-        "_trigger_get_cb",
-        "_trigger_put_cb",
+        "_waiting",
         "get_queue",
         "put_queue",
         "sim",
@@ -459,8 +464,11 @@ class _PutGetResource:
         self._capacity = _check_capacity(capacity, type(self).__name__)
         self.put_queue: list[Event[Any]] = []
         self.get_queue: list[Event[Any]] = []
-        self._trigger_put_cb: Callable[[Event[Any]], None] = self._trigger_put
-        self._trigger_get_cb: Callable[[Event[Any]], None] = self._trigger_get
+        # Shared by every put (get) event: processed, it tries the waiting gets (puts).
+        self._put_cbs: tuple[Callable[[Event[Any]], None]] = (self._trigger_get,)
+        self._get_cbs: tuple[Callable[[Event[Any]], None]] = (self._trigger_put,)
+        #: When each waiting put or get was queued, for the wait statistics.
+        self._waiting: dict[Event[Any], float] = {}
         self._since = self._last = sim.now
         self._larea = 0.0
         self._lmax = 0.0
@@ -475,18 +483,35 @@ class _PutGetResource:
     def _level(self) -> float:
         raise NotImplementedError
 
-    def _new(self, data: Any, queue: list[Event[Any]], on_processed: Callable[[Event[Any]], None],
-             ) -> Event[Any]:
-        sim = self.sim
+    def _event(self, data: Any, cbs: tuple[Callable[[Event[Any]], None]]) -> Event[Any]:
         event: Event[Any] = _new(Event)
-        event.sim = sim
+        event.sim = self.sim
         event._value = PENDING
         event._ok = True
         event._waiter = None
-        event._cbs = [on_processed]
+        event._cbs = cbs
         event._owner = self
         event._data = data
+        return event
+
+    def _submit(self, event: Event[Any], queue: list[Event[Any]], put: bool) -> Event[Any]:
+        if not queue:
+            # SimPy appends and tries the head, which is this event.
+            if put:
+                self._do_put(event)
+            else:
+                self._do_get(event)
+            if event._value is not PENDING:
+                return event
+            queue.append(event)
+            self._waiting[event] = self.sim.now
+            return event
         queue.append(event)
+        self._waiting[event] = self.sim.now
+        if put:
+            self._trigger_put(None)
+        else:
+            self._trigger_get(None)
         return event
 
     def _level_changing(self) -> None:
@@ -495,19 +520,24 @@ class _PutGetResource:
         self._larea += self._level() * (now - self._last)
         self._last = now
 
-    def _level_changed(self) -> None:
-        level = self._level()
-        self._lmax = max(self._lmax, level)
-
-    def _put_done(self, event: Event[Any], value: Any = None) -> None:
-        self._puts += 1
-        self._pwait += self.sim.now - event._data[0]
-        event.succeed(value)
-
-    def _get_done(self, event: Event[Any], value: Any = None) -> None:
-        self._gets += 1
-        self._gwait += self.sim.now - event._data[0]
-        event.succeed(value)
+    def _done(self, event: Event[Any], value: Any, put: bool) -> None:
+        """Count a completed put or get, and schedule it (inlines ``succeed``)."""
+        sim = self.sim
+        if put:
+            self._puts += 1
+            level = self._level()
+            self._lmax = max(self._lmax, level)
+        else:
+            self._gets += 1
+        if self._waiting:
+            queued = self._waiting.pop(event, None)
+            if queued is not None:
+                if put:
+                    self._pwait += sim.now - queued
+                else:
+                    self._gwait += sim.now - queued
+        event._value = value
+        sim._now_append(event)
 
     def _do_put(self, event: Event[Any]) -> bool:
         raise NotImplementedError
@@ -547,6 +577,7 @@ class _PutGetResource:
             for queue in (self.put_queue, self.get_queue):
                 if event in queue:
                     queue.remove(event)
+                    self._waiting.pop(event, None)
 
     def statistics(self) -> ContainerStatistics:
         """Level over time, completed puts and gets, and their waits."""
@@ -615,10 +646,8 @@ class Container(_PutGetResource):
         Raises:
             CapacityExceeded: *amount* is more than the capacity.
         """
-        amount = self._check_amount(amount, "put")
-        event = self._new((self.sim.now, amount), self.put_queue, self._trigger_get_cb)
-        self._trigger_put(None)
-        return event
+        event = self._event(self._check_amount(amount, "put"), self._put_cbs)
+        return self._submit(event, self.put_queue, True)
 
     def get(self, amount: float) -> Event[None]:
         """Take *amount*; an event that succeeds once enough is there.
@@ -626,27 +655,24 @@ class Container(_PutGetResource):
         Raises:
             CapacityExceeded: *amount* is more than the capacity.
         """
-        amount = self._check_amount(amount, "get")
-        event = self._new((self.sim.now, amount), self.get_queue, self._trigger_put_cb)
-        self._trigger_get(None)
-        return event
+        event = self._event(self._check_amount(amount, "get"), self._get_cbs)
+        return self._submit(event, self.get_queue, False)
 
     def _do_put(self, event: Event[Any]) -> bool:
-        amount = event._data[1]
+        amount = event._data
         if self._capacity - self._amount >= amount:
             self._level_changing()
             self._amount += amount
-            self._level_changed()
-            self._put_done(event)
+            self._done(event, None, True)
             return True
         return False
 
     def _do_get(self, event: Event[Any]) -> bool:
-        amount = event._data[1]
+        amount = event._data
         if self._amount >= amount:
             self._level_changing()
             self._amount -= amount
-            self._get_done(event)
+            self._done(event, None, False)
             return True
         return False
 
@@ -672,29 +698,23 @@ class Store(_PutGetResource, Generic[T]):
 
     def put(self, item: T) -> Event[None]:
         """Add *item*; an event that succeeds once there is room."""
-        event = self._new((self.sim.now, item), self.put_queue, self._trigger_get_cb)
-        self._trigger_put(None)
-        return event
+        return self._submit(self._event(item, self._put_cbs), self.put_queue, True)
 
     def get(self) -> Event[T]:
         """An event that succeeds with the next item once there is one."""
-        event = self._new((self.sim.now, None), self.get_queue, self._trigger_put_cb)
-        self._trigger_get(None)
-        return event
+        return self._submit(self._event(None, self._get_cbs), self.get_queue, False)
 
     def _do_put(self, event: Event[Any]) -> bool:
         if len(self.items) < self._capacity:
             self._level_changing()
-            self.items.append(event._data[1])
-            self._level_changed()
-            self._put_done(event)
+            self.items.append(event._data)
+            self._done(event, None, True)
         return False
 
     def _do_get(self, event: Event[Any]) -> bool:
         if self.items:
             self._level_changing()
-            item = self.items.pop(0)
-            self._get_done(event, item)
+            self._done(event, self.items.pop(0), False)
         return False
 
 
@@ -710,18 +730,16 @@ class FilterStore(Store[T]):
         """An event that succeeds with the oldest item for which *filter* is true."""
         if filter is not None and not callable(filter):
             raise ConfigError(f"FilterStore.get(filter=...): expected a callable, got {filter!r}")
-        event = self._new((self.sim.now, filter), self.get_queue, self._trigger_put_cb)
-        self._trigger_get(None)
-        return event
+        return self._submit(self._event(filter, self._get_cbs), self.get_queue, False)
 
     def _do_get(self, event: Event[Any]) -> bool:
-        accept = event._data[1]
+        accept = event._data
         items = self.items
         for index, item in enumerate(items):
             if accept is None or accept(item):
                 self._level_changing()
                 del items[index]
-                self._get_done(event, item)
+                self._done(event, item, False)
                 break
         return True
 
@@ -748,13 +766,12 @@ class PriorityStore(Store[T]):
     def _do_put(self, event: Event[Any]) -> bool:
         if len(self.items) < self._capacity:
             self._level_changing()
-            heappush(cast("list[Any]", self.items), event._data[1])
-            self._level_changed()
-            self._put_done(event)
+            heappush(cast("list[Any]", self.items), event._data)
+            self._done(event, None, True)
         return False
 
     def _do_get(self, event: Event[Any]) -> bool:
         if self.items:
             self._level_changing()
-            self._get_done(event, heappop(cast("list[Any]", self.items)))
+            self._done(event, heappop(cast("list[Any]", self.items)), False)
         return False
