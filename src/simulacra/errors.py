@@ -6,7 +6,7 @@ catches ``ValueError`` or ``RuntimeError`` keeps working::
 
     SimError
     ├── ScheduleError
-    │   ├── EmptySchedule          run(until=event) ran out of events first
+    │   ├── EmptySchedule          no events left (also RuntimeError, as in SimPy)
     │   ├── InvalidDelay           a negative, NaN or non-numeric delay (also ValueError)
     │   └── UntilInPast            run(until=t) with t <= now (also ValueError)
     ├── EventError
@@ -66,7 +66,7 @@ class ScheduleError(SimError):
     """Something is wrong with when an event was asked to happen."""
 
 
-class EmptySchedule(ScheduleError):
+class EmptySchedule(ScheduleError, RuntimeError):
     """No events are left.
 
     Raised by ``step()`` on an empty schedule, and by ``run(until=event)`` when

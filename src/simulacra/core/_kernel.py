@@ -188,14 +188,15 @@ class Event(Generic[T]):
 
     # `_owner` and `_data` are the kernel's extension slots: resources and
     # conditions keep what kind of event this is there, so that every event in
-    # the hot loop has the same type. `_defused` is set only on failed events.
-    __slots__ = ("_cbs", "_data", "_defused", "_ok", "_owner", "_value", "_waiter", "sim")
+    # the hot loop has the same type.
+    __slots__ = ("_cbs", "_data", "_ok", "_owner", "_value", "_waiter", "sim")
 
     sim: Sim
     #: The value, or PENDING until triggered.
     _value: Any
-    #: True if succeeded, False if failed; only meaningful once triggered.
-    _ok: bool
+    #: True if succeeded, False if failed and not (yet) handled, None if failed
+    #: and defused (handled: it will not crash run). Meaningful once triggered.
+    _ok: bool | None
     #: The first process to wait on this event, or None. It is resumed before
     #: any list of callbacks and after an owner's tuple of callbacks.
     _waiter: Process[Any] | None
@@ -242,7 +243,7 @@ class Event(Generic[T]):
         """
         if self._value is PENDING:
             raise EventNotReady(f"{self!r} has not been triggered yet, so it has no outcome")
-        return self._ok
+        return self._ok is True
 
     @property
     def value(self) -> T:
@@ -258,14 +259,14 @@ class Event(Generic[T]):
     @property
     def defused(self) -> bool:
         """True if the failure of this event was handled, so it will not crash ``run``."""
-        return hasattr(self, "_defused")
+        return self._ok is None
 
     @defused.setter
     def defused(self, value: bool) -> None:
-        if value:
-            self._defused = True
-        elif hasattr(self, "_defused"):
-            del self._defused
+        if value and self._ok is not True:
+            self._ok = None
+        elif not value and self._ok is None:
+            self._ok = False
 
     @property
     def callbacks(self) -> list[Callable[[Event[Any]], object]] | None:
@@ -311,7 +312,8 @@ class Event(Generic[T]):
             raise ConfigError(
                 f"fail(exception): expected an exception instance, got {_describe(exception)}"
             )
-        self._ok = False
+        # A pending event may have been defused in advance (SimPy allows it).
+        self._ok = None if self._ok is None else False
         self._value = exception
         sim = self.sim
         sim._now_append(self)
@@ -321,7 +323,7 @@ class Event(Generic[T]):
         """Trigger this event with the outcome and value of *event* (usable as a callback)."""
         if self._value is not PENDING:
             raise AlreadyTriggered(f"{self!r} has already been triggered")
-        self._ok = event._ok
+        self._ok = event._ok is True  # the outcome, not whether it was defused
         self._value = event._value
         sim = self.sim
         sim._now_append(self)
@@ -434,7 +436,7 @@ class _Condition:
             return
         self.count += 1
         if not event._ok:
-            event._defused = True
+            event._ok = None  # defused
             cond.fail(event._value)
         elif not self.need_all or self.count == len(self.events):
             cond.succeed()
@@ -465,6 +467,11 @@ class _Condition:
                 sub.remove_checks()
 
 
+def _events_of(bucket: Any) -> list[Event[Any]]:
+    """The events of a future-time bucket: a lone event or a list of them."""
+    return bucket if type(bucket) is list else [bucket]
+
+
 def _subscribe(event: Event[Any], callback: Callable[[Event[Any]], object]) -> None:
     """Run *callback* when *event* is processed, after earlier subscribers."""
     cbs = event._cbs
@@ -492,6 +499,21 @@ def _own_callbacks(event: Event[Any]) -> list[Callable[[Event[Any]], object]]:
     return cbs
 
 
+@final
+class _ProcessInfo:
+    """What only some processes need: an explicit name, and keyed-ordering identity."""
+
+    __slots__ = ("ident", "name", "nsched", "nspawn")
+
+    def __init__(self, name: str | None, ident: str) -> None:
+        self.name = name
+        #: Keyed ordering: the partition-independent identity of the process.
+        self.ident = ident
+        #: Keyed ordering: events scheduled and processes spawned so far.
+        self.nsched = 0
+        self.nspawn = 0
+
+
 class Process(Event[R]):
     """A generator or ``async def`` coroutine driven by the simulation.
 
@@ -500,16 +522,13 @@ class Process(Event[R]):
     other processes can wait for it with ``yield proc``.
     """
 
-    __slots__ = ("_gen", "_ident", "_name", "_nsched", "_nspawn", "_pid", "_target")
+    # Two slots of its own: a process waits in memory for most of its life.
+    # The inherited `_owner` holds the pid, `_data` a _ProcessInfo or None.
+    __slots__ = ("_gen", "_target")
 
     _gen: Generator[Any, Any, R] | Coroutine[Any, Any, R]
     #: The event this process waits on (None once finished).
     _target: Event[Any] | None
-    _name: str | None
-    _pid: int
-    _ident: str
-    _nsched: int
-    _nspawn: int
 
     def __init__(self, sim: Sim, generator: Generator[Any, Any, R] | Coroutine[Any, Any, R],
                  *, name: str | None = None) -> None:
@@ -520,21 +539,23 @@ class Process(Event[R]):
     @property
     def name(self) -> str:
         """The name given to ``spawn(name=...)``, or the generator's name."""
-        if self._name is not None:
-            return self._name
+        info = self._data
+        if info is not None and info.name is not None:
+            return cast("str", info.name)
         return cast("str", getattr(self._gen, "__name__", type(self._gen).__name__))
 
     @property
     def pid(self) -> int:
         """The process number within its Sim: 1 for the first process spawned, and so on."""
-        return self._pid
+        return cast("int", self._owner)
 
     @property
     def who(self) -> str:
         """The name used in traces: the given name, or ``<generator name>#<pid>``."""
-        if self._name is not None:
-            return self._name
-        return f"{self.name}#{self._pid}"
+        info = self._data
+        if info is not None and info.name is not None:
+            return cast("str", info.name)
+        return f"{self.name}#{self._owner}"
 
     @property
     def target(self) -> Event[Any] | None:
@@ -571,9 +592,8 @@ class Process(Event[R]):
             raise SelfInterrupt(f"process {self.who!r} tried to interrupt itself")
         event: Event[Any] = _new(Event)
         event.sim = sim
-        event._ok = False
         event._value = Interrupt(cause)
-        event._defused = True
+        event._ok = None  # failed, and defused: the process always receives it
         event._waiter = None
         event._cbs = [_deliver_interrupt]
         event._owner = self
@@ -632,7 +652,7 @@ def _resume(sim: Sim, proc: Process[Any], event: Event[Any]) -> None:
                     tracer.record(sim.now, "resume", proc.who, event._value)
                 nxt = gen.send(event._value)
             else:
-                event._defused = True
+                event._ok = None  # defused
                 if tracer is not None:
                     tracer.record(sim.now, "throw", proc.who, event._value)
                 nxt = gen.throw(_copy_exception(event._value))
@@ -715,8 +735,9 @@ class Sim:
         # container below is appended to in scheduling order, so no keys.
         #: Heap of the distinct future times that have events.
         self._times: list[float] = []
-        #: Future time -> its normal events, in scheduling order.
-        self._buckets: dict[float, list[Event[Any]]] = {}
+        #: Future time -> its normal event, or a list of them in scheduling
+        #: order once there are two (most times in continuous models have one).
+        self._buckets: dict[float, Any] = {}
         #: Future time -> its urgent events (run-until stops), in scheduling order.
         self._ubuckets: dict[float, list[Event[Any]]] = {}
         #: Urgent events at the current time (process starts, interrupts).
@@ -770,7 +791,8 @@ class Sim:
         return f"<Sim now={self.now!r} pending={self._pending_count()}>"
 
     def _pending_count(self) -> int:
-        future = sum(map(len, self._buckets.values())) + sum(map(len, self._ubuckets.values()))
+        future = sum(len(_events_of(b)) for b in self._buckets.values())
+        future += sum(map(len, self._ubuckets.values()))
         return len(self._heap) + len(self._urgentq) + len(self._nowq) + future
 
     # -- random streams -------------------------------------------------------
@@ -825,8 +847,9 @@ class Sim:
     def _origin_key(self) -> tuple[str, int]:
         proc = self.active_process
         if proc is not None:
-            proc._nsched += 1
-            return proc._ident, proc._nsched
+            info: _ProcessInfo = proc._data
+            info.nsched += 1
+            return info.ident, info.nsched
         origin = self._origin
         if origin is not None:
             origin[1] += 1
@@ -856,13 +879,18 @@ class Sim:
             key = self._nexturgent() if urgent else self._nextkey()
             heappush(self._heap, (when, key, event))
             return
-        if when not in self._buckets:
-            self._buckets[when] = []
+        buckets = self._buckets
+        if when not in buckets:
+            buckets[when] = []
             heappush(self._times, when)
         if urgent:
             self._ubuckets.setdefault(when, []).append(event)
         else:
-            self._buckets[when].append(event)
+            bucket = buckets[when]
+            if type(bucket) is list:
+                bucket.append(event)
+            else:
+                buckets[when] = [bucket, event]
 
     def _advance(self) -> bool:
         """Move the clock to the next future time; False if there is none (fifo ordering)."""
@@ -871,7 +899,11 @@ class Sim:
             return False
         when = heappop(times)
         self.now = when
-        self._nowq.extend(self._buckets.pop(when))
+        bucket = self._buckets.pop(when)
+        if type(bucket) is list:
+            self._nowq.extend(bucket)
+        else:
+            self._nowq.append(bucket)
         if self._ubuckets:
             urgent = self._ubuckets.pop(when, None)
             if urgent:
@@ -911,13 +943,16 @@ class Sim:
                 if self._keyed:
                     heappush(self._heap, (when, self._nextkey(), event))
                     return event
-                # Inlines Sim._at: a bucket per distinct time, in scheduling order.
-                bucket = self._buckets.get(when)
+                # Inlines Sim._at: one entry per distinct time, in scheduling order.
+                buckets = self._buckets
+                bucket = buckets.get(when)
                 if bucket is None:
-                    self._buckets[when] = [event]
+                    buckets[when] = event
                     heappush(self._times, when)
-                else:
+                elif type(bucket) is list:
                     bucket.append(event)
+                else:
+                    buckets[when] = [bucket, event]
                 return event
             if delay >= 0:  # zero, or too small to move a clock this large
                 self._now_append(event)
@@ -1000,9 +1035,9 @@ class Sim:
             proc._waiter = None
             proc._cbs = None
             proc._gen = fn
-            proc._name = None
             self._npid += 1
-            proc._pid = self._npid
+            proc._owner = self._npid
+            proc._data = None
             init: Event[Any] = _new(Event)
             init.sim = self
             init._value = None
@@ -1049,21 +1084,23 @@ class Sim:
         proc._waiter = None
         proc._cbs = None
         proc._gen = gen
-        proc._name = name
         self._npid += 1
-        proc._pid = self._npid
+        proc._owner = self._npid
+        proc._data = None
         if self._keyed:
             parent = self.active_process
             if name is not None:
-                proc._ident = f"n:{name}"
+                ident = f"n:{name}"
             elif parent is not None:
-                parent._nspawn += 1
-                proc._ident = f"{parent._ident}/{parent._nspawn}"
+                parent_info: _ProcessInfo = parent._data
+                parent_info.nspawn += 1
+                ident = f"{parent_info.ident}/{parent_info.nspawn}"
             else:
                 self._nroot += 1
-                proc._ident = f"r/{self._nroot}"
-            proc._nsched = 0
-            proc._nspawn = 0
+                ident = f"r/{self._nroot}"
+            proc._data = _ProcessInfo(name, ident)
+        elif name is not None:
+            proc._data = _ProcessInfo(name, "")
         init: Event[Any] = _new(Event)
         init.sim = self
         init._value = None
@@ -1075,7 +1112,7 @@ class Sim:
             # A start is keyed by the process itself (its event #0), not by
             # whoever spawned it: the order of starts does not depend on the
             # order of spawn calls, which a partitioned run does not keep.
-            heappush(self._heap, (self.now, (URGENT, proc._ident, 0), init))
+            heappush(self._heap, (self.now, (URGENT, proc._data.ident, 0), init))
         else:
             self._urgentq.append(init)
         if self._tracer is not None:
@@ -1194,7 +1231,7 @@ class Sim:
                     raise
         finally:
             self._origin = None
-        if not event._ok and not hasattr(event, "_defused"):
+        if event._ok is False:  # failed and nobody handled it
             raise _copy_exception(event._value)
         return True
 
@@ -1298,7 +1335,7 @@ class Sim:
         if cbs is not None:
             for callback in cbs:
                 callback(event)
-        if not hasattr(event, "_defused"):
+        if event._ok is False:  # failed and nobody handled it
             raise _copy_exception(event._value)
 
     def _run_fifo(self) -> None:
@@ -1327,7 +1364,11 @@ class Sim:
                 # Inlines Sim._advance.
                 when = heappop(times)
                 self.now = when
-                nowq.extend(buckets.pop(when))
+                bucket = buckets.pop(when)
+                if type(bucket) is list:
+                    nowq.extend(bucket)
+                else:
+                    append_now(bucket)
                 if self._ubuckets:
                     urgent = self._ubuckets.pop(when, None)
                     if urgent:
@@ -1412,7 +1453,9 @@ class Sim:
         if not set(self._ubuckets) <= set(self._buckets):
             raise KernelBug("an urgent bucket has no time in the heap")
         queued = [*self._urgentq, *self._nowq]
-        for bucket in (*self._buckets.values(), *self._ubuckets.values()):
+        for bucket in self._buckets.values():
+            queued.extend(_events_of(bucket))
+        for bucket in self._ubuckets.values():
             queued.extend(bucket)
         for event in queued:
             if event._value is PENDING or event._cbs is _DONE:

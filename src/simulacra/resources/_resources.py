@@ -126,6 +126,7 @@ class Resource:
         "_cancels",
         "_capacity",
         "_grants",
+        "_marker",
         "_qarea",
         "_qmax",
         "_release_cbs",
@@ -146,6 +147,10 @@ class Resource:
         self.queue = deque()
         # Shared by every release event: its one callback, bound once.
         self._release_cbs: tuple[Callable[[Event[Any]], None]] = (self._grant_next,)
+        #: The release event of every `with` block: processed, it re-arms itself.
+        self._marker: Event[None] = sim.event()
+        self._marker._value = None
+        self._marker._cbs = self._release_cbs
         self._since = sim.now
         self._busy = 0.0  # sum of release times minus sum of grant times
         self._qarea = 0.0  # sum of dequeue times minus sum of enqueue times
@@ -218,8 +223,10 @@ class Resource:
         self._qarea += now
         self._grant(req, now)
 
-    def _grant_next(self, _release: Event[Any]) -> None:
+    def _grant_next(self, release: Event[Any]) -> None:
         # The callback of a processed release event: try the head of the queue.
+        if release is self._marker:
+            release._cbs = self._release_cbs  # re-arm the shared marker
         if self.queue and len(self.users) < self._capacity:
             self._grant_head(self.sim.now)
 
@@ -236,7 +243,14 @@ class Resource:
                 f"release(request): {request!r} was not made on {self!r}; release a request "
                 "on the resource that granted it"
             )
-        release: Event[None] = self._exit_request(request, None)
+        release: Event[None] = _new(Event)
+        release.sim = self.sim
+        release._value = None
+        release._ok = True
+        release._waiter = None
+        release._cbs = self._release_cbs
+        release._data = request
+        release = self._exit_request(request, None, release)
         return release
 
     def _cancel(self, request: Event[Any], now: float) -> None:
@@ -247,9 +261,11 @@ class Resource:
         self._cancels += 1
         self._qarea += now
 
-    def _exit_request(self, request: Event[Any], exc_type: object) -> Event[None]:
-        # `with res.request() as req:` leaves the block, or release() was called
-        # (exc_type None). As in SimPy, a generator being closed only cancels.
+    def _exit_request(self, request: Event[Any], exc_type: object,
+                      release: Event[None] | None = None) -> Event[None]:
+        # `with res.request() as req:` leaves the block (release is None), or
+        # release() was called with its own fresh event. As in SimPy, a
+        # generator being closed only cancels.
         sim = self.sim
         now = sim.now
         if exc_type is GeneratorExit:
@@ -263,17 +279,13 @@ class Resource:
                 self._cancel(request, now)
         else:
             self._busy += now
-        # Like SimPy's Release: it succeeds at once and grants the next request
-        # when it is processed.
-        rel: Event[None] = _new(Event)
-        rel.sim = sim
-        rel._value = None
-        rel._ok = True
-        rel._waiter = None
-        rel._cbs = self._release_cbs
-        rel._data = request
-        sim._now_append(rel)
-        return rel
+        # Like SimPy's Release event: it succeeds at once and grants the next
+        # request when it is processed. Nobody can see the release event of a
+        # `with` block, so that one is the resource's reusable marker.
+        if release is None:
+            release = self._marker
+        sim._now_append(release)
+        return release
 
     def statistics(self) -> ResourceStatistics:
         """Utilisation, queue length over time and waits, from creation until now."""
@@ -364,7 +376,9 @@ class PriorityResource(Resource):
         self._qarea += now
         self._grant(req, now)
 
-    def _grant_next(self, _release: Event[Any]) -> None:
+    def _grant_next(self, release: Event[Any]) -> None:
+        if release is self._marker:
+            release._cbs = self._release_cbs  # re-arm the shared marker
         if self.queue:
             self._try_head(self.sim.now)
 
