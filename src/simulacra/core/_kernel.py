@@ -364,6 +364,16 @@ class Event(Generic[T]):
         self.__exit__(exc_type, exc, tb)
 
 
+# What a process is resumed with when it starts: a processed, succeeded
+# event with the value None. A process is queued as itself to start (urgent);
+# a queued event that is still pending can only be such a process.
+_START: Event[None] = _new(Event)
+_START._value = None
+_START._ok = True
+_START._waiter = None
+_START._cbs = _DONE
+
+
 class ConditionValue:
     """The value of an ``all_of`` / ``any_of`` condition: the events that fired, and their values.
 
@@ -559,7 +569,7 @@ class Process(Event[R]):
 
     @property
     def target(self) -> Event[Any] | None:
-        """The event this process is waiting on, or None once it has finished."""
+        """The event this process is waiting on; None before it starts and once it has finished."""
         return self._target
 
     @property
@@ -666,6 +676,16 @@ def _resume(sim: Sim, proc: Process[Any], event: Event[Any]) -> None:
             proc._finish(False, exc)
             sim.active_process = None
             return
+        try:  # the common case inline, as in the run loop
+            fast = nxt._waiter is None and nxt.sim is sim and (
+                (cbs := nxt._cbs) is None or type(cbs) is tuple
+            )
+        except AttributeError:
+            fast = False
+        if fast:
+            nxt._waiter = proc
+            proc._target = nxt
+            break
         again = sim._wait_on(proc, nxt)
         if again is None:
             break
@@ -1038,14 +1058,8 @@ class Sim:
             self._npid += 1
             proc._owner = self._npid
             proc._data = None
-            init: Event[Any] = _new(Event)
-            init.sim = self
-            init._value = None
-            init._ok = True
-            init._waiter = proc
-            init._cbs = None
-            proc._target = init
-            self._urgentq.append(init)
+            proc._target = None
+            self._urgentq.append(proc)  # it starts when popped (see _START)
             return proc
         if hasattr(fn, "send"):
             if args or kwargs:
@@ -1101,20 +1115,14 @@ class Sim:
             proc._data = _ProcessInfo(name, ident)
         elif name is not None:
             proc._data = _ProcessInfo(name, "")
-        init: Event[Any] = _new(Event)
-        init.sim = self
-        init._value = None
-        init._ok = True
-        init._waiter = proc
-        init._cbs = None
-        proc._target = init
+        proc._target = None
         if self._keyed:
             # A start is keyed by the process itself (its event #0), not by
             # whoever spawned it: the order of starts does not depend on the
             # order of spawn calls, which a partitioned run does not keep.
-            heappush(self._heap, (self.now, (URGENT, proc._data.ident, 0), init))
+            heappush(self._heap, (self.now, (URGENT, proc._data.ident, 0), proc))
         else:
-            self._urgentq.append(init)
+            self._urgentq.append(proc)  # it starts when popped (see _START)
         if self._tracer is not None:
             self._tracer.record(self.now, "spawn", proc.who, None)
 
@@ -1210,6 +1218,9 @@ class Sim:
                 if not self._advance():
                     return False
             event = (self._urgentq or self._nowq).popleft()
+        if event._value is PENDING:  # a process waiting to start
+            _resume(self, cast("Process[Any]", event), _START)
+            return True
         waiter = event._waiter
         cbs = event._cbs
         event._cbs = _DONE
@@ -1358,6 +1369,9 @@ class Sim:
         while True:
             if urgentq:
                 event = pop_urgent()
+                if event._value is PENDING:  # a process waiting to start
+                    _resume(self, cast("Process[Any]", event), _START)
+                    continue
             elif nowq:
                 event = pop_now()
             elif times:
@@ -1434,7 +1448,7 @@ class Sim:
         for index, (when, _, event) in enumerate(heap):
             if when < self.now:
                 raise KernelBug(f"event {event!r} scheduled at {when} is in the past ({self.now})")
-            if event._value is PENDING:
+            if event._value is PENDING and not (type(event) is Process and event._target is None):
                 raise KernelBug(f"pending event {event!r} is in the heap")
             if event._cbs is _DONE:
                 raise KernelBug(f"processed event {event!r} is still in the heap")
@@ -1458,6 +1472,8 @@ class Sim:
         for bucket in self._ubuckets.values():
             queued.extend(bucket)
         for event in queued:
+            if type(event) is Process and event._target is None and event.is_alive:
+                continue  # queued to start
             if event._value is PENDING or event._cbs is _DONE:
                 raise KernelBug(f"queued event {event!r} is pending or already processed")
         if self._running and self.active_process is not None:
