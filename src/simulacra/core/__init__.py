@@ -10,7 +10,11 @@ may define ``_exit_request(event, exc_type)``, which ``with event:`` calls on
 exit. Events are made with ``Sim.event()`` and triggered with ``succeed``; on
 hot paths a resource may instead set ``_value``/``_ok`` and call
 ``sim._now_append(event)`` itself, which is exactly what ``succeed`` does.
-Nothing else in the kernel is for use outside it.
+For ``simulacra.parallel`` (conservative PDES), a keyed Sim also offers
+``sim._next_key()`` (reserve the key of the next normal event of the current
+origin), ``sim._schedule_keyed(event, when, key)`` (schedule a triggered
+event with such a key) and ``sim._cur_key`` (the key of the event being
+processed). Nothing else in the kernel is for use outside it.
 """
 
 from simulacra.errors import Interrupt as Interrupt

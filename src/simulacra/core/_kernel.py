@@ -715,6 +715,7 @@ class Sim:
 
     __slots__ = (
         "_buckets",
+        "_cur_key",
         "_heap",
         "_keyed",
         "_nextkey",
@@ -806,6 +807,8 @@ class Sim:
         self._root_ident = "root"
         self._nroot = 0
         self._origin: Any = None
+        #: Keyed ordering: the key of the event being processed (or last processed).
+        self._cur_key: Any = None
 
     def __repr__(self) -> str:
         return f"<Sim now={self.now!r} pending={self._pending_count()}>"
@@ -929,6 +932,30 @@ class Sim:
             if urgent:
                 self._urgentq.extend(urgent)
         return True
+
+    # -- low-level hooks for simulacra.parallel (keyed ordering only) ---------
+
+    def _require_keyed(self, what: str) -> None:
+        if not self._keyed:
+            raise ConfigError(f"{what} needs Sim(ordering='keyed'), this Sim orders ties fifo")
+
+    def _next_key(self) -> tuple[Any, ...]:
+        """Reserve the key the current origin gives its next normal event.
+
+        A cross-shard message reserves its key on the sending shard, so the
+        receiving shard orders it exactly as one Sim would have.
+        """
+        self._require_keyed("_next_key()")
+        return cast("tuple[Any, ...]", self._nextkey())
+
+    def _schedule_keyed(self, event: Event[Any], when: float, key: tuple[Any, ...]) -> None:
+        """Schedule a triggered *event* at *when* with a key reserved elsewhere."""
+        self._require_keyed("_schedule_keyed()")
+        if event._value is PENDING:
+            raise KernelBug("_schedule_keyed() needs a triggered event")
+        if when < self.now:
+            raise KernelBug(f"_schedule_keyed() at {when}, before now ({self.now})")
+        heappush(self._heap, (when, key, event))
 
     # -- making events --------------------------------------------------------
 
@@ -1225,6 +1252,7 @@ class Sim:
         cbs = event._cbs
         event._cbs = _DONE
         if self._keyed:
+            self._cur_key = key
             self._origin = [f"e:{key[1]}@{key[2]}", 0]
         try:
             if waiter is not None:
