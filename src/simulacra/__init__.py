@@ -58,6 +58,7 @@ from .trace import JsonlTracer as JsonlTracer
 from .trace import MemoryTracer as MemoryTracer
 from .trace import Trace as Trace
 from .trace import assert_equivalent as assert_equivalent
+from .trace import digest as digest
 from .trace import first_divergence as first_divergence
 
 __all__ = [
@@ -70,7 +71,8 @@ __all__ = [
     # random streams
     "SeedTree", "Streams", "derive_seed",
     # trace
-    "Trace", "Divergence", "first_divergence", "assert_equivalent", "JsonlTracer", "MemoryTracer",
+    "Trace", "Divergence", "digest", "first_divergence", "assert_equivalent", "JsonlTracer",
+    "MemoryTracer",
     # errors
     "SimError", "ScheduleError", "EmptySchedule", "InvalidDelay", "UntilInPast", "EventError",
     "AlreadyTriggered", "EventNotReady", "NotAnEvent", "ForeignEvent", "ProcessError",

@@ -27,11 +27,13 @@ from ._trace import HasTraceRecords as HasTraceRecords
 from ._trace import Trace as Trace
 from ._trace import TraceLike as TraceLike
 from ._trace import assert_equivalent as assert_equivalent
+from ._trace import digest as digest
 from ._trace import first_divergence as first_divergence
 from ._tracers import JsonlTracer as JsonlTracer
 from ._tracers import MemoryTracer as MemoryTracer
 
 __all__ = [
+    "digest",
     # encoding
     "TRACE_SCHEME",
     "JsonValue",

@@ -443,6 +443,14 @@ def _show(rec: TraceRecord) -> str:
     return text if len(text) <= 300 else text[:297] + "..."
 
 
+def digest(source: TraceLike) -> str:
+    """The hex SHA-256 digest of *source*: a Trace, a traced Sim, or records.
+
+    Shorthand for ``Trace.of(source).digest()``.
+    """
+    return Trace.of(source).digest()
+
+
 def first_divergence(a: TraceLike, b: TraceLike) -> Divergence | None:
     """Find the first record where two traces differ.
 
