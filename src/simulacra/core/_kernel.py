@@ -343,12 +343,13 @@ class Event(Generic[T]):
 
     def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
         try:
-            exit_hook = self._owner._exit_request
+            self._owner._exit_request(self, exc_type)
         except AttributeError:
+            if hasattr(getattr(self, "_owner", None), "_exit_request"):
+                raise  # from inside the resource: not ours to rename
             raise ConfigError(
                 f"{self!r} is not a resource request; only requests work with `with`"
             ) from None
-        exit_hook(self, exc_type)
 
     async def __aenter__(self) -> Event[T]:
         try:
@@ -561,10 +562,18 @@ class Process(Event[R]):
 
     @property
     def who(self) -> str:
-        """The name used in traces: the given name, or ``<generator name>#<pid>``."""
+        """The name used in traces: the given name, or ``<generator name>#<pid>``.
+
+        Under keyed ordering an unnamed process is ``<generator name>#<identity>``
+        instead (such as ``item#n:cell-3/2``): the pid counts spawns in one Sim,
+        which depends on the partition; the identity does not.
+        """
         info = self._data
-        if info is not None and info.name is not None:
-            return cast("str", info.name)
+        if info is not None:
+            if info.name is not None:
+                return cast("str", info.name)
+            if info.ident:
+                return f"{self.name}#{info.ident}"
         return f"{self.name}#{self._owner}"
 
     @property
@@ -1246,6 +1255,7 @@ class Sim:
                     return False
             event = (self._urgentq or self._nowq).popleft()
         if event._value is PENDING:  # a process waiting to start
+            self._cur_key = key  # keyed: its start key (URGENT, ident, 0); None in fifo
             _resume(self, cast("Process[Any]", event), _START)
             return True
         waiter = event._waiter
@@ -1394,14 +1404,25 @@ class Sim:
         pop_now = nowq.popleft
         append_now = nowq.append
         done = _DONE
+        start = _START
+        waiter: Process[Any] | None
+        event: Event[Any]
         while True:
             if urgentq:
                 event = pop_urgent()
                 if event._value is PENDING:  # a process waiting to start
-                    _resume(self, cast("Process[Any]", event), _START)
-                    continue
+                    waiter = cast("Process[Any]", event)
+                    event = start
+                    cbs = None
+                else:
+                    waiter = event._waiter
+                    cbs = event._cbs
+                    event._cbs = done
             elif nowq:
                 event = pop_now()
+                waiter = event._waiter
+                cbs = event._cbs
+                event._cbs = done
             elif times:
                 # Inlines Sim._advance.
                 when = heappop(times)
@@ -1418,9 +1439,6 @@ class Sim:
                 continue
             else:
                 break
-            waiter = event._waiter
-            cbs = event._cbs
-            event._cbs = done
             if not event._ok:
                 self._process_failed(event, waiter, cbs)
                 continue
