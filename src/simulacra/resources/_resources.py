@@ -561,6 +561,8 @@ class _PutGetResource:
 
     def _trigger_put(self, _event: Event[Any] | None) -> None:
         queue = self.put_queue
+        if not queue:
+            return
         index = 0
         while index < len(queue):
             put = queue[index]
@@ -574,6 +576,8 @@ class _PutGetResource:
 
     def _trigger_get(self, _event: Event[Any] | None) -> None:
         queue = self.get_queue
+        if not queue:
+            return
         index = 0
         while index < len(queue):
             get = queue[index]
@@ -712,23 +716,77 @@ class Store(_PutGetResource, Generic[T]):
 
     def put(self, item: T) -> Event[None]:
         """Add *item*; an event that succeeds once there is room."""
-        return self._submit(self._event(item, self._put_cbs), self.put_queue, True)
+        # Inlines _event and _submit: one put per message in store models.
+        event: Event[None] = _new(Event)
+        event.sim = self.sim
+        event._value = PENDING
+        event._ok = True
+        event._waiter = None
+        event._cbs = self._put_cbs
+        event._owner = self
+        event._data = item
+        if self.put_queue:
+            return self._submit(event, self.put_queue, True)
+        self._do_put(event)  # SimPy appends, then tries the head: this put
+        if event._value is PENDING:
+            self.put_queue.append(event)
+            self._waiting[event] = self.sim.now
+        return event
 
     def get(self) -> Event[T]:
         """An event that succeeds with the next item once there is one."""
-        return self._submit(self._event(None, self._get_cbs), self.get_queue, False)
+        event: Event[T] = _new(Event)
+        event.sim = self.sim
+        event._value = PENDING
+        event._ok = True
+        event._waiter = None
+        event._cbs = self._get_cbs
+        event._owner = self
+        event._data = None
+        if self.get_queue:
+            return self._submit(event, self.get_queue, False)
+        self._do_get(event)  # SimPy appends, then tries the head: this get
+        if event._value is PENDING:
+            self.get_queue.append(event)
+            self._waiting[event] = self.sim.now
+        return event
 
     def _do_put(self, event: Event[Any]) -> bool:
-        if len(self.items) < self._capacity:
-            self._level_changing()
-            self.items.append(event._data)
-            self._done(event, None, True)
+        items = self.items
+        level = len(items)
+        if level < self._capacity:
+            # Inlines _level_changing and _done (puts and level statistics).
+            sim = self.sim
+            now = sim.now
+            self._larea += level * (now - self._last)
+            self._last = now
+            items.append(event._data)
+            if level >= self._lmax:
+                self._lmax = level + 1
+            self._puts += 1
+            if self._waiting:
+                queued = self._waiting.pop(event, None)
+                if queued is not None:
+                    self._pwait += now - queued
+            event._value = None
+            sim._now_append(event)
         return False
 
     def _do_get(self, event: Event[Any]) -> bool:
-        if self.items:
-            self._level_changing()
-            self._done(event, self.items.pop(0), False)
+        items = self.items
+        if items:
+            # Inlines _level_changing and _done (gets and level statistics).
+            sim = self.sim
+            now = sim.now
+            self._larea += len(items) * (now - self._last)
+            self._last = now
+            self._gets += 1
+            if self._waiting:
+                queued = self._waiting.pop(event, None)
+                if queued is not None:
+                    self._gwait += now - queued
+            event._value = items.pop(0)
+            sim._now_append(event)
         return False
 
 
