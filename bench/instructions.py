@@ -103,7 +103,7 @@ def count(script: Path, which: str, bench: str, size: int, workdir: Path) -> int
     out = workdir / f"cg.{which}.{bench}"
     env = dict(os.environ, PYTHONHASHSEED="0")
     proc = subprocess.run(
-        ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}",
+        ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}",  # noqa: S607
          sys.executable, str(script), which, bench, str(size)],
         capture_output=True, text=True, env=env, check=True,
     )

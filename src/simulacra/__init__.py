@@ -8,6 +8,12 @@ backend, worker count and shard count.
 from simulacra._util import claim_public_module
 
 from ._version import __version__ as __version__
+from .agents import Agent as Agent
+from .agents import AgentSpec as AgentSpec
+from .agents import Context as Context
+from .agents import Message as Message
+from .agents import Phase as Phase
+from .agents import Sequence as Sequence
 from .core import NORMAL as NORMAL
 from .core import URGENT as URGENT
 from .core import ConditionValue as ConditionValue
@@ -16,28 +22,71 @@ from .core import Process as Process
 from .core import ProcessGenerator as ProcessGenerator
 from .core import Sim as Sim
 from .core import Tracer as Tracer
+from .engines import ExecutionBackend as ExecutionBackend
+from .engines import LocalBackend as LocalBackend
+from .engines import Model as Model
+from .engines import ProcessPoolBackend as ProcessPoolBackend
+from .engines import RunResult as RunResult
+from .engines import Settings as Settings
+from .engines import ThreadPoolBackend as ThreadPoolBackend
+from .engines import get_backend as get_backend
+from .engines import load_settings as load_settings
+from .errors import AgentActionError as AgentActionError
+from .errors import AgentError as AgentError
 from .errors import AlreadyTriggered as AlreadyTriggered
+from .errors import BackendError as BackendError
+from .errors import BackendUnavailable as BackendUnavailable
 from .errors import CapacityExceeded as CapacityExceeded
 from .errors import ConfigError as ConfigError
+from .errors import ContextClosed as ContextClosed
 from .errors import DeadProcess as DeadProcess
 from .errors import DeterminismError as DeterminismError
 from .errors import EmptySchedule as EmptySchedule
 from .errors import EventError as EventError
 from .errors import EventNotReady as EventNotReady
+from .errors import ExperimentError as ExperimentError
 from .errors import ForeignEvent as ForeignEvent
 from .errors import ForeignRequest as ForeignRequest
 from .errors import Interrupt as Interrupt
 from .errors import InvalidDelay as InvalidDelay
 from .errors import KernelBug as KernelBug
+from .errors import LookaheadViolation as LookaheadViolation
 from .errors import NotAnEvent as NotAnEvent
+from .errors import OffloadError as OffloadError
+from .errors import OffloadTimeout as OffloadTimeout
+from .errors import PartitionError as PartitionError
 from .errors import ProcessError as ProcessError
+from .errors import RemoteError as RemoteError
+from .errors import ReplicationFailed as ReplicationFailed
 from .errors import ResourceError as ResourceError
 from .errors import ScheduleError as ScheduleError
 from .errors import SelfInterrupt as SelfInterrupt
+from .errors import ShardCrashed as ShardCrashed
+from .errors import ShardError as ShardError
 from .errors import SimError as SimError
+from .errors import SpoolError as SpoolError
 from .errors import ThreadOwnershipError as ThreadOwnershipError
 from .errors import TraceError as TraceError
+from .errors import UnknownEntity as UnknownEntity
+from .errors import UnknownRecipient as UnknownRecipient
 from .errors import UntilInPast as UntilInPast
+from .errors import WorkerLost as WorkerLost
+from .executors import Executor as Executor
+from .executors import get_executor as get_executor
+from .parallel import Entity as Entity
+from .parallel import Experiment as Experiment
+from .parallel import ExperimentResults as ExperimentResults
+from .parallel import Offloader as Offloader
+from .parallel import PDESStats as PDESStats
+from .parallel import ReplicationResult as ReplicationResult
+from .parallel import ShardContext as ShardContext
+from .parallel import ShardedSim as ShardedSim
+from .parallel import SpeedupEstimate as SpeedupEstimate
+from .parallel import UnshardedSim as UnshardedSim
+from .parallel import analyze as analyze
+from .parallel import config_grid as config_grid
+from .parallel import offload as offload
+from .parallel import use_pool as use_pool
 from .resources import Container as Container
 from .resources import ContainerStatistics as ContainerStatistics
 from .resources import FilterStore as FilterStore
@@ -73,12 +122,29 @@ __all__ = [
     # trace
     "Trace", "Divergence", "digest", "first_divergence", "assert_equivalent", "JsonlTracer",
     "MemoryTracer",
+    # replications and executors
+    "Experiment", "ExperimentResults", "ReplicationResult", "config_grid", "Executor",
+    "get_executor",
+    # PDES
+    "ShardedSim", "UnshardedSim", "ShardContext", "Entity", "PDESStats", "SpeedupEstimate",
+    "analyze",
+    # offload
+    "offload", "Offloader", "use_pool",
+    # agents and engines
+    "Agent", "AgentSpec", "Message", "Context", "Phase", "Sequence", "Model", "RunResult",
+    "ExecutionBackend", "LocalBackend", "ThreadPoolBackend", "ProcessPoolBackend", "get_backend",
+    "load_settings", "Settings",
     # errors
     "SimError", "ScheduleError", "EmptySchedule", "InvalidDelay", "UntilInPast", "EventError",
     "AlreadyTriggered", "EventNotReady", "NotAnEvent", "ForeignEvent", "ProcessError",
     "DeadProcess", "SelfInterrupt", "ResourceError", "CapacityExceeded", "ForeignRequest",
     "ConfigError", "ThreadOwnershipError", "DeterminismError", "TraceError", "Interrupt",
     "KernelBug",
+    "BackendError", "BackendUnavailable", "WorkerLost", "RemoteError", "ExperimentError",
+    "ReplicationFailed", "SpoolError",
+    "PartitionError", "UnknownEntity", "LookaheadViolation", "ShardError", "ShardCrashed",
+    "OffloadError", "OffloadTimeout",
+    "AgentError", "AgentActionError", "UnknownRecipient", "ContextClosed",
     "__version__",
 ]
 

@@ -24,6 +24,24 @@ catches ``ValueError`` or ``RuntimeError`` keeps working::
     ├── ThreadOwnershipError       a Sim driven from a second thread (also RuntimeError)
     ├── DeterminismError           two runs that must match did not
     ├── TraceError                 an unreadable or malformed trace (also ValueError)
+    ├── BackendError               running units of work on a backend (executors)
+    │   ├── BackendUnavailable     a backend this Python cannot provide (also RuntimeError)
+    │   ├── WorkerLost             a unit's worker died too often (also RuntimeError)
+    │   └── RemoteError            a worker's exception that could not travel as itself
+    ├── ExperimentError            a study of replications could not complete
+    │   ├── ReplicationFailed      the model raised for one replication (also RuntimeError)
+    │   └── SpoolError             another study's directory, or a damaged one (also ValueError)
+    ├── OffloadError               an offloaded payload could not run or lost its worker
+    │   └── OffloadTimeout         an offloaded payload hung past the pool's timeout
+    ├── PartitionError             a sharded model or its partition is invalid (also ValueError)
+    │   ├── UnknownEntity          a message or channel names an entity the model lacks
+    │   └── LookaheadViolation     a send with a delay below its channel's lookahead
+    ├── ShardError                 a shard failed outside the model (also RuntimeError)
+    │   └── ShardCrashed           a shard's worker died or stopped answering
+    ├── AgentError                 an agent model is misused, or one of its agents failed
+    │   ├── AgentActionError       an agent's action raised: agent, phase, step (also RuntimeError)
+    │   ├── UnknownRecipient       a message to an agent the model lacks (also LookupError)
+    │   └── ContextClosed          a Context used after its action returned (also RuntimeError)
     └── Interrupt                  thrown into a process by Process.interrupt()
     KernelBug                      an invariant inside simulacra broke; please report it
 """
@@ -55,6 +73,28 @@ __all__ = [
     "ThreadOwnershipError",
     "TraceError",
     "UntilInPast",
+    # executors and parallel replications
+    "BackendError",
+    "BackendUnavailable",
+    "WorkerLost",
+    "RemoteError",
+    "ExperimentError",
+    "ReplicationFailed",
+    "SpoolError",
+    # in-run offload
+    "OffloadError",
+    "OffloadTimeout",
+    # PDES
+    "PartitionError",
+    "UnknownEntity",
+    "LookaheadViolation",
+    "ShardError",
+    "ShardCrashed",
+    # agents and engines
+    "AgentError",
+    "AgentActionError",
+    "UnknownRecipient",
+    "ContextClosed",
 ]
 
 
@@ -142,6 +182,110 @@ class TraceError(SimError, ValueError):
     """A trace file or record could not be read or is malformed."""
 
 
+# -- executors (layer 1) and parallel replications (layer 4) -----------------
+
+
+class BackendError(SimError):
+    """Running units of work on a backend (threads, processes, Dask...) went wrong."""
+
+
+class BackendUnavailable(BackendError, RuntimeError):
+    """The backend asked for cannot run here: the message says why and what would work.
+
+    For example ``"interpreters"`` on a Python without
+    ``concurrent.futures.InterpreterPoolExecutor``, or ``"dask"`` without
+    ``dask.distributed`` installed.
+    """
+
+
+class WorkerLost(BackendError, RuntimeError):
+    """A unit's worker died (a killed process, a lost Dask worker) more often than allowed.
+
+    Raised once the unit has been retried ``retries`` times. Attributes (``None``
+    when not known): :attr:`unit` names the unit (for an ``Experiment``, its
+    ``(config_index, replication)``); :attr:`crashes` is how many times a
+    worker died while running it.
+    """
+
+    unit: object = None
+    crashes: int | None = None
+
+
+class RemoteError(BackendError):
+    """Stands in for an exception raised in a worker that could not be pickled back.
+
+    The message holds the original type, message and the worker's traceback.
+    """
+
+
+class ExperimentError(SimError):
+    """A study of replications (``Experiment``) could not complete."""
+
+
+class ReplicationFailed(ExperimentError, RuntimeError):
+    """The model function raised for one ``(config_index, replication)``.
+
+    The model's own exception is chained as ``__cause__``. It is not retried: an
+    exception is a bug in the model, not a crash. Results finished before it are
+    kept in the study directory, if there is one. Attributes: :attr:`config_index`,
+    :attr:`replication`.
+    """
+
+    config_index: int | None = None
+    replication: int | None = None
+
+
+class SpoolError(ExperimentError, ValueError):
+    """A study directory cannot be used: it holds another study, or it is damaged."""
+
+
+# -- in-run offload (layer 4) --------------------------------------------------
+
+
+class OffloadError(SimError, RuntimeError):
+    """An offloaded payload could not run, could not send its result back, or its worker died.
+
+    A payload that raises an exception of its own fails its event with that
+    exception, not with this one.
+    """
+
+
+class OffloadTimeout(OffloadError, TimeoutError):
+    """An offloaded payload did not finish within its pool's timeout, even when run alone."""
+
+
+# -- PDES (layer 4) -----------------------------------------------------------
+
+
+class PartitionError(SimError, ValueError):
+    """A sharded model or its partition is invalid.
+
+    For example an entity mapped to a shard that does not exist, an unnamed
+    top-level process (whose identity would depend on the partition), or a
+    builder that declared different entities on different shards.
+    """
+
+
+class UnknownEntity(PartitionError):
+    """A message or a channel names an entity that the model never declared."""
+
+
+class LookaheadViolation(PartitionError):
+    """A message was sent with a delay below its channel's lookahead (its minimum delay)."""
+
+
+class ShardError(SimError, RuntimeError):
+    """A shard of a ``ShardedSim`` failed outside the model.
+
+    Its worker raised an exception that could not travel back as itself (the
+    message holds its type, text and traceback), or the shard died.
+    """
+
+
+class ShardCrashed(ShardError):
+    """A shard's worker process died, or did not answer within the timeout."""
+
+
 class Interrupt(SimError):
     """Thrown into a process by ``Process.interrupt(cause)``.
 
@@ -159,3 +303,43 @@ class Interrupt(SimError):
 
 class KernelBug(Exception):  # deliberately outside SimError
     """An invariant inside simulacra broke. This should never happen: please report it."""
+
+
+# -- agents (layer 3) and engines (layer 5) ------------------------------------
+
+
+class AgentError(SimError):
+    """An agent model is misused, or one of its agents failed while it ran."""
+
+
+class AgentActionError(AgentError, RuntimeError):
+    """An agent's phase action (or its constructor) raised an exception.
+
+    The agent's own exception is chained as ``__cause__``, also when the agent
+    ran in a worker process: the exception then travels back pickled (or as a
+    :class:`RemoteError` when it cannot) and its traceback text in the worker
+    is kept in :attr:`remote_traceback`. Attributes (``None`` when not known):
+    :attr:`agent` (the agent id), :attr:`phase` (the phase name, or
+    ``"__init__"`` when building the agent failed), :attr:`step`.
+    """
+
+    agent: object = None
+    phase: str | None = None
+    step: int | None = None
+    remote_traceback: str | None = None
+
+
+class UnknownRecipient(AgentError, LookupError):
+    """A message was sent to an agent id that the model does not hold.
+
+    Attributes: :attr:`sender`, :attr:`recipient`, :attr:`step`, :attr:`phase`.
+    """
+
+    sender: object = None
+    recipient: object = None
+    step: int | None = None
+    phase: str | None = None
+
+
+class ContextClosed(AgentError, RuntimeError):
+    """A phase ``Context`` was used to send after the action that received it returned."""

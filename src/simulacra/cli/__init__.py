@@ -10,6 +10,10 @@ Commands:
         Print ``simulacra <version>``.
     ``simulacra run TARGET [--seed N] [--set KEY=VALUE ...] [--json]``
         Call a model function and print the KPIs it returns.
+    ``simulacra experiment STUDY [--output DIR] [--backend NAME] [--resume] ...``
+        Run a study of replications described in a TOML or JSON file; print
+        the mean and confidence interval of every KPI per config and write
+        the results table (see ``simulacra.cli._experiment``).
 """
 
 from simulacra.cli._main import main as main

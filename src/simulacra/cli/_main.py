@@ -31,6 +31,7 @@ from types import ModuleType
 from typing import TextIO, TypeAlias
 
 from simulacra._version import __version__
+from simulacra.cli._experiment import add_experiment_command
 
 __all__ = ["main"]
 
@@ -117,6 +118,7 @@ def _build_parser() -> argparse.ArgumentParser:
     )
     run.add_argument("--json", action="store_true", help="print the KPIs as a JSON object")
     run.set_defaults(command_fn=_cmd_run)
+    add_experiment_command(commands)
     return parser
 
 

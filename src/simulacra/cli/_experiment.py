@@ -1,0 +1,335 @@
+"""``simulacra experiment STUDY``: run a study of replications described in a TOML or JSON file.
+
+A study file (TOML shown; JSON has the same keys)::
+
+    model = "examples/bank.py:run"  # or "package.module:function"
+    convention = "run"              # "run": model(seed=..., **config) (default)
+                                    # "stream": model(stream, config)
+    master_seed = 2025              # int or str
+    replications = 20
+    backend = "auto"                # sequential | threads | processes | interpreters | dask
+    max_workers = 4                 # optional: one per CPU
+    scheduler_address = "tcp://..." # optional, dask only
+    retries = 3                     # optional: re-runs after a worker died
+    common_random_numbers = false   # optional
+    confidence = 0.95               # optional: of the printed intervals
+    output = "bank-study"           # optional: <study file stem>-results
+
+    [base]                          # optional: fields shared by every config
+    customers = 2000
+
+    [grid]                          # either a grid: every combination, first key slowest
+    servers = [3, 4]
+    arrival_rate = [2.0, 2.7]
+
+    # or a list of configs:
+    # [[configs]]
+    # servers = 3
+
+Relative paths in the file (``model`` as a file, ``output``) are read
+relative to the study file's directory; ``--output`` relative to the working
+directory. The output directory is also the study directory:
+results are spooled there as they finish (``study.json``,
+``results.jsonl``), so ``--resume`` finishes an interrupted study. At the end
+it holds ``results.csv``, ``results.parquet`` and ``summary.csv``, and the
+summary (mean and confidence interval per config and KPI) is printed.
+
+Layer 7: uses the public front door ``simulacra`` only, imported lazily.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import sys
+import tomllib
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any, TextIO
+
+__all__ = ["add_experiment_command"]
+
+EXIT_OK = 0
+EXIT_SIM_ERROR = 1
+EXIT_USAGE = 2
+
+#: Every key a study file may hold, with what it must be.
+_KEYS: dict[str, str] = {
+    "model": "a str 'path/to/file.py:function' or 'package.module:function'",
+    "convention": "'run' or 'stream'",
+    "master_seed": "an int or a str",
+    "replications": "an int >= 1",
+    "backend": "a backend name such as 'auto', 'processes' or 'dask'",
+    "max_workers": "an int >= 1",
+    "scheduler_address": "a Dask scheduler address such as 'tcp://host:8786'",
+    "retries": "an int >= 0",
+    "common_random_numbers": "true or false",
+    "confidence": "a number strictly between 0 and 1",
+    "output": "a directory path",
+    "base": "a table of parameters shared by every config",
+    "grid": "a table mapping each parameter to a list of values",
+    "configs": "a list of tables, one per config",
+}
+
+
+class StudyError(Exception):
+    """A study file that cannot be used; the message names the field."""
+
+
+def add_experiment_command(commands: Any) -> None:
+    """Add ``experiment`` to the ``simulacra`` subcommands."""
+    parser = commands.add_parser(
+        "experiment",
+        help="run a study of replications from a TOML or JSON file",
+        description=(
+            "Run a model over configs x replications, as described in STUDY (.toml or "
+            ".json), print the mean and confidence interval of every KPI per config, "
+            "and write results.csv, results.parquet and summary.csv to the output directory."
+        ),
+    )
+    parser.add_argument("study", metavar="STUDY", help="the study file (.toml or .json)")
+    parser.add_argument("--output", metavar="DIR", help="output directory (overrides the file)")
+    parser.add_argument("--backend", metavar="NAME", help="backend (overrides the file)")
+    parser.add_argument("--max-workers", type=int, metavar="N", help="workers (overrides)")
+    parser.add_argument("--replications", type=int, metavar="N", help="replications (overrides)")
+    parser.add_argument(
+        "--resume",
+        action="store_true",
+        help="keep the results already in the output directory and run only the rest",
+    )
+    parser.add_argument(
+        "--progress",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="show a progress bar (default: only on a terminal)",
+    )
+    parser.set_defaults(command_fn=_cmd_experiment)
+
+
+def _cmd_experiment(args: argparse.Namespace) -> int:
+    import simulacra  # noqa: PLC0415  (layer 7 uses the front door, and only when needed)
+
+    path = Path(args.study)
+    try:
+        study = _read_study(path)
+        _apply_overrides(study, args)
+        settings = _check_study(study, path)
+    except StudyError as exc:
+        print(f"error: {path}: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    output = settings["output"]
+    with _on_sys_path(Path.cwd(), path.resolve().parent):
+        try:
+            experiment = simulacra.Experiment(
+                settings["model"],
+                settings["configs"],
+                master_seed=settings["master_seed"],
+                spool_dir=output,
+                convention=settings["convention"],
+                common_random_numbers=settings["common_random_numbers"],
+            )
+            results = experiment.run(
+                settings["replications"],
+                settings["backend"],
+                settings["max_workers"],
+                scheduler_address=settings["scheduler_address"],
+                retries=settings["retries"],
+                resume=args.resume,
+                progress=args.progress,
+            )
+            summary = results.summary(settings["confidence"])
+        except simulacra.ConfigError as exc:
+            hint = ""
+            if str(exc).startswith("resume is False"):
+                hint = " (on the command line: --resume, or another --output)"
+            print(f"error: {path}: {exc}{hint}", file=sys.stderr)
+            return EXIT_USAGE
+        except simulacra.SimError as exc:
+            print(f"error: {type(exc).__name__}: {exc}", file=sys.stderr)
+            return EXIT_SIM_ERROR
+    results.to_csv(output / "results.csv")
+    results.to_parquet(output / "results.parquet")
+    summary.write_csv(output / "summary.csv")
+    out = sys.stdout
+    print(
+        f"{experiment.model}: {len(results.configs)} configs x {results.replications} "
+        f"replications on {results.backend} ({results.backend_reason})"
+        + (f"; {results.resumed} resumed" if results.resumed else ""),
+        file=out,
+    )
+    _print_summary(summary.rows(named=True), settings["confidence"], out)
+    print(f"results in {output}: results.csv, results.parquet, summary.csv", file=out)
+    return EXIT_OK
+
+
+def _read_study(path: Path) -> dict[str, Any]:
+    try:
+        raw = path.read_bytes()
+    except OSError as exc:
+        raise StudyError(f"cannot read the study file ({exc.strerror or exc})") from None
+    try:
+        if path.suffix == ".json":
+            data = json.loads(raw)
+        elif path.suffix == ".toml":
+            data = tomllib.loads(raw.decode("utf-8"))
+        else:
+            raise StudyError(f"the study file must end in .toml or .json, got {path.suffix!r}")
+    except (ValueError, UnicodeDecodeError) as exc:  # TOMLDecodeError and JSONDecodeError
+        raise StudyError(f"not valid {path.suffix[1:].upper()}: {exc}") from None
+    if not isinstance(data, dict):
+        raise StudyError(f"the study must be a table of settings, got {type(data).__name__}")
+    return data
+
+
+def _apply_overrides(study: dict[str, Any], args: argparse.Namespace) -> None:
+    for key in ("output", "backend", "max_workers", "replications"):
+        value = getattr(args, key)
+        if value is not None:
+            # --output is a command-line path: relative to the working directory.
+            study[key] = str(Path(value).resolve()) if key == "output" else value
+
+
+def _expect(condition: bool, key: str, value: object) -> None:
+    if not condition:
+        raise StudyError(f"{key} must be {_KEYS[key]}, got {type(value).__name__} {value!r}")
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _check_study(study: Mapping[str, Any], path: Path) -> dict[str, Any]:
+    """Check every field of *study* and return the settings to run it with."""
+    unknown = sorted(set(study) - set(_KEYS))
+    if unknown:
+        raise StudyError(f"unknown key {unknown[0]!r}; the known keys are {', '.join(_KEYS)}")
+    for key in ("model", "master_seed", "replications"):
+        if key not in study:
+            raise StudyError(f"{key} is missing: it must be {_KEYS[key]}")
+    here = path.resolve().parent
+    model = study["model"]
+    _expect(isinstance(model, str) and ":" in model, "model", model)
+    where, _, function = model.rpartition(":")
+    if where.endswith(".py") or "/" in where or "\\" in where:
+        model = f"{(here / where).resolve()}:{function}"
+    seed = study["master_seed"]
+    _expect(_is_int(seed) or isinstance(seed, str), "master_seed", seed)
+    replications = study["replications"]
+    _expect(_is_int(replications) and replications >= 1, "replications", replications)
+    convention = study.get("convention", "run")
+    _expect(convention in ("run", "stream"), "convention", convention)
+    backend = study.get("backend", "auto")
+    _expect(isinstance(backend, str), "backend", backend)
+    max_workers = study.get("max_workers")
+    _expect(
+        max_workers is None or (_is_int(max_workers) and max_workers >= 1),
+        "max_workers",
+        max_workers,
+    )
+    address = study.get("scheduler_address")
+    _expect(address is None or isinstance(address, str), "scheduler_address", address)
+    retries = study.get("retries", 3)
+    _expect(_is_int(retries) and retries >= 0, "retries", retries)
+    common = study.get("common_random_numbers", False)
+    _expect(isinstance(common, bool), "common_random_numbers", common)
+    confidence = study.get("confidence", 0.95)
+    _expect(
+        isinstance(confidence, int | float)
+        and not isinstance(confidence, bool)
+        and 0 < confidence < 1,
+        "confidence",
+        confidence,
+    )
+    output = study.get("output", f"{path.stem}-results")
+    _expect(isinstance(output, str) and bool(output), "output", output)
+    return {
+        "model": model,
+        "master_seed": seed,
+        "replications": replications,
+        "convention": convention,
+        "backend": backend,
+        "max_workers": max_workers,
+        "scheduler_address": address,
+        "retries": retries,
+        "common_random_numbers": common,
+        "confidence": float(confidence),
+        "output": here / output,
+        "configs": _configs(study),
+    }
+
+
+def _configs(study: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The configs of a study: ``base`` merged under each of ``configs`` or the ``grid``."""
+    import simulacra  # noqa: PLC0415
+
+    base = study.get("base", {})
+    _expect(isinstance(base, dict), "base", base)
+    if "grid" in study and "configs" in study:
+        raise StudyError("give either grid or configs, not both")
+    if "grid" in study:
+        grid = study["grid"]
+        _expect(isinstance(grid, dict) and bool(grid), "grid", grid)
+        for name, values in grid.items():
+            if not isinstance(values, list) or not values:
+                raise StudyError(
+                    f"grid.{name} must be a non-empty list of values, got "
+                    f"{type(values).__name__} {values!r}"
+                )
+        varying = simulacra.config_grid(grid)
+    elif "configs" in study:
+        configs = study["configs"]
+        _expect(isinstance(configs, list) and bool(configs), "configs", configs)
+        for i, config in enumerate(configs):
+            if not isinstance(config, dict):
+                raise StudyError(
+                    f"configs[{i}] must be a table of parameters, got "
+                    f"{type(config).__name__} {config!r}"
+                )
+        varying = configs
+    else:
+        varying = [{}]
+    return [{**base, **config} for config in varying]
+
+
+@contextlib.contextmanager
+def _on_sys_path(*directories: Path) -> Iterator[None]:
+    """Put *directories* first on ``sys.path`` while the study runs (workers inherit it)."""
+    entries = [str(d) for d in directories]
+    sys.path[:0] = entries
+    try:
+        yield
+    finally:
+        for entry in entries:
+            with contextlib.suppress(ValueError):
+                sys.path.remove(entry)
+
+
+def _number(value: object) -> str:
+    return f"{value:.6g}" if isinstance(value, float) else str(value)
+
+
+def _print_summary(rows: list[dict[str, Any]], confidence: float, out: TextIO) -> None:
+    """Print the summary rows as a table, with rich."""
+    from rich import box  # type: ignore[import-not-found,unused-ignore]  # noqa: PLC0415
+    from rich.console import Console  # type: ignore[import-not-found,unused-ignore]  # noqa: PLC0415
+    from rich.table import Table  # type: ignore[import-not-found,unused-ignore]  # noqa: PLC0415
+
+    stats = {"n", "mean", "std", "halfwidth", "ci_low", "ci_high"}
+    fields = [name for name in (rows[0] if rows else {}) if name not in stats]
+    table = Table(box=box.SIMPLE_HEAD, show_edge=False)
+    for name in fields:
+        table.add_column("config" if name == "config_index" else name, no_wrap=True)
+    table.add_column("mean", justify="right", no_wrap=True)
+    table.add_column(f"± ({confidence:.0%} CI)", justify="right", no_wrap=True)
+    table.add_column("n", justify="right", no_wrap=True)
+    for row in rows:
+        table.add_row(
+            *(_number(row[name]) for name in fields),
+            _number(row["mean"]),
+            _number(row["halfwidth"]),
+            str(row["n"]),
+        )
+    console = Console(file=out, highlight=False)
+    console.width = max(console.width, 120)
+    console.print(table)

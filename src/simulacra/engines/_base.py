@@ -1,0 +1,120 @@
+"""The execution-backend seam: three methods plus a lifecycle."""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Iterable, Mapping
+from types import TracebackType
+from typing import Any, Protocol, TypeAlias, runtime_checkable
+
+from simulacra.agents import AgentId, AgentSpec, Message, Phase
+from simulacra.rng import SeedTree
+
+__all__ = ["AgentSnapshot", "BackendBase", "ExecutionBackend"]
+
+AgentSnapshot: TypeAlias = dict[AgentId, tuple[str, dict[str, Any]]]
+"""``{agent id: (class qualname, state)}``: agent states, for digests and results."""
+
+
+@runtime_checkable
+class ExecutionBackend(Protocol):
+    """Runs the agents of one model, wherever it holds them.
+
+    The engine drives a backend through one run like this::
+
+        backend.start(specs, seed, world)
+        for step in range(steps):
+            for index, phase in enumerate(sequence):
+                messages = backend.execute_action(phase, step, index)
+                messages.sort()                    # total order: (phase, sender, seq)
+                backend.deliver_messages(messages)
+        states = backend.snapshot()
+        backend.close()                            # when the engine owns the backend
+
+    A backend holds agent state where it runs the agents (a worker process
+    owns its partition for the whole run); only phases, step numbers and
+    messages travel. It must give results identical to :class:`LocalBackend`,
+    the sequential reference: every parallel backend has a same-seed-same-result
+    test against it (``tests/engines/test_conformance.py``).
+    """
+
+    @property
+    def name(self) -> str:
+        """The backend's registry name ("local", "threaded", "processes"...)."""
+        ...
+
+    def start(self, specs: Iterable[AgentSpec], seed: SeedTree,
+              world: Mapping[str, Any] | None) -> None:
+        """Build the agents from *specs* (in their final place) for a new run.
+
+        A backend that is already started drops its agents and starts over.
+        """
+        ...
+
+    def execute_action(self, phase: Phase, step: int, phase_index: int) -> list[Message]:
+        """Run *phase*'s action on every eligible agent; return their outgoing messages.
+
+        Raises:
+            AgentActionError: An action raised. When several did (concurrently),
+                the one of the lowest agent id: the one the reference would hit.
+            UnknownRecipient: An agent sent to an id the model lacks.
+            WorkerLost: A worker holding agents died.
+        """
+        ...
+
+    def deliver_messages(self, messages: list[Message]) -> None:
+        """Make *messages* (already in total order) the inboxes of the next phase.
+
+        Every agent's previous inbox is dropped.
+        """
+        ...
+
+    def get_agents_for(self, phase: Phase) -> list[AgentId]:
+        """The ids of the agents *phase* would run on now, sorted."""
+        ...
+
+    def snapshot(self) -> AgentSnapshot:
+        """The state of every agent, as independent copies, in id order."""
+        ...
+
+    def close(self) -> None:
+        """Release threads, processes and agents. Idempotent."""
+        ...
+
+
+class BackendBase(abc.ABC):
+    """A helper base for backends: the abstract methods, a context manager, a repr."""
+
+    #: The backend's registry name.
+    name: str = "?"
+
+    @abc.abstractmethod
+    def start(self, specs: Iterable[AgentSpec], seed: SeedTree,
+              world: Mapping[str, Any] | None) -> None:
+        """See :meth:`ExecutionBackend.start`."""
+
+    @abc.abstractmethod
+    def execute_action(self, phase: Phase, step: int, phase_index: int) -> list[Message]:
+        """See :meth:`ExecutionBackend.execute_action`."""
+
+    @abc.abstractmethod
+    def deliver_messages(self, messages: list[Message]) -> None:
+        """See :meth:`ExecutionBackend.deliver_messages`."""
+
+    @abc.abstractmethod
+    def get_agents_for(self, phase: Phase) -> list[AgentId]:
+        """See :meth:`ExecutionBackend.get_agents_for`."""
+
+    @abc.abstractmethod
+    def snapshot(self) -> AgentSnapshot:
+        """See :meth:`ExecutionBackend.snapshot`."""
+
+    def close(self) -> None:  # noqa: B027  (a no-op default is the point)
+        """See :meth:`ExecutionBackend.close`. The default does nothing."""
+
+    def __enter__(self) -> BackendBase:
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.close()

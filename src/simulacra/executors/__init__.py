@@ -1,0 +1,57 @@
+"""Executors: run independent units of work inline, on threads, processes, sub-interpreters or Dask.
+
+Layer 1, beside the kernel, and knowing nothing of it: an executor calls
+``fn(unit)`` for each unit and reports what happened (:class:`Done`,
+:class:`Raised` or :class:`Lost`) in completion order, with each unit's index.
+The caller puts results back in identity order. Executors that cross a
+process boundary take an importable function and pickled plain data, never a
+live object.
+
+This package imports only the standard library and :mod:`simulacra.errors`;
+``dask.distributed`` is imported when a Dask executor is created.
+"""
+
+from simulacra._util import claim_public_module
+
+from ._base import Done as Done
+from ._base import Executor as Executor
+from ._base import Lost as Lost
+from ._base import Raised as Raised
+from ._base import available_cpus as available_cpus
+from ._dask import DaskExecutor as DaskExecutor
+from ._pool import START_METHODS as START_METHODS
+from ._pool import InterpreterExecutor as InterpreterExecutor
+from ._pool import ProcessExecutor as ProcessExecutor
+from ._pool import SequentialExecutor as SequentialExecutor
+from ._pool import ThreadExecutor as ThreadExecutor
+from ._refs import callable_ref as callable_ref
+from ._refs import resolve_callable as resolve_callable
+from ._registry import EXECUTOR_NAMES as EXECUTOR_NAMES
+from ._registry import auto_backend as auto_backend
+from ._registry import free_threaded as free_threaded
+from ._registry import get_executor as get_executor
+
+__all__ = [
+    # the seam
+    "Executor",
+    "Done",
+    "Raised",
+    "Lost",
+    "get_executor",
+    "EXECUTOR_NAMES",
+    "auto_backend",
+    # implementations
+    "SequentialExecutor",
+    "ThreadExecutor",
+    "ProcessExecutor",
+    "InterpreterExecutor",
+    "DaskExecutor",
+    "START_METHODS",
+    # helpers
+    "callable_ref",
+    "resolve_callable",
+    "available_cpus",
+    "free_threaded",
+]
+
+claim_public_module(__name__, globals())

@@ -1,0 +1,148 @@
+"""The Dask executor: units as futures on a ``dask.distributed`` cluster.
+
+``dask.distributed`` is an optional dependency (``pip install 'simulacra[dask]'``),
+imported only when a :class:`DaskExecutor` is created.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures as cf
+import importlib
+from typing import Any, ClassVar, final
+
+from simulacra.errors import BackendUnavailable, ConfigError
+
+from ._base import check_retries, check_workers
+from ._pool import _FuturesExecutor
+
+__all__ = ["DaskExecutor"]
+
+
+def _import_distributed() -> Any:
+    try:
+        return importlib.import_module("distributed")
+    except ImportError as exc:
+        raise BackendUnavailable(
+            f"backend 'dask' needs dask.distributed, which cannot be imported ({exc}): "
+            "pip install 'simulacra[dask]'"
+        ) from exc
+
+
+def _is_address(value: object) -> bool:
+    return value is None or (isinstance(value, str) and bool(value))
+
+
+@final
+class DaskExecutor(_FuturesExecutor):
+    """Runs units as futures on a ``dask.distributed`` cluster.
+
+    Either connects to a running scheduler (*address*), or starts a
+    ``LocalCluster`` of *max_workers* worker processes (one thread each, on the
+    loopback interface, no dashboard) and closes it again in :meth:`close`.
+
+    Units are submitted through the client's ``concurrent.futures`` adapter
+    with ``pure=False``, so a re-run is never answered from a cached key. When
+    a worker dies, Dask itself re-runs the tasks it held (up to the
+    scheduler's ``allowed-failures``); a task that still fails with
+    ``KilledWorker`` is then retried here, alone, up to *retries* times.
+
+    Every worker must be able to import ``fn`` and the modules a unit names.
+    A ``LocalCluster`` started here inherits ``sys.path``; a remote cluster
+    needs the code installed on its workers.
+
+    Args:
+        max_workers: Workers of the ``LocalCluster`` to start (``None``: one per
+            CPU). With *address* it does not size the cluster: twice this many
+            units are kept in flight (``None``: the workers connected now).
+        address: A scheduler address such as ``"tcp://10.0.0.5:8786"``;
+            ``None`` starts a ``LocalCluster``.
+        retries: Re-runs allowed for a unit that still lost its worker after
+            Dask's own retries.
+
+    Raises:
+        BackendUnavailable: ``dask.distributed`` is not installed, or the
+            scheduler at *address* cannot be reached.
+        ConfigError: An argument is out of range.
+    """
+
+    name: ClassVar[str] = "dask"
+
+    def __init__(
+        self, max_workers: int | None = None, *, address: str | None = None, retries: int = 3
+    ) -> None:
+        if not _is_address(address):
+            raise ConfigError(
+                f"address must be a Dask scheduler address such as 'tcp://host:8786' or None, "
+                f"got {type(address).__name__} {address!r}"
+            )
+        retries = check_retries(retries)
+        distributed = _import_distributed()
+        self._distributed = distributed
+        self._cluster: Any = None
+        if address is None:
+            workers = check_workers(max_workers)
+            self._cluster = distributed.LocalCluster(
+                n_workers=workers,
+                threads_per_worker=1,
+                processes=True,
+                host="127.0.0.1",
+                # No dashboard; the scheduler's HTTP server (health, metrics) still
+                # starts, on a free port rather than 8787, which another cluster may hold.
+                dashboard_address=None,
+                scheduler_kwargs={"dashboard_address": "127.0.0.1:0"},
+            )
+            try:
+                self._client: Any = distributed.Client(self._cluster, set_as_default=False)
+            except BaseException:
+                self._cluster.close()
+                raise
+        else:
+            try:
+                self._client = distributed.Client(address, set_as_default=False, timeout=30)
+            except (OSError, TimeoutError) as exc:
+                raise BackendUnavailable(
+                    f"cannot reach the Dask scheduler at address={address!r}: {exc}"
+                ) from exc
+            if max_workers is None:
+                connected = len(self._client.scheduler_info().get("workers", {}))
+                workers = max(1, connected)
+            else:
+                workers = check_workers(max_workers)
+        self._address = address
+        super().__init__(workers, retries)
+
+    @property
+    def address(self) -> str:
+        """The address of the scheduler the units go to."""
+        return str(self._client.scheduler.address)
+
+    def _make_pool(self) -> cf.Executor:
+        pool: cf.Executor = self._client.get_executor(pure=False)
+        return pool
+
+    def _window(self) -> int:
+        # Each submission is a round trip to the scheduler: keep more in flight.
+        return 2 * self._workers
+
+    def _is_lost(self, exc: BaseException) -> bool:
+        return isinstance(exc, self._distributed.KilledWorker)
+
+    def close(self) -> None:
+        """Cancel what is left, close the client and any ``LocalCluster`` started here."""
+        if self._closed:
+            return
+        self._closed = True
+        pool, self._pool = self._pool, None
+        try:
+            if pool is not None:
+                pool.shutdown(wait=False)
+        finally:
+            try:
+                self._client.close()
+            finally:
+                if self._cluster is not None:
+                    self._cluster.close()
+
+    def __repr__(self) -> str:
+        where = "LocalCluster" if self._address is None else repr(self._address)
+        return f"DaskExecutor({where}, workers={self._workers}, retries={self._retries})"

@@ -1,0 +1,420 @@
+"""Executors: inline, threads, processes and sub-interpreters.
+
+All but the inline one drive a :class:`concurrent.futures.Executor` through
+one loop, :meth:`_FuturesExecutor._drive`. It keeps a bounded window of units
+in flight (so that a crash can only take a few units down with it), yields
+outcomes as they complete, and retries units whose worker died.
+
+Blame for a crash is exact. When a worker dies, every unit that was in flight
+on the pool is lost with it, and the pool cannot tell which one killed it. So
+each of those units becomes a *suspect* and is re-run alone, with nothing else
+in flight: a unit that kills its worker while running alone is charged for it,
+and the innocent ones simply finish. A unit is reported :class:`Lost` once its
+worker has died ``retries + 1`` times under it.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures as cf
+import contextlib
+import multiprocessing
+import sys
+from collections import deque
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures.process import BrokenProcessPool
+from typing import Any, ClassVar, TypeVar, final
+
+from simulacra.errors import BackendUnavailable, ConfigError
+
+from ._base import Done, Lost, Raised, call_unit, check_retries, check_workers
+from ._refs import callable_ref
+
+__all__ = [
+    "InterpreterExecutor",
+    "ProcessExecutor",
+    "SequentialExecutor",
+    "ThreadExecutor",
+]
+
+U = TypeVar("U")
+R = TypeVar("R")
+
+#: Start methods a process pool may use. "fork" is refused: it copies a parent
+#: that runs threads (the pool's own manager thread, a progress bar, Dask), which
+#: can deadlock the child, and it lets a worker see state the model never sent.
+START_METHODS = ("spawn", "forkserver")
+
+
+class _Closable:
+    _closed: bool = False
+
+    def _check_open(self, name: str) -> None:
+        if self._closed:
+            raise ConfigError(f"executor {name!r} is closed; create a new one with get_executor()")
+
+    def __enter__(self) -> Any:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Release the workers. Calling it twice is harmless."""
+        self._closed = True
+
+
+@final
+class SequentialExecutor(_Closable):
+    """Runs each unit in the calling thread, one after the other: the reference.
+
+    Every other executor must give the same results as this one. It needs no
+    importable function and pickles nothing, so it also serves as the test
+    double of the others.
+    """
+
+    name: ClassVar[str] = "sequential"
+
+    @property
+    def workers(self) -> int:
+        """Always 1."""
+        return 1
+
+    def map_units(
+        self, fn: Callable[[U], R], units: Sequence[U], /
+    ) -> Iterator[tuple[int, Done[R] | Raised | Lost]]:
+        """Run ``fn(unit)`` for each unit in order; yield ``(index, outcome)``."""
+        self._check_open(self.name)
+        return self._run(fn, units)
+
+    def _run(
+        self, fn: Callable[[U], R], units: Sequence[U]
+    ) -> Iterator[tuple[int, Done[R] | Raised | Lost]]:
+        for index, unit in enumerate(units):
+            yield index, call_unit(fn, unit, False)
+
+    def __repr__(self) -> str:
+        return "SequentialExecutor()"
+
+
+class _FuturesExecutor(_Closable):
+    """The shared loop over a ``concurrent.futures`` pool; see the module docstring."""
+
+    name: ClassVar[str]
+    #: Whether units cross a process or interpreter boundary (pickled).
+    _portable: ClassVar[bool] = True
+
+    def __init__(self, workers: int, retries: int) -> None:
+        self._workers = workers
+        self._retries = retries
+        #: The current pool, created on first use and replaced when it breaks.
+        self._pool: cf.Executor | None = None
+        #: Bumped each time the pool is replaced; futures remember theirs, so
+        #: that the many failures of one broken pool replace it only once.
+        self._generation = 0
+
+    @property
+    def workers(self) -> int:
+        """How many units may run at the same time."""
+        return self._workers
+
+    @property
+    def retries(self) -> int:
+        """How many times a unit is re-run after its worker died under it."""
+        return self._retries
+
+    # -- what each pool kind says ------------------------------------------------
+
+    def _make_pool(self) -> cf.Executor:
+        raise NotImplementedError
+
+    def _window(self) -> int:
+        """How many units to keep in flight: enough to keep every worker busy."""
+        return self._workers + 1
+
+    def _is_lost(self, exc: BaseException) -> bool:
+        """Whether *exc*, set on a future, means the unit's worker died."""
+        return False
+
+    def _breaks_pool(self, exc: BaseException) -> bool:
+        """Whether a lost unit leaves the whole pool unusable."""
+        return False
+
+    def _check_fn(self, fn: Callable[..., Any]) -> None:
+        if self._portable:
+            callable_ref(fn, "fn")
+
+    # -- the loop -------------------------------------------------------------------
+
+    def map_units(
+        self, fn: Callable[[U], R], units: Sequence[U], /
+    ) -> Iterator[tuple[int, Done[R] | Raised | Lost]]:
+        """Run ``fn(unit)`` for every unit; yield ``(index, outcome)`` as each finishes.
+
+        Raises:
+            ConfigError: The executor is closed, or (for executors that cross a
+                process boundary) *fn* is not importable by name.
+        """
+        self._check_open(self.name)
+        self._check_fn(fn)
+        return self._drive(fn, units)
+
+    def _current_pool(self) -> tuple[cf.Executor, int]:
+        if self._pool is None:
+            self._pool = self._make_pool()
+        return self._pool, self._generation
+
+    def _discard_pool(self, generation: int) -> None:
+        if generation != self._generation or self._pool is None:
+            return  # already replaced
+        pool, self._pool = self._pool, None
+        self._generation += 1
+        self._retire(pool)
+
+    def _retire(self, pool: cf.Executor) -> None:
+        """Let go of a broken pool without waiting for it."""
+        pool.shutdown(wait=False, cancel_futures=True)
+
+    def _submit(self, fn: Callable[[U], R], unit: U) -> tuple[cf.Future[Any], int]:
+        pool, generation = self._current_pool()
+        try:
+            return pool.submit(call_unit, fn, unit, self._portable), generation
+        except BrokenProcessPool:  # it broke since the last look: replace it, once
+            self._discard_pool(generation)
+            pool, generation = self._current_pool()
+            return pool.submit(call_unit, fn, unit, self._portable), generation
+
+    def _drive(
+        self, fn: Callable[[U], R], units: Sequence[U]
+    ) -> Iterator[tuple[int, Done[R] | Raised | Lost]]:
+        fresh = deque(range(len(units)))
+        suspects: deque[int] = deque()
+        crashes = [0] * len(units)
+        #: future -> (unit index, ran alone, pool generation)
+        in_flight: dict[cf.Future[Any], tuple[int, bool, int]] = {}
+        window = self._window()
+        try:
+            while fresh or suspects or in_flight:
+                if suspects:
+                    # Quarantine: a suspect runs with nothing else in flight.
+                    if not in_flight:
+                        index = suspects.popleft()
+                        future, generation = self._submit(fn, units[index])
+                        in_flight[future] = (index, True, generation)
+                else:
+                    while fresh and len(in_flight) < window:
+                        index = fresh.popleft()
+                        future, generation = self._submit(fn, units[index])
+                        in_flight[future] = (index, False, generation)
+                done, _ = cf.wait(list(in_flight), return_when=cf.FIRST_COMPLETED)
+                for future in sorted(done, key=lambda f: in_flight[f][0]):
+                    index, alone, generation = in_flight.pop(future)
+                    exc = None if future.cancelled() else future.exception()
+                    if exc is None and not future.cancelled():
+                        outcome: Done[R] | Raised = future.result()
+                        yield index, outcome
+                    elif exc is not None and not self._is_lost(exc):
+                        # The pool failed to deliver (e.g. an unpicklable unit or
+                        # result): an error in the work, not a dead worker.
+                        yield index, Raised(exc, "")
+                    else:
+                        if exc is not None and self._breaks_pool(exc):
+                            self._discard_pool(generation)
+                        crashes[index] += 1
+                        if (alone or self._retries == 0) and crashes[index] > self._retries:
+                            yield index, Lost(crashes[index], _reason(exc))
+                        else:
+                            suspects.append(index)
+                if suspects and len(suspects) > 1:
+                    suspects = deque(sorted(suspects))
+        finally:
+            for future in in_flight:
+                future.cancel()
+
+    def close(self) -> None:
+        """Shut the pool down, cancelling units not yet started. Calling it twice is harmless."""
+        self._closed = True
+        pool, self._pool = self._pool, None
+        if pool is not None:
+            pool.shutdown(wait=True, cancel_futures=True)
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(max_workers={self._workers}, retries={self._retries})"
+
+
+def _reason(exc: BaseException | None) -> str:
+    if exc is None:
+        return "the unit was cancelled by the backend"
+    return f"{type(exc).__name__}: {exc}"
+
+
+@final
+class ThreadExecutor(_FuturesExecutor):
+    """Runs units on a thread pool (``concurrent.futures.ThreadPoolExecutor``).
+
+    On a GIL build, pure-Python units take turns on one core, so this gives
+    little speed-up for CPU-bound models (it helps when units wait on I/O); on a
+    free-threaded build the threads run in parallel. Units share the process,
+    so nothing is pickled and ``fn`` may be any callable. A thread cannot crash
+    on its own, so nothing is ever retried.
+
+    Args:
+        max_workers: Threads in the pool; ``None`` means one per CPU.
+
+    Raises:
+        ConfigError: *max_workers* is not an int >= 1 or None.
+    """
+
+    name: ClassVar[str] = "threads"
+    _portable: ClassVar[bool] = False
+
+    def __init__(self, max_workers: int | None = None) -> None:
+        super().__init__(check_workers(max_workers), 0)
+
+    def _make_pool(self) -> cf.Executor:
+        return cf.ThreadPoolExecutor(self._workers, thread_name_prefix="simulacra-unit")
+
+    def _window(self) -> int:
+        return 2 * self._workers
+
+    def __repr__(self) -> str:
+        return f"ThreadExecutor(max_workers={self._workers})"
+
+
+@final
+class ProcessExecutor(_FuturesExecutor):
+    """Runs units in worker processes (``concurrent.futures.ProcessPoolExecutor``).
+
+    Each pool gets its own multiprocessing context, chosen here and never set
+    globally (``multiprocessing.set_start_method`` is never called):
+
+    - ``"spawn"`` (the default): each worker is a fresh interpreter that
+      imports ``fn`` by name. It behaves the same on Linux, macOS and Windows,
+      and sees ``sys.path`` as it is when the pool starts; starting a worker
+      costs an interpreter start-up plus the imports (a few hundred ms).
+    - ``"forkserver"`` (not on Windows): workers fork from a small server
+      process, which is quicker per worker; the server keeps the ``sys.path``
+      of its first start.
+
+    ``"fork"`` is refused: it copies a parent that runs threads, which can
+    deadlock the child, and lets workers see state that was never sent to them.
+
+    A worker that dies (killed, ``os._exit``, a segfault in an extension)
+    breaks the whole pool; it is replaced and the units that were in flight are
+    re-run, suspects alone (see the module docstring), up to *retries* times.
+
+    Args:
+        max_workers: Worker processes; ``None`` means one per CPU.
+        start_method: ``"spawn"`` or ``"forkserver"``.
+        retries: Re-runs allowed for a unit whose worker died under it.
+
+    Raises:
+        ConfigError: An argument is out of range or *start_method* is unknown.
+    """
+
+    name: ClassVar[str] = "processes"
+
+    def __init__(
+        self, max_workers: int | None = None, *, start_method: str = "spawn", retries: int = 3
+    ) -> None:
+        if start_method not in START_METHODS:
+            raise ConfigError(
+                f"start_method must be one of {', '.join(map(repr, START_METHODS))}, got "
+                f"{start_method!r} ('fork' copies a parent that runs threads and can deadlock)"
+            )
+        if start_method not in multiprocessing.get_all_start_methods():
+            raise BackendUnavailable(
+                f"start_method {start_method!r} is not available on this platform "
+                f"({sys.platform}); use 'spawn'"
+            )
+        super().__init__(check_workers(max_workers), check_retries(retries))
+        self._start_method = start_method
+
+    @property
+    def start_method(self) -> str:
+        """The multiprocessing start method of this executor's pools."""
+        return self._start_method
+
+    def _make_pool(self) -> cf.Executor:
+        context = multiprocessing.get_context(self._start_method)
+        return cf.ProcessPoolExecutor(self._workers, mp_context=context)
+
+    def _is_lost(self, exc: BaseException) -> bool:
+        return isinstance(exc, BrokenProcessPool)
+
+    def _breaks_pool(self, exc: BaseException) -> bool:
+        return isinstance(exc, BrokenProcessPool)
+
+    def _retire(self, pool: cf.Executor) -> None:
+        # CPython (3.11, 3.12) marks a pool broken without holding the lock that
+        # submit() takes, so a worker spawned by a submit racing with the break
+        # can miss the pool's terminate() sweep; the pool's manager thread then
+        # joins it forever, and the interpreter hangs at exit. Kill what is left.
+        processes = list((getattr(pool, "_processes", None) or {}).values())
+        pool.shutdown(wait=False, cancel_futures=True)
+        for process in processes:
+            if process.is_alive():
+                process.kill()
+
+    def __repr__(self) -> str:
+        return (
+            f"ProcessExecutor(max_workers={self._workers}, start_method="
+            f"{self._start_method!r}, retries={self._retries})"
+        )
+
+
+def _interpreter_pool_class() -> type[cf.Executor]:
+    cls: type[cf.Executor] | None = getattr(cf, "InterpreterPoolExecutor", None)
+    if cls is None:
+        version = ".".join(map(str, sys.version_info[:3]))
+        raise BackendUnavailable(
+            f"backend 'interpreters' needs concurrent.futures.InterpreterPoolExecutor, new in "
+            f"Python 3.14; this is Python {version}. (Python 3.13's private _interpreters "
+            "module has no pool and cannot pass arbitrary arguments, so simulacra does not "
+            "build on it.) Use 'processes' for the same isolation, or 'threads' on a "
+            "free-threaded build"
+        )
+    return cls
+
+
+@final
+class InterpreterExecutor(_FuturesExecutor):
+    """Runs units in sub-interpreters of this process (Python 3.14+).
+
+    Uses ``concurrent.futures.InterpreterPoolExecutor``: each worker is an
+    isolated interpreter with its own GIL, so CPU-bound units run in parallel
+    without the start-up cost of a process. Units are pickled, as for
+    processes, and ``fn`` must be importable by name. Extension modules that do
+    not support sub-interpreters cannot be imported in them.
+
+    Args:
+        max_workers: Interpreters in the pool; ``None`` means one per CPU.
+        retries: Re-runs allowed for a unit whose interpreter broke under it.
+
+    Raises:
+        BackendUnavailable: This Python has no ``InterpreterPoolExecutor``.
+        ConfigError: An argument is out of range.
+    """
+
+    name: ClassVar[str] = "interpreters"
+
+    def __init__(self, max_workers: int | None = None, *, retries: int = 3) -> None:
+        self._pool_class = _interpreter_pool_class()
+        super().__init__(check_workers(max_workers), check_retries(retries))
+
+    def _make_pool(self) -> cf.Executor:
+        factory: Callable[[int], cf.Executor] = self._pool_class
+        return factory(self._workers)
+
+    def _is_lost(self, exc: BaseException) -> bool:
+        return _is_broken_interpreter_pool(exc)
+
+    def _breaks_pool(self, exc: BaseException) -> bool:
+        return _is_broken_interpreter_pool(exc)
+
+
+def _is_broken_interpreter_pool(exc: BaseException) -> bool:
+    broken: type[BaseException] | None = None
+    with contextlib.suppress(ImportError):
+        module = __import__("concurrent.futures.interpreter", fromlist=["BrokenInterpreterPool"])
+        broken = getattr(module, "BrokenInterpreterPool", None)
+    return broken is not None and isinstance(exc, broken)

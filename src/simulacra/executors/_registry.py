@@ -1,0 +1,117 @@
+"""The executor registry: names to factories, and the ``"auto"`` policy."""
+
+from __future__ import annotations
+
+import logging
+import sys
+from collections.abc import Callable
+from typing import Any
+
+from simulacra.errors import ConfigError
+
+from ._base import Executor
+from ._dask import DaskExecutor
+from ._pool import InterpreterExecutor, ProcessExecutor, SequentialExecutor, ThreadExecutor
+
+__all__ = ["EXECUTOR_NAMES", "auto_backend", "free_threaded", "get_executor"]
+
+_log = logging.getLogger("simulacra.executors")
+
+
+def _sequential(max_workers: int | None = None, retries: int = 3) -> Executor:
+    # max_workers and retries are accepted so that a study can switch backend by
+    # name alone; one unit at a time in the calling thread cannot use either.
+    del max_workers, retries
+    return SequentialExecutor()
+
+
+def _threads(max_workers: int | None = None, retries: int = 3) -> Executor:
+    del retries  # a thread cannot die on its own: nothing to retry
+    return ThreadExecutor(max_workers)
+
+
+def _processes(
+    max_workers: int | None = None, retries: int = 3, start_method: str = "spawn"
+) -> Executor:
+    return ProcessExecutor(max_workers, start_method=start_method, retries=retries)
+
+
+def _interpreters(max_workers: int | None = None, retries: int = 3) -> Executor:
+    return InterpreterExecutor(max_workers, retries=retries)
+
+
+def _dask(max_workers: int | None = None, retries: int = 3, address: str | None = None) -> Executor:
+    return DaskExecutor(max_workers, address=address, retries=retries)
+
+
+#: name -> (factory, the options it accepts)
+_REGISTRY: dict[str, tuple[Callable[..., Executor], tuple[str, ...]]] = {
+    "sequential": (_sequential, ("max_workers", "retries")),
+    "threads": (_threads, ("max_workers", "retries")),
+    "processes": (_processes, ("max_workers", "retries", "start_method")),
+    "interpreters": (_interpreters, ("max_workers", "retries")),
+    "dask": (_dask, ("max_workers", "retries", "address")),
+}
+
+#: Every name :func:`get_executor` accepts, ``"auto"`` first.
+EXECUTOR_NAMES: tuple[str, ...] = ("auto", *_REGISTRY)
+
+
+def free_threaded() -> bool:
+    """Whether this interpreter runs Python threads in parallel (a free-threaded build, GIL off)."""
+    is_gil_enabled: Callable[[], bool] | None = getattr(sys, "_is_gil_enabled", None)
+    return is_gil_enabled is not None and not is_gil_enabled()
+
+
+def auto_backend() -> tuple[str, str]:
+    """Return the backend ``"auto"`` stands for here, and why.
+
+    Processes on a GIL build (threads would take turns on one core); threads
+    on a free-threaded build with the GIL off (as parallel as processes,
+    without pickling or start-up costs).
+
+    Returns:
+        ``(name, reason)``, e.g. ``("processes", "auto: the GIL is enabled, ...")``.
+    """
+    if free_threaded():
+        return "threads", "auto: a free-threaded build with the GIL off, so threads run in parallel"
+    return "processes", "auto: this Python has a GIL, so processes; threads would share one core"
+
+
+def get_executor(name: str, /, **options: Any) -> Executor:
+    """Return a new executor by name; the caller closes it (or uses ``with``).
+
+    Args:
+        name: ``"auto"``, ``"sequential"``, ``"threads"``, ``"processes"``,
+            ``"interpreters"`` or ``"dask"``. ``"auto"`` resolves to
+            :func:`auto_backend`'s choice and logs it on the
+            ``simulacra.executors`` logger; the executor's ``name`` says which.
+        **options: ``max_workers`` (all; ignored by ``sequential``),
+            ``retries`` (all; unused by ``sequential`` and ``threads``, which
+            cannot lose a worker), ``start_method`` (``processes``),
+            ``address`` (``dask``: a scheduler address instead of a new
+            ``LocalCluster``).
+
+    Returns:
+        An :class:`Executor`.
+
+    Raises:
+        ConfigError: *name* is unknown (the message lists the known ones) or
+            an option does not apply to this executor.
+        BackendUnavailable: The executor cannot run on this Python or
+            installation (the message says why).
+    """
+    if name not in EXECUTOR_NAMES:  # also refuses non-str names
+        known = ", ".join(map(repr, EXECUTOR_NAMES))
+        raise ConfigError(f"backend must be one of {known}, got {name!r}")
+    if name == "auto":
+        name, reason = auto_backend()
+        _log.info("backend %s (%s)", name, reason)
+    factory, accepted = _REGISTRY[name]
+    unknown = sorted(set(options) - set(accepted))
+    if unknown:
+        raise ConfigError(
+            f"option {unknown[0]!r} does not apply to backend {name!r}; it accepts "
+            f"{', '.join(map(repr, accepted))}"
+        )
+    return factory(**options)

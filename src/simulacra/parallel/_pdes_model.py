@@ -1,0 +1,734 @@
+"""The model side of PDES: the build context, entities, channels and one shard's runtime.
+
+A sharded model is a *builder*, ``build(ctx)``, written against
+:class:`ShardContext`. The same builder runs unpartitioned (one keyed ``Sim``
+holding every entity) or once per shard (each shard's ``Sim`` holds the entities
+the partition gives it). Entities talk only through channels; a message is an
+event keyed by its *sender* (``sim._next_key()`` reserved at send time), so the
+receiving shard orders it among its own events exactly as the single ``Sim``
+would have. This module holds everything that runs inside one shard; the
+coordinators and workers live in ``_pdes.py`` and ``_pdes_workers.py``.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+import random
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, TypeAlias
+
+from simulacra.core import Event, Process, Sim
+from simulacra.errors import (
+    ConfigError,
+    InvalidDelay,
+    KernelBug,
+    LookaheadViolation,
+    PartitionError,
+    UnknownEntity,
+)
+from simulacra.resources import Store
+from simulacra.trace import canonical
+
+__all__ = [
+    "Builder",
+    "Entity",
+    "MessageHandler",
+    "Partition",
+    "ShardContext",
+]
+
+Builder: TypeAlias = Callable[["ShardContext"], Any]
+"""A sharded model: ``build(ctx)`` declares entities and channels; its return value is the state."""
+
+MessageHandler: TypeAlias = Callable[["Entity", Any], None]
+"""``on_message(entity, payload)``: called when a message reaches a passive entity."""
+
+Partition: TypeAlias = Mapping[str, int] | Callable[[str], int] | str | None
+"""Which shard owns each entity: a mapping or function from entity name to shard index,
+``"blocks"`` (contiguous runs of the declaration order, the default) or ``"round_robin"``."""
+
+#: Characters an entity name may not contain: they separate the parts of
+#: process identities (``n:cell-3/2``, ``e:n:cell-3@5``) that map back to entities.
+_RESERVED = "/#@:"
+
+#: A cross-shard message: (destination shard, time, key, channel id, sequence, payload).
+Message: TypeAlias = tuple[int, float, tuple[Any, ...], int, int, Any]
+
+#: A tagged trace record: (time, kind, who, canonical payload, tag). The tag orders
+#: records across shards: (0, declaration index) while entities are spawned at build,
+#: then (1, time, key of the event being processed).
+TaggedRecord: TypeAlias = tuple[float, str, str, object, tuple[Any, ...]]
+
+
+@dataclass(frozen=True, slots=True)
+class _Channel:
+    """A declared channel: messages from *src* to *dst* take at least *lookahead*."""
+
+    id: int
+    src: str
+    dst: str
+    lookahead: float
+
+
+def check_entity_name(name: object) -> str:
+    """Return *name* if it is a valid entity name, else raise ConfigError."""
+    if not isinstance(name, str) or not name:
+        raise ConfigError(f"entity name: expected a non-empty str, got {name!r}")
+    bad = [c for c in _RESERVED if c in name]
+    if bad:
+        raise ConfigError(
+            f"entity name {name!r} contains {bad[0]!r}; the characters {_RESERVED!r} are "
+            "reserved (they separate the parts of process identities)"
+        )
+    return name
+
+
+def entity_of(who: str) -> str:
+    """The entity a trace record's actor belongs to.
+
+    ``cell-3`` (an entity's process), ``cell-3/mail`` (a process it spawned with
+    :meth:`Entity.spawn`) and ``item#n:cell-3/2`` (an unnamed child, which keyed
+    ordering names by its identity) all belong to ``cell-3``.
+
+    Args:
+        who: The ``who`` of a record.
+
+    Returns:
+        The entity name (``who`` itself when it has no recognisable structure).
+    """
+    if "#" in who:
+        ident = who.split("#", 1)[1]
+        while ident.startswith("e:"):
+            ident = ident[2:]
+        if ident.startswith("n:"):
+            ident = ident[2:]
+        who = ident
+    for sep in "/@":
+        who = who.split(sep, 1)[0]
+    return who
+
+
+class _TagTracer:
+    """Records ``(time, kind, who, canonical payload, tag)``; the tag orders shards' records.
+
+    Payloads are encoded when recorded (a snapshot), and the tag is the key of
+    the event being processed, so the records of all shards can be merged into
+    the order one Sim would have produced.
+    """
+
+    __slots__ = ("build_tag", "records", "sim")
+
+    def __init__(self) -> None:
+        self.records: list[TaggedRecord] = []
+        self.sim: Sim | None = None
+        #: Set while entities are spawned at the end of build; None once running.
+        #: (0, -1) while build() itself runs: a record then is an error.
+        self.build_tag: tuple[Any, ...] | None = (0, -1)
+
+    def record(self, time: float, kind: str, who: str, payload: object) -> None:
+        tag = self.build_tag
+        if tag is None:
+            sim = self.sim
+            assert sim is not None  # noqa: S101
+            tag = (1, time, sim._cur_key)
+            if kind == "spawn" and who.partition("#")[2].startswith("r/"):
+                raise PartitionError(
+                    f"process {who!r} was spawned without a name outside any process (from an "
+                    "event callback, such as an on_message handler): its identity counts such "
+                    "spawns per Sim, so it depends on the partition; give it a name"
+                )
+        elif tag[1] == -1:
+            if kind == "spawn":
+                raise PartitionError(
+                    f"build() spawned process {who!r} itself (ctx.sim.spawn); in a sharded "
+                    "model every shard runs build(), so every top-level process must be an "
+                    "entity's: use ctx.spawn_entity(name, fn)"
+                )
+            raise PartitionError(
+                f"build() recorded ({kind!r}, {who!r}) from host code; in a sharded model "
+                "every shard runs build(), so records belong in the entities' processes"
+            )
+        self.records.append((time, kind, who, canonical(payload), tag))
+
+
+class _Delivery:
+    """The callback of a message event: put the payload into the destination's inbox."""
+
+    __slots__ = ("channel", "entity", "record")
+
+    def __init__(self, entity: Entity, channel: _Channel, record: bool) -> None:
+        self.entity = entity
+        self.channel = channel
+        self.record = record
+
+    def __call__(self, event: Event[Any]) -> None:
+        entity = self.entity
+        payload = event._value
+        if self.record:
+            entity.sim.record("recv", entity.name, {"from": self.channel.src, "payload": payload})
+        handler = entity._on_message
+        if handler is None:
+            entity.inbox.put(payload)
+        else:
+            handler(entity, payload)
+
+
+class Entity:
+    """A named part of a sharded model: the unit the partition assigns to a shard.
+
+    An entity owns its processes, an inbox and its outgoing channels. It runs
+    on exactly one shard; on every other shard its handle exists (so a builder
+    can pass it around) but is not :attr:`owned`. Processes of an entity must
+    touch only their own entity's state and talk to other entities with
+    :meth:`send`.
+
+    Made by :meth:`ShardContext.spawn_entity` or :meth:`ShardContext.add_entity`.
+    """
+
+    __slots__ = ("_ctx", "_inbox", "_on_message", "_start", "index", "name", "process", "shard")
+
+    #: The entity's name (unique in the model).
+    name: str
+    #: Its position in declaration order.
+    index: int
+    #: The shard that owns it (0 when unpartitioned); -1 until build() returns.
+    shard: int
+    #: Its main process once spawned (on the owning shard), else None.
+    process: Process[Any] | None
+
+    def __init__(self, ctx: ShardContext, name: str, index: int,
+                 start: tuple[Callable[..., Any], tuple[Any, ...], dict[str, Any]] | None,
+                 on_message: MessageHandler | None) -> None:
+        self._ctx = ctx
+        self.name = name
+        self.index = index
+        self.shard = -1
+        self.process = None
+        self._start = start
+        self._on_message = on_message
+        self._inbox: Store[Any] | None = None
+
+    def __repr__(self) -> str:
+        where = "unassigned" if self.shard < 0 else f"shard {self.shard}"
+        return f"<Entity {self.name!r} {where}{'' if self.owned else ' (remote)'}>"
+
+    @property
+    def owned(self) -> bool:
+        """True on the shard that runs this entity (always, unpartitioned)."""
+        ctx = self._ctx
+        return ctx.shard is None or self.shard == ctx.shard
+
+    @property
+    def sim(self) -> Sim:
+        """The Sim this entity runs on."""
+        return self._ctx.sim
+
+    @property
+    def inbox(self) -> Store[Any]:
+        """The Store messages to this entity are put into (unless it has an ``on_message``).
+
+        Raises:
+            PartitionError: the entity runs on another shard.
+        """
+        inbox = self._inbox
+        if inbox is None:
+            self._check_owned("inbox")
+            inbox = self._inbox = Store(self._ctx.sim)
+        return inbox
+
+    def rng(self, name: str) -> random.Random:
+        """This entity's random stream *name* (the Sim stream ``"<entity>/<name>"``).
+
+        Streams are per entity, so the draws of an entity do not depend on which
+        other entities share its shard.
+        """
+        return self._ctx.sim.rng(f"{self.name}/{name}")
+
+    def spawn(self, fn: Any, *args: Any, name: str, **kwargs: Any) -> Process[Any]:
+        """Start ``fn(sim, entity, *args, **kwargs)``: another process of this entity.
+
+        The process is named ``"<entity>/<name>"``. Only while the model runs,
+        from this entity's own processes.
+
+        Raises:
+            PartitionError: during build(), or the entity runs on another shard.
+        """
+        if self._ctx._building:
+            raise PartitionError(
+                f"Entity.spawn() for {self.name!r} during build(): start extra processes from "
+                "the entity's own process once the model runs"
+            )
+        self._check_owned("spawn()")
+        check_entity_name(name)
+        return self._ctx.sim.spawn(fn, self, *args, name=f"{self.name}/{name}", **kwargs)
+
+    def send(self, dst: str | Entity, payload: Any, delay: float | None = None) -> None:
+        """Send *payload* to entity *dst*, arriving *delay* from now.
+
+        The message is an event keyed by the sending process (its next key),
+        delivered into ``dst``'s inbox (or to its ``on_message``). It is ordered
+        among the destination's events exactly as in one unpartitioned Sim,
+        whichever shards the two entities run on. Treat *payload* as data: it is
+        pickled when it crosses a process boundary, so never mutate it after
+        sending.
+
+        Args:
+            dst: The destination entity (or its name).
+            payload: What to deliver.
+            delay: At least the channel's lookahead; ``None`` means exactly the lookahead.
+
+        Raises:
+            UnknownEntity: *dst* is not an entity of the model.
+            PartitionError: no channel ``self -> dst`` was declared, or the
+                sender is not this entity (a process of another entity, or
+                build() itself).
+            LookaheadViolation: *delay* is below the channel's lookahead.
+            InvalidDelay: *delay* is not a number.
+        """
+        ctx = self._ctx
+        target = dst.name if isinstance(dst, Entity) else dst
+        channel = ctx._channels.get((self.name, target))
+        if channel is None:
+            raise ctx._no_channel(self.name, target)
+        if ctx._building:
+            raise PartitionError(
+                f"send from {self.name!r} during build(): send from the entity's processes"
+            )
+        proc = ctx.sim.active_process
+        if proc is not None and entity_of(proc.who) != self.name:
+            raise PartitionError(
+                f"process {proc.who!r} sent on behalf of entity {self.name!r}: only the "
+                "entity's own processes (and its on_message handler) may send from it, or "
+                "the message would escape its shard's lookahead"
+            )
+        raw: object = delay
+        if delay is None:
+            delay = channel.lookahead
+        elif not isinstance(raw, int | float) or isinstance(raw, bool):
+            raise InvalidDelay(
+                f"send on channel {channel.src!r} -> {channel.dst!r}: delay must be a number, "
+                f"got {delay!r}"
+            )
+        elif not delay >= channel.lookahead:
+            raise LookaheadViolation(
+                f"send on channel {channel.src!r} -> {channel.dst!r} with delay {delay!r}: "
+                f"below the channel's lookahead {channel.lookahead!r} (a cross-shard message "
+                "must take at least the lookahead, so that the shards can run ahead safely)"
+            )
+        ctx._runtime.send(channel, payload, float(delay))
+
+    def _check_owned(self, what: str) -> None:
+        if not self.owned:
+            raise PartitionError(
+                f"{what} of entity {self.name!r}: it runs on shard {self.shard}, this is shard "
+                f"{self._ctx.shard}; reach other entities only with send()"
+            )
+
+
+class ShardContext:
+    """What a builder ``build(ctx)`` gets: the Sim, the config, and the way to declare entities.
+
+    The same builder runs unpartitioned (one keyed Sim holds every entity) and
+    once per shard (each Sim holds the entities the partition gives it), so it
+    must declare the same entities and channels, in the same order, every time.
+    Rules that make the sharded trace equal the unpartitioned one:
+
+    * every top-level process is an entity's process (``spawn_entity``): never
+      ``ctx.sim.spawn`` in build(), and never schedule events from build();
+    * entities share no state: they talk through :meth:`Entity.send` on
+      declared channels, whose lookahead (minimum delay) is positive;
+    * random draws come from per-entity streams (:meth:`Entity.rng`).
+    """
+
+    __slots__ = (
+        "_building", "_by_name", "_channels", "_entities", "_runtime", "config", "shard",
+        "shards", "sim",
+    )
+
+    #: The Sim of this shard (the only Sim, unpartitioned), in keyed ordering.
+    sim: Sim
+    #: The model's config, as given to ShardedSim / UnshardedSim.
+    config: Any
+    #: This shard's index, or None when unpartitioned.
+    shard: int | None
+    #: The number of shards (1 when unpartitioned).
+    shards: int
+
+    def __init__(self, runtime: ShardRuntime, sim: Sim, config: Any, shard: int | None,
+                 shards: int) -> None:
+        self._runtime = runtime
+        self.sim = sim
+        self.config = config
+        self.shard = shard
+        self.shards = shards
+        self._entities: list[Entity] = []
+        self._by_name: dict[str, Entity] = {}
+        self._channels: dict[tuple[str, str], _Channel] = {}
+        self._building = True
+
+    def __repr__(self) -> str:
+        where = "unpartitioned" if self.shard is None else f"shard {self.shard}/{self.shards}"
+        return f"<ShardContext {where}, {len(self._entities)} entities>"
+
+    @property
+    def entities(self) -> tuple[Entity, ...]:
+        """Every entity declared so far, in declaration order."""
+        return tuple(self._entities)
+
+    def entity(self, name: str) -> Entity:
+        """The entity called *name*.
+
+        Raises:
+            UnknownEntity: there is none.
+        """
+        try:
+            return self._by_name[name]
+        except (KeyError, TypeError):
+            raise UnknownEntity(
+                f"no entity {name!r} in the model; entities are declared in build() with "
+                "ctx.spawn_entity() or ctx.add_entity()"
+            ) from None
+
+    def spawn_entity(self, name: str, fn: Any, *args: Any,
+                     on_message: MessageHandler | None = None, **kwargs: Any) -> Entity:
+        """Declare entity *name* whose process is ``fn(sim, entity, *args, **kwargs)``.
+
+        The process is named *name* and is spawned (at the end of build, on the
+        owning shard only) with keyed identity ``n:<name>``.
+
+        Args:
+            name: Unique entity name, without ``/ # @ :``.
+            fn: A generator function or ``async def`` function.
+            *args: Passed to *fn* after ``sim`` and the entity.
+            on_message: Handle messages with ``on_message(entity, payload)``
+                instead of putting them into the inbox.
+            **kwargs: Passed to *fn*.
+
+        Returns:
+            The entity's handle (also on shards that do not own it).
+
+        Raises:
+            ConfigError: a bad or duplicate name, or called after build().
+        """
+        if not callable(fn):
+            raise ConfigError(f"spawn_entity({name!r}, fn): fn must be callable, got {fn!r}")
+        return self._declare(name, (fn, args, kwargs), on_message)
+
+    def add_entity(self, name: str, *, on_message: MessageHandler | None = None) -> Entity:
+        """Declare a passive entity: no process, only an inbox (or an ``on_message`` handler).
+
+        Raises:
+            ConfigError: a bad or duplicate name, or called after build().
+        """
+        return self._declare(name, None, on_message)
+
+    def channel(self, src: str | Entity, dst: str | Entity, lookahead: float) -> None:
+        """Declare the channel ``src -> dst``: every message on it takes at least *lookahead*.
+
+        The lookahead of the channels that cross shards bounds how far the
+        shards run ahead of one another: the larger, the fewer barriers.
+
+        Raises:
+            ConfigError: *lookahead* is not a finite number > 0, the channel is
+                declared twice, or called after build().
+        """
+        self._check_building("channel()")
+        a = src.name if isinstance(src, Entity) else src
+        b = dst.name if isinstance(dst, Entity) else dst
+        raw: object = lookahead  # checked at run time: a builder is untyped user code
+        ok = isinstance(raw, int | float) and not isinstance(raw, bool)
+        if not ok or not (math.isfinite(lookahead) and lookahead > 0):
+            raise ConfigError(
+                f"channel({a!r}, {b!r}): lookahead must be a finite number > 0, got {lookahead!r}"
+            )
+        if (a, b) in self._channels:
+            raise ConfigError(f"channel({a!r}, {b!r}) is declared twice")
+        self._channels[(a, b)] = _Channel(len(self._channels), a, b, float(lookahead))
+
+    # -- internals ------------------------------------------------------------
+
+    def _check_building(self, what: str) -> None:
+        if not self._building:
+            raise ConfigError(f"{what}: entities and channels are declared in build() only")
+
+    def _declare(self, name: str, start: Any, on_message: MessageHandler | None) -> Entity:
+        self._check_building("declaring an entity")
+        check_entity_name(name)
+        if name in self._by_name:
+            raise ConfigError(f"entity {name!r} is declared twice")
+        if on_message is not None and not callable(on_message):
+            raise ConfigError(f"entity {name!r}: on_message must be callable, got {on_message!r}")
+        entity = Entity(self, name, len(self._entities), start, on_message)
+        self._entities.append(entity)
+        self._by_name[name] = entity
+        return entity
+
+    def _no_channel(self, src: str, dst: object) -> PartitionError:
+        if not isinstance(dst, str) or dst not in self._by_name:
+            return UnknownEntity(
+                f"send from {src!r} to unknown entity {dst!r}; entities are declared in build() "
+                "with ctx.spawn_entity() or ctx.add_entity()"
+            )
+        return PartitionError(
+            f"send from {src!r} to {dst!r}: no such channel; declare it in build() with "
+            f"ctx.channel({src!r}, {dst!r}, lookahead)"
+        )
+
+
+def _owners(entities: list[Entity], partition: Partition, shards: int) -> list[int]:
+    """The owning shard of each entity, checked."""
+    count = len(entities)
+    if partition is None or partition == "blocks":
+        return [e.index * shards // count for e in entities]
+    if partition == "round_robin":
+        return [e.index % shards for e in entities]
+    if isinstance(partition, str):
+        raise ConfigError(
+            f"partition: expected a mapping, a function, 'blocks' or 'round_robin', "
+            f"got {partition!r}"
+        )
+    owners: list[int] = []
+    for entity in entities:
+        if isinstance(partition, Mapping):
+            try:
+                shard = partition[entity.name]
+            except KeyError:
+                raise PartitionError(
+                    f"the partition has no shard for entity {entity.name!r}"
+                ) from None
+        elif callable(partition):
+            shard = partition(entity.name)
+        else:
+            raise ConfigError(
+                f"partition: expected a mapping, a function, 'blocks' or 'round_robin', "
+                f"got {type(partition).__name__}"
+            )
+        raw: object = shard  # a user function may return anything
+        if isinstance(raw, bool) or not isinstance(raw, int) or not 0 <= raw < shards:
+            raise PartitionError(
+                f"the partition maps entity {entity.name!r} to shard {shard!r}, but there are "
+                f"{shards} shards (0 to {shards - 1})"
+            )
+        owners.append(shard)
+    return owners
+
+
+class ShardRuntime:
+    """One shard (or the whole model, unpartitioned): its Sim, its entities, its outbox.
+
+    Args:
+        builder: The model's ``build(ctx)``.
+        shard: This shard's index, or None to hold the whole model.
+        shards: The number of shards.
+        partition: See :data:`Partition`.
+        seed: The model's seed (every shard uses the same one).
+        config: Passed to the builder as ``ctx.config``.
+        trace: Record a tagged trace.
+    """
+
+    def __init__(self, builder: Builder, *, shard: int | None, shards: int,
+                 partition: Partition, seed: Any, config: Any, trace: bool) -> None:
+        self.shard = shard
+        self.tracer = _TagTracer() if trace else None
+        self.sim = Sim(seed=seed, trace=self.tracer if self.tracer is not None else False,
+                       ordering="keyed")
+        if self.tracer is not None:
+            self.tracer.sim = self.sim
+        #: Messages to other shards since the last window.
+        self.outbox: list[Message] = []
+        ctx = self.ctx = ShardContext(self, self.sim, config, shard, shards)
+        self.state = builder(ctx)
+        ctx._building = False
+        entities = ctx._entities
+        owners = _owners(entities, partition, shards) if shard is not None else [0] * len(
+            entities)
+        for entity, owner in zip(entities, owners, strict=True):
+            entity.shard = owner
+        self._owner = {entity.name: entity.shard for entity in entities}
+        for (src, dst) in ctx._channels:
+            for end in (src, dst):
+                if end not in self._owner:
+                    raise UnknownEntity(
+                        f"channel({src!r}, {dst!r}) names unknown entity {end!r}; entities are "
+                        "declared with ctx.spawn_entity() or ctx.add_entity()"
+                    )
+        self._deliveries = {
+            ch.id: _Delivery(ctx._by_name[ch.dst], ch, trace) for ch in ctx._channels.values()
+        }
+        self._record_sends = trace
+        self._sequence = [0] * len(ctx._channels)
+        self._spawn_entities(entities)
+        #: The smallest lookahead of a channel from this shard to another: how far
+        #: past its next event another shard may safely run. inf if none leaves.
+        self.lookahead_out = min(
+            (ch.lookahead for ch in ctx._channels.values()
+             if self._owner[ch.src] == self._mine and self._owner[ch.dst] != self._mine),
+            default=math.inf,
+        )
+        #: What every shard must agree on: the entities, their owners and the channels.
+        self.fingerprint = (
+            tuple((e.name, e.shard) for e in entities),
+            tuple((ch.src, ch.dst, ch.lookahead) for ch in ctx._channels.values()),
+        )
+
+    @property
+    def _mine(self) -> int:
+        return 0 if self.shard is None else self.shard
+
+    def _spawn_entities(self, entities: list[Entity]) -> None:
+        sim = self.sim
+        tracer = self.tracer
+        mine = self._mine
+        expected_pid = 1
+        for entity in entities:
+            if entity.shard != mine or entity._start is None:
+                continue
+            fn, args, kwargs = entity._start
+            if tracer is not None:
+                tracer.build_tag = (0, entity.index)
+            proc = sim.spawn(fn, entity, *args, name=entity.name, **kwargs)
+            if proc.pid != expected_pid:
+                raise PartitionError(
+                    f"build() spawned {proc.pid - expected_pid} process(es) itself with "
+                    "ctx.sim.spawn; every shard runs build(), so such a process would run on "
+                    "every shard (and one without a name gets an identity that depends on "
+                    "spawn order): every top-level process must be an entity's, use "
+                    "ctx.spawn_entity(name, fn)"
+                )
+            expected_pid += 1
+            entity.process = proc
+        if tracer is not None:
+            tracer.build_tag = None
+        # Host code that scheduled anything used a root key; count them. An unnamed
+        # top-level process (or an event scheduled from build) gets an identity
+        # that depends on spawn order, and would run on every shard.
+        probe = sim._next_key()
+        if probe[1:] != ("root", 1):
+            raise PartitionError(
+                f"build() spawned a process without a name or scheduled an event from host "
+                f"code ({probe[2] - 1} such call(s)); a sharded model's top-level processes "
+                "must be named entities: use ctx.spawn_entity(name, fn), and schedule events "
+                "from the entities' processes"
+            )
+
+    # -- sending and receiving --------------------------------------------------
+
+    def send(self, channel: _Channel, payload: Any, delay: float) -> None:
+        """Send a message on *channel*: a keyed event, local or shipped to another shard."""
+        sim = self.sim
+        when = sim.now + delay
+        key = sim._next_key()
+        if self._record_sends:
+            sim.record("send", channel.src, {"to": channel.dst, "at": when, "payload": payload})
+        # The channel's own count: its sender lives on one shard, so the
+        # sequence number does not depend on the partition.
+        seq = self._sequence[channel.id]
+        self._sequence[channel.id] = seq + 1
+        owner = self._owner[channel.dst]
+        if owner == self._mine:
+            self._schedule(channel.id, when, key, payload)
+        else:
+            self.outbox.append((owner, when, key, channel.id, seq, payload))
+
+    def _schedule(self, channel: int, when: float, key: tuple[Any, ...], payload: Any) -> None:
+        sim = self.sim
+        event = sim.event()
+        # Triggered without being scheduled now (succeed() would schedule it at
+        # `now` with a key of its own): it is scheduled at `when` with the key
+        # the sender reserved.
+        event._ok = True
+        event._value = payload
+        callbacks = event.callbacks
+        assert callbacks is not None  # noqa: S101
+        callbacks.append(self._deliveries[channel])
+        sim._schedule_keyed(event, when, key)
+
+    def deliver(self, inbound: list[Message]) -> None:
+        """Schedule messages from other shards, in (time, channel, sequence) order."""
+        now = self.sim.now
+        for _, when, key, channel, _, payload in sorted(inbound, key=lambda m: (m[1], m[3], m[4])):
+            if when < now:
+                raise KernelBug(f"a message for time {when} reached shard {self.shard} at {now}")
+            self._schedule(channel, when, key, payload)
+
+    # -- running ----------------------------------------------------------------
+
+    def window(self, horizon: float, inbound: list[Message],
+               exact: bool = False) -> tuple[list[Message], float, float]:
+        """Deliver *inbound* and run every event before *horizon*.
+
+        Args:
+            horizon: Run the events before this time.
+            inbound: Messages from other shards, all at or after the clock.
+            exact: Leave the clock at the last event run (event by event, a
+                little slower) rather than at *horizon*.
+
+        Returns:
+            The messages sent to other shards, the time of the next event, and
+            the clock.
+        """
+        self.deliver(inbound)
+        sim = self.sim
+        if sim.peek() < horizon:
+            if horizon == math.inf:
+                sim.run()
+            elif exact:
+                while sim.peek() < horizon:
+                    sim.step()
+            else:
+                sim.run(until=horizon)
+                # run(until=h) leaves its spent stop event at the head of the
+                # schedule (SimPy semantics); process it now, so that peek()
+                # reports the next real event. It has no callbacks and records
+                # nothing.
+                sim.step()
+        out = self.outbox
+        self.outbox = []
+        for message in out:
+            if message[1] < horizon:
+                raise KernelBug(
+                    f"shard {self.shard} sent a message for {message[1]} inside the window "
+                    f"ending at {horizon}"
+                )
+        return out, sim.peek(), sim.now
+
+    def advance(self, until: float) -> None:
+        """Move the clock to *until* (every event before it has been processed)."""
+        sim = self.sim
+        if sim.peek() < until:
+            raise KernelBug(f"shard {self.shard} has an event at {sim.peek()} before {until}")
+        if until > sim.now:
+            sim.run(until=until)
+
+    def records(self) -> list[TaggedRecord]:
+        """The tagged trace records so far."""
+        return [] if self.tracer is None else list(self.tracer.records)
+
+
+def merge_records(per_shard: list[list[TaggedRecord]]) -> list[tuple[float, str, str, object]]:
+    """Merge the shards' tagged records into the order one Sim would have produced.
+
+    Each shard's records are in its own execution order. One Sim pops, at every
+    step, the smallest (time, key) of the events it has; since shards only
+    affect each other after a positive lookahead, that is always the smallest
+    *next* event of some shard. So the merge repeatedly takes the record whose
+    tag is the smallest among the shards' next records (a greedy k-way merge,
+    not a sort: a shard's own sequence need not be sorted by key, because an
+    urgent event created while processing an event comes after it).
+    """
+    heads = [(records[0][4], index, 0) for index, records in enumerate(per_shard) if records]
+    heapq.heapify(heads)
+    out: list[tuple[float, str, str, object]] = []
+    while heads:
+        _, index, position = heads[0]
+        records = per_shard[index]
+        time, kind, who, payload, _ = records[position]
+        out.append((time, kind, who, payload))
+        position += 1
+        if position < len(records):
+            heapq.heapreplace(heads, (records[position][4], index, position))
+        else:
+            heapq.heappop(heads)
+    return out
