@@ -12,6 +12,14 @@ rounds is reported with its min and max. Every backend's results table must
 equal the sequential one (``DataFrame.equals``), else the script exits with
 status 1.
 
+On a shared machine another program can take the second core for a whole
+run, which halves what two workers can do. So each run also records the
+*foreign load*: the CPUs that other processes kept busy while it ran (busy
+time in ``/proc/stat`` minus this process's and its children's CPU time,
+divided by the wall time; Linux only). A round is *quiet* when every run in it
+saw a foreign load below 0.25 CPU, and the speed-up over quiet rounds is
+reported beside the one over all rounds.
+
 Times are wall-clock for ``Experiment.run`` end to end: creating the pool
 (spawning the worker interpreters, which import simulacra and the model),
 pickling units and results, and shutting the pool down are all included.
@@ -37,6 +45,7 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import json
+import math
 import os
 import platform
 import statistics
@@ -77,13 +86,38 @@ def calibrate(target: float) -> int:
     return max(1, round(estimate * target / elapsed))
 
 
+QUIET = 0.25  # foreign CPUs below which a run counts as undisturbed
+
+
+def _busy_seconds() -> float | None:
+    """CPU seconds all processes have used since boot (None off Linux)."""
+    try:
+        fields = Path("/proc/stat").read_text(encoding="ascii").split("\n", 1)[0].split()
+    except OSError:
+        return None
+    user, nice, system, _idle, _iowait, irq, softirq, steal = map(int, fields[1:9])
+    return (user + nice + system + irq + softirq + steal) / os.sysconf("SC_CLK_TCK")
+
+
+def _own_seconds() -> float:
+    t = os.times()
+    return t.user + t.system + t.children_user + t.children_system
+
+
 def timed(
     experiment: Experiment, replications: int, backend: str, workers: int
-) -> tuple[float, Any]:
+) -> tuple[float, float, Any]:
+    """Return (wall seconds, foreign load in CPUs, results table) of one run."""
+    busy, own = _busy_seconds(), _own_seconds()
     start = time.perf_counter()
     results = experiment.run(replications, backend, None if backend == "sequential" else workers,
                              progress=False)
-    return time.perf_counter() - start, results.table()
+    elapsed = time.perf_counter() - start
+    busy_after = _busy_seconds()
+    foreign = math.nan
+    if busy is not None and busy_after is not None:
+        foreign = max(0.0, (busy_after - busy - (_own_seconds() - own)) / elapsed)
+    return elapsed, foreign, results.table()
 
 
 def measure(customers: int, replications: int, workers: int, rounds: int,
@@ -91,13 +125,16 @@ def measure(customers: int, replications: int, workers: int, rounds: int,
     experiment = study(customers)
     times: dict[str, list[float]] = {b: [] for b in ["sequential", *backends]}
     speedups: dict[str, list[float]] = {b: [] for b in backends}
+    quiet: dict[str, list[float]] = {b: [] for b in backends}
     reference = None
     order = ["sequential", *backends]  # round 1 runs sequential first: the reference
     for round_index in range(rounds):
         shift = round_index % len(order)
         this_round: dict[str, float] = {}
+        loads: list[float] = []
         for backend in order[shift:] + order[:shift]:
-            elapsed, table = timed(experiment, replications, backend, workers)
+            elapsed, foreign, table = timed(experiment, replications, backend, workers)
+            loads.append(foreign)
             if reference is None and backend == "sequential":
                 reference = table
             if reference is not None and not table.equals(reference):
@@ -105,9 +142,12 @@ def measure(customers: int, replications: int, workers: int, rounds: int,
                 sys.exit(1)
             this_round[backend] = elapsed
             times[backend].append(elapsed)
-            print(f"  round {round_index + 1}: {backend:<10} {elapsed:7.3f} s", file=sys.stderr)
+            print(f"  round {round_index + 1}: {backend:<10} {elapsed:7.3f} s, foreign load "
+                  f"{foreign:.2f} CPU", file=sys.stderr)
         for backend in backends:
             speedups[backend].append(this_round["sequential"] / this_round[backend])
+            if all(load < QUIET for load in loads):
+                quiet[backend].append(speedups[backend][-1])
     return {
         "customers": customers, "replications": replications, "workers": workers,
         "rounds": rounds,
@@ -118,6 +158,11 @@ def measure(customers: int, replications: int, workers: int, rounds: int,
             b: {"median": statistics.median(v), "min": min(v), "max": max(v)}
             for b, v in speedups.items()
         },
+        "quiet_rounds": len(next(iter(quiet.values()), [])),
+        "quiet_speedup": {
+            b: {"median": statistics.median(v), "min": min(v), "max": max(v)} if v else None
+            for b, v in quiet.items()
+        },
     }
 
 
@@ -125,11 +170,14 @@ def report(title: str, result: dict[str, Any]) -> None:
     print(f"{title}: {result['replications']} replications x {result['customers']} customers "
           f"({result['seconds_per_replication_sequential']:.3f} s each, sequential), "
           f"{result['workers']} workers, {result['rounds']} rounds")
-    print(f"  {'backend':<12}{'median s':>10}{'speed-up':>10}{'min':>8}{'max':>8}")
+    print(f"  {'backend':<12}{'median s':>10}{'speed-up':>10}{'min':>8}{'max':>8}"
+          f"   quiet rounds ({result['quiet_rounds']}): median [min, max]")
     print(f"  {'sequential':<12}{result['seconds']['sequential']:>10.3f}{1.0:>10.2f}")
     for backend, s in result["speedup"].items():
+        q = result["quiet_speedup"][backend]
+        quiet = f"{q['median']:.2f} [{q['min']:.2f}, {q['max']:.2f}]" if q else "-"
         print(f"  {backend:<12}{result['seconds'][backend]:>10.3f}{s['median']:>10.2f}"
-              f"{s['min']:>8.2f}{s['max']:>8.2f}")
+              f"{s['min']:>8.2f}{s['max']:>8.2f}   {quiet}")
 
 
 def main() -> int:

@@ -14,7 +14,9 @@ command that does, so a phase costs one round trip per worker:
     end     [("snapshot",)]                       -> agent states
 
 Agents are built in the worker from :class:`~simulacra.agents.AgentSpec` data
-once per run and stay there; they are never pickled per phase. A worker that
+once per run and stay there; they are never pickled per phase. Messages travel
+as plain tuples and become :class:`~simulacra.agents.Message` objects again on
+arrival (pickling named tuples runs Python code per message). A worker that
 dies (killed, crashed interpreter) is noticed at once -- the parent waits on
 the workers' pipes *and* their process sentinels -- and surfaces as
 :class:`~simulacra.WorkerLost`: the agents it held are gone, so the run
