@@ -85,9 +85,9 @@ class Scenario:
 BASE = pdes_models.Grid(rows=8, cols=8, service=0.4, interarrival=1.0, hops=6, jitter=0.5)
 
 SCENARIOS = [
-    Scenario("heavy", replace(BASE, transfer=5.0, work=12_000, horizon=100.0), 110.0,
+    Scenario("heavy", replace(BASE, transfer=5.0, work=12_000, horizon=50.0), 60.0,
              "CPU-heavy handlers, lookahead 5"),
-    Scenario("heavy-small-L", replace(BASE, transfer=0.05, work=12_000, horizon=100.0), 110.0,
+    Scenario("heavy-small-L", replace(BASE, transfer=0.05, work=12_000, horizon=50.0), 60.0,
              "CPU-heavy handlers, lookahead 0.05"),
     Scenario("cheap", replace(BASE, transfer=5.0, work=0, horizon=400.0), 410.0,
              "trivial handlers, lookahead 5"),

@@ -21,6 +21,7 @@ if str(HERE) not in sys.path:
 import _experiment_models as models  # noqa: E402
 
 from simulacra import (  # noqa: E402
+    BackendUnavailable,
     ConfigError,
     DeterminismError,
     Experiment,
@@ -477,3 +478,15 @@ def test_no_progress_bar_when_not_a_terminal(capsys: pytest.CaptureFixture[str])
     draws_study().run(3, "sequential")
 
     assert capsys.readouterr().err == ""
+
+
+@pytest.mark.skipif(
+    hasattr(__import__("concurrent.futures").futures, "InterpreterPoolExecutor"),
+    reason="this Python has InterpreterPoolExecutor",
+)
+def test_interpreters_backend_says_why_it_is_unavailable(tmp_path: Path) -> None:
+    study = draws_study(spool_dir=tmp_path)
+
+    with pytest.raises(BackendUnavailable, match=r"needs concurrent\.futures\.InterpreterPool"):
+        study.run(1, "interpreters")
+    assert (tmp_path / "study.json").exists()  # nothing half-open is left behind
