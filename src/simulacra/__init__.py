@@ -5,15 +5,12 @@ is private. The same seed and config give the same trace digest on every
 backend, worker count and shard count.
 """
 
-from simulacra._util import claim_public_module
+import importlib
+from typing import TYPE_CHECKING, Any
+
+from simulacra._util import claim_public_module as _claim_public_module
 
 from ._version import __version__ as __version__
-from .agents import Agent as Agent
-from .agents import AgentSpec as AgentSpec
-from .agents import Context as Context
-from .agents import Message as Message
-from .agents import Phase as Phase
-from .agents import Sequence as Sequence
 from .core import NORMAL as NORMAL
 from .core import URGENT as URGENT
 from .core import ConditionValue as ConditionValue
@@ -22,15 +19,6 @@ from .core import Process as Process
 from .core import ProcessGenerator as ProcessGenerator
 from .core import Sim as Sim
 from .core import Tracer as Tracer
-from .engines import ExecutionBackend as ExecutionBackend
-from .engines import LocalBackend as LocalBackend
-from .engines import Model as Model
-from .engines import ProcessPoolBackend as ProcessPoolBackend
-from .engines import RunResult as RunResult
-from .engines import Settings as Settings
-from .engines import ThreadPoolBackend as ThreadPoolBackend
-from .engines import get_backend as get_backend
-from .engines import load_settings as load_settings
 from .errors import AgentActionError as AgentActionError
 from .errors import AgentError as AgentError
 from .errors import AlreadyTriggered as AlreadyTriggered
@@ -71,44 +59,62 @@ from .errors import UnknownEntity as UnknownEntity
 from .errors import UnknownRecipient as UnknownRecipient
 from .errors import UntilInPast as UntilInPast
 from .errors import WorkerLost as WorkerLost
-from .executors import Executor as Executor
-from .executors import get_executor as get_executor
-from .parallel import Entity as Entity
-from .parallel import Experiment as Experiment
-from .parallel import ExperimentResults as ExperimentResults
-from .parallel import Offloader as Offloader
-from .parallel import PDESStats as PDESStats
-from .parallel import ReplicationResult as ReplicationResult
-from .parallel import ShardContext as ShardContext
-from .parallel import ShardedSim as ShardedSim
-from .parallel import SpeedupEstimate as SpeedupEstimate
-from .parallel import UnshardedSim as UnshardedSim
-from .parallel import analyze as analyze
-from .parallel import config_grid as config_grid
-from .parallel import offload as offload
-from .parallel import use_pool as use_pool
-from .resources import Container as Container
-from .resources import ContainerStatistics as ContainerStatistics
-from .resources import FilterStore as FilterStore
-from .resources import Preempted as Preempted
-from .resources import PreemptiveResource as PreemptiveResource
-from .resources import PriorityItem as PriorityItem
-from .resources import PriorityResource as PriorityResource
-from .resources import PriorityStore as PriorityStore
-from .resources import Resource as Resource
-from .resources import ResourceStatistics as ResourceStatistics
-from .resources import Store as Store
-from .resources import StoreStatistics as StoreStatistics
 from .rng import SeedTree as SeedTree
 from .rng import Streams as Streams
 from .rng import derive_seed as derive_seed
-from .trace import Divergence as Divergence
-from .trace import JsonlTracer as JsonlTracer
-from .trace import MemoryTracer as MemoryTracer
-from .trace import Trace as Trace
-from .trace import assert_equivalent as assert_equivalent
-from .trace import digest as digest
-from .trace import first_divergence as first_divergence
+
+if TYPE_CHECKING:  # the type checker sees every name; at run time they load lazily
+    from .agents import Agent as Agent
+    from .agents import AgentSpec as AgentSpec
+    from .agents import Context as Context
+    from .agents import Message as Message
+    from .agents import Phase as Phase
+    from .agents import Sequence as Sequence
+    from .engines import ExecutionBackend as ExecutionBackend
+    from .engines import LocalBackend as LocalBackend
+    from .engines import Model as Model
+    from .engines import ProcessPoolBackend as ProcessPoolBackend
+    from .engines import RunResult as RunResult
+    from .engines import Settings as Settings
+    from .engines import ThreadPoolBackend as ThreadPoolBackend
+    from .engines import get_backend as get_backend
+    from .engines import load_settings as load_settings
+    from .executors import Executor as Executor
+    from .executors import get_executor as get_executor
+    from .parallel import Entity as Entity
+    from .parallel import Experiment as Experiment
+    from .parallel import ExperimentResults as ExperimentResults
+    from .parallel import Offloader as Offloader
+    from .parallel import PDESStats as PDESStats
+    from .parallel import ReplicationResult as ReplicationResult
+    from .parallel import ShardContext as ShardContext
+    from .parallel import ShardedSim as ShardedSim
+    from .parallel import SpeedupEstimate as SpeedupEstimate
+    from .parallel import UnshardedSim as UnshardedSim
+    from .parallel import analyze as analyze
+    from .parallel import config_grid as config_grid
+    from .parallel import offload as offload
+    from .parallel import use_pool as use_pool
+    from .resources import Container as Container
+    from .resources import ContainerStatistics as ContainerStatistics
+    from .resources import FilterStore as FilterStore
+    from .resources import Preempted as Preempted
+    from .resources import PreemptiveResource as PreemptiveResource
+    from .resources import PriorityItem as PriorityItem
+    from .resources import PriorityResource as PriorityResource
+    from .resources import PriorityStore as PriorityStore
+    from .resources import Resource as Resource
+    from .resources import ResourceStatistics as ResourceStatistics
+    from .resources import Store as Store
+    from .resources import StoreStatistics as StoreStatistics
+    from .trace import Divergence as Divergence
+    from .trace import JsonlTracer as JsonlTracer
+    from .trace import MemoryTracer as MemoryTracer
+    from .trace import Trace as Trace
+    from .trace import assert_equivalent as assert_equivalent
+    from .trace import digest as digest
+    from .trace import first_divergence as first_divergence
+
 
 __all__ = [
     # kernel
@@ -148,5 +154,75 @@ __all__ = [
     "__version__",
 ]
 
-claim_public_module(__name__, globals())
-del claim_public_module
+# Layers above the kernel load on first use, so `import simulacra.core` (which
+# imports this package first) stays fast and light: the kernel must not pay for
+# pydantic, polars, json or the process pools of the layers above it.
+_LAZY: dict[str, str] = {
+    "Agent": ".agents",
+    "AgentSpec": ".agents",
+    "Context": ".agents",
+    "Message": ".agents",
+    "Phase": ".agents",
+    "Sequence": ".agents",
+    "ExecutionBackend": ".engines",
+    "LocalBackend": ".engines",
+    "Model": ".engines",
+    "ProcessPoolBackend": ".engines",
+    "RunResult": ".engines",
+    "Settings": ".engines",
+    "ThreadPoolBackend": ".engines",
+    "get_backend": ".engines",
+    "load_settings": ".engines",
+    "Executor": ".executors",
+    "get_executor": ".executors",
+    "Entity": ".parallel",
+    "Experiment": ".parallel",
+    "ExperimentResults": ".parallel",
+    "Offloader": ".parallel",
+    "PDESStats": ".parallel",
+    "ReplicationResult": ".parallel",
+    "ShardContext": ".parallel",
+    "ShardedSim": ".parallel",
+    "SpeedupEstimate": ".parallel",
+    "UnshardedSim": ".parallel",
+    "analyze": ".parallel",
+    "config_grid": ".parallel",
+    "offload": ".parallel",
+    "use_pool": ".parallel",
+    "Container": ".resources",
+    "ContainerStatistics": ".resources",
+    "FilterStore": ".resources",
+    "Preempted": ".resources",
+    "PreemptiveResource": ".resources",
+    "PriorityItem": ".resources",
+    "PriorityResource": ".resources",
+    "PriorityStore": ".resources",
+    "Resource": ".resources",
+    "ResourceStatistics": ".resources",
+    "Store": ".resources",
+    "StoreStatistics": ".resources",
+    "Divergence": ".trace",
+    "JsonlTracer": ".trace",
+    "MemoryTracer": ".trace",
+    "Trace": ".trace",
+    "assert_equivalent": ".trace",
+    "digest": ".trace",
+    "first_divergence": ".trace",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'simulacra' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module, __name__), name)
+    _claim_public_module(__name__, {"__all__": [name], name: value})
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))
+
+
+_claim_public_module(__name__, globals())
