@@ -6,8 +6,8 @@ is ``min over shards (next record time + lookahead)``, each shard does the work
 of its records before the horizon, and the round costs the *largest* shard's
 work plus one barrier. The sum over rounds, against the sequential cost of all
 records, is the predicted speedup. The barrier cost is measured on this machine
-(a round trip to worker processes started exactly as a ShardedSim starts them),
-once per process, unless given.
+(rounds of one-tick windows on worker processes started exactly as a
+ShardedSim starts them), once per process, unless given.
 """
 
 from __future__ import annotations
@@ -85,8 +85,10 @@ def measure_barrier_cost(shards: int = 2, *, start_method: str = "spawn",
                          rounds: int = 200, refresh: bool = False) -> float:
     """Seconds per barrier round with *shards* worker processes on this machine.
 
-    Starts worker processes exactly as ``ShardedSim(mode="processes")`` does and
-    times a round trip to all of them (median of *rounds*). The result is
+    Starts worker processes exactly as ``ShardedSim(mode="processes")`` does,
+    builds a model of one ticking entity per shard, and times rounds of
+    windows one tick wide: a command to every worker, ``run(until=...)`` over
+    one trivial event, every reply back (median of *rounds*). The result is
     cached per ``(shards, start_method)`` for the life of this process.
 
     Args:

@@ -301,7 +301,8 @@ class Entity:
             raise PartitionError(
                 f"process {proc.who!r} sent on behalf of entity {self.name!r}: only the "
                 "entity's own processes (and its on_message handler) may send from it, or "
-                "the message would escape its shard's lookahead"
+                "the message would escape its shard's lookahead (name an entity's extra "
+                "processes with entity.spawn(fn, name=...), whose names start with it)"
             )
         raw: object = delay
         if delay is None:

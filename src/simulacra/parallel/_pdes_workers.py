@@ -363,22 +363,39 @@ def make_transport(mode: str, shards: int, *, start_method: str,
     return _InlineTransport(shards)
 
 
+def _tick(sim: Any, me: Any) -> Any:
+    while True:
+        yield sim.delay(1.0)
+
+
+def ticker_model(ctx: Any) -> None:
+    """The model :func:`measure_round_trip` runs: one entity per shard, ticking every 1.0."""
+    for shard in range(ctx.shards):
+        ctx.spawn_entity(f"tick-{shard}", _tick)
+
+
 def measure_round_trip(shards: int, start_method: str, rounds: int) -> float:
     """Seconds per barrier round of ``shards`` worker processes: the median of *rounds*.
 
-    Starts the same workers a ShardedSim uses, and times a round of one small
-    command to every worker and every reply back.
+    Starts the same workers a ShardedSim uses, builds a model of one ticking
+    entity per shard, and times rounds of windows one tick wide: each is the
+    fixed cost of a round (a command to every worker, ``run(until=...)`` over
+    one trivial event, and every reply back).
     """
     transport = _ProcessTransport(shards, start_method, timeout=60.0)
     try:
-        ping: dict[int, Command] = dict.fromkeys(range(shards), ("ping",))
-        transport.request(ping)  # warm up
+        transport.request({
+            s: ("build", f"{__name__}:ticker_model", s, shards, None, 0, None, False)
+            for s in range(shards)
+        })
         times: list[float] = []
         clock: Callable[[], float] = time.perf_counter
-        for _ in range(rounds):
+        for index in range(rounds + 1):
+            window: Command = ("window", index + 1.5, [], False)
             start = clock()
-            transport.request(ping)
-            times.append(clock() - start)
+            transport.request(dict.fromkeys(range(shards), window))
+            if index:  # the first round warms up
+                times.append(clock() - start)
     finally:
         transport.close()
     times.sort()
