@@ -36,7 +36,6 @@ takes no locks.
 
 from __future__ import annotations
 
-import itertools
 import threading
 from collections import deque
 from collections.abc import Callable, Coroutine, Generator, Iterable, Iterator
@@ -84,10 +83,6 @@ R = TypeVar("R")
 URGENT = 0
 #: Priority of every other event.
 NORMAL = 1
-
-# The default ordering folds the priority into the sequence number: key = seq +
-# priority * _PRIO_STEP. Sequence numbers stay far below _PRIO_STEP.
-_PRIO_STEP = 1 << 60
 
 # `object.__new__` bound once: `Event.__new__` is looked up on the type at every call.
 _new = object.__new__
@@ -727,8 +722,6 @@ class Sim:
         "_cur_key",
         "_heap",
         "_keyed",
-        "_nextkey",
-        "_nexturgent",
         "_now_append",
         "_nowq",
         "_npid",
@@ -788,15 +781,9 @@ class Sim:
                 f"Sim(trace=...): expected True, False or an object with a record() method, "
                 f"got {_describe(trace)}"
             )
-        if ordering == "fifo":
-            self._keyed = False
-            counter = itertools.count(_PRIO_STEP * NORMAL)
-            self._nextkey: Callable[[], Any] = counter.__next__
-            self._nexturgent: Callable[[], Any] = lambda: counter.__next__() - _PRIO_STEP
-        elif ordering == "keyed":
-            self._keyed = True
-            self._nextkey = self._keyed_normal
-            self._nexturgent = self._keyed_urgent
+        if ordering in ("fifo", "keyed"):
+            # Only the keyed ordering has keys; the fifo layout needs none.
+            self._keyed = ordering == "keyed"
         else:
             raise ConfigError(f"Sim(ordering=...): expected 'fifo' or 'keyed', got {ordering!r}")
         #: Schedule an event at the current time, normal or urgent priority.
@@ -900,15 +887,15 @@ class Sim:
     # -- scheduling -----------------------------------------------------------
 
     def _push_now(self, event: Event[Any]) -> None:
-        heappush(self._heap, (self.now, self._nextkey(), event))
+        heappush(self._heap, (self.now, self._keyed_normal(), event))
 
     def _push_urgent(self, event: Event[Any]) -> None:
-        heappush(self._heap, (self.now, self._nexturgent(), event))
+        heappush(self._heap, (self.now, self._keyed_urgent(), event))
 
     def _at(self, when: float, event: Event[Any], *, urgent: bool = False) -> None:
         """Schedule *event* at *when* > now (delay() inlines the normal case)."""
         if self._keyed:
-            key = self._nexturgent() if urgent else self._nextkey()
+            key = self._keyed_urgent() if urgent else self._keyed_normal()
             heappush(self._heap, (when, key, event))
             return
         buckets = self._buckets
@@ -955,7 +942,7 @@ class Sim:
         receiving shard orders it exactly as one Sim would have.
         """
         self._require_keyed("_next_key()")
-        return cast("tuple[Any, ...]", self._nextkey())
+        return self._keyed_normal()
 
     def _schedule_keyed(self, event: Event[Any], when: float, key: tuple[Any, ...]) -> None:
         """Schedule a triggered *event* at *when* with a key reserved elsewhere."""
@@ -997,7 +984,7 @@ class Sim:
             when = now + delay
             if when > now:
                 if self._keyed:
-                    heappush(self._heap, (when, self._nextkey(), event))
+                    heappush(self._heap, (when, self._keyed_normal(), event))
                     return event
                 # Inlines Sim._at: one entry per distinct time, in scheduling order.
                 buckets = self._buckets
