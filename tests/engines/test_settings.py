@@ -106,7 +106,7 @@ def test_a_settings_mapping_works_too() -> None:
     ({"orchestration": {"mode": "threaded", "max_workers": True}},
      ["orchestration.max_workers", "got True"]),
     ({"orchestration": {"mode": "cluster"}},
-     ["orchestration.mode", "'cluster'", "local, processes, threaded"]),
+     ["orchestration.mode", "'cluster'", "dask, emulator, local, mcp, processes, threaded"]),
     ({"orchestration": {"mode": "local", "max_workers": 2}},
      ["orchestration.max_workers is not an option of mode 'local'", "no options"]),
     ({"orchestration": {"mode": "processes", "start_method": "fork"}},
@@ -151,12 +151,11 @@ def test_a_missing_settings_file(tmp_path: Path) -> None:
 
 
 def test_reserved_modes_validate_but_cannot_run_yet(tmp_path: Path) -> None:
-    path = _json(tmp_path, {"orchestration": {"mode": "dask",
-                                              "scheduler_address": "tcp://scheduler:8786"}})
+    path = _json(tmp_path, {"orchestration": {"mode": "pregel", "max_supersteps": 5}})
     settings = load_settings(path)
-    assert settings.mode == "dask"
+    assert settings.mode == "pregel"
 
-    with pytest.raises(BackendUnavailable, match=r"'dask'.*reserved but not implemented"):
+    with pytest.raises(BackendUnavailable, match=r"'pregel'.*reserved but not implemented"):
         Model(seed=0, settings=path)
 
 
@@ -169,17 +168,17 @@ def test_get_backend_by_name() -> None:
     assert isinstance(get_backend("local"), LocalBackend)
     assert get_backend("threaded", max_workers=2).max_workers == 2  # type: ignore[attr-defined]
     assert isinstance(get_backend("processes", max_workers=1), ProcessPoolBackend)
-    assert backend_names() == ("local", "processes", "threaded")
+    assert backend_names() == ("dask", "emulator", "local", "mcp", "processes", "threaded")
 
 
 def test_get_backend_errors_list_what_is_known() -> None:
     with pytest.raises(ConfigError) as info:
         get_backend("gpu")
     assert str(info.value) == (
-        "unknown backend 'gpu' (known: local, processes, threaded; reserved for later "
-        "versions: async, dask, emulator, mcp, pregel)"
+        "unknown backend 'gpu' (known: dask, emulator, local, mcp, processes, threaded; "
+        "reserved for later versions: async, pregel)"
     )
-    for name in ("async", "pregel", "dask", "mcp", "emulator"):
+    for name in ("async", "pregel", "dask", "mcp", "emulator"):  # not implemented yet
         with pytest.raises(BackendUnavailable, match=f"backend {name!r}"):
             get_backend(name)
     with pytest.raises(ConfigError, match="backend 'local' has no option 'max_workers'"):

@@ -27,6 +27,7 @@ from ._processes import PARTITIONS as PARTITIONS
 from ._processes import START_METHODS as START_METHODS
 from ._processes import ProcessPoolBackend as ProcessPoolBackend
 from ._processes import partition_ids as partition_ids
+from ._registry import PLUGIN_BACKENDS as PLUGIN_BACKENDS
 from ._registry import RESERVED_BACKENDS as RESERVED_BACKENDS
 from ._registry import backend_names as backend_names
 from ._registry import backend_options as backend_options
@@ -45,7 +46,8 @@ __all__ = [
     "ProcessPoolBackend", "partition_ids", "PARTITIONS", "START_METHODS",
     # by name, and from settings files
     "get_backend", "register_backend", "unregister_backend", "backend_names",
-    "backend_options", "RESERVED_BACKENDS", "Settings", "load_settings", "parse_settings",
+    "backend_options", "RESERVED_BACKENDS", "PLUGIN_BACKENDS", "Settings", "load_settings",
+    "parse_settings",
 ]
 
 claim_public_module(__name__, globals())

@@ -26,11 +26,11 @@ from simulacra.agents import (
     freeze_world,
     state_digest,
 )
-from simulacra.errors import BackendUnavailable, ConfigError
+from simulacra.errors import ConfigError
 from simulacra.rng import SeedTree, as_seed_tree
 
 from ._base import AgentSnapshot, ExecutionBackend
-from ._registry import RESERVED_BACKENDS, backend_options, get_backend
+from ._registry import ensure_buildable, get_backend
 from ._settings import Settings, load_settings, parse_settings
 
 __all__ = ["RUN_SCHEME", "Model", "RunResult"]
@@ -386,9 +386,4 @@ class Model:
 
 
 def _check_buildable(name: str) -> None:
-    backend_options(name)  # raises ConfigError for unknown names
-    if name in RESERVED_BACKENDS:
-        raise BackendUnavailable(
-            f"backend {name!r} ({RESERVED_BACKENDS[name][0]}) is reserved but not implemented "
-            "yet; use 'local', 'threaded' or 'processes'"
-        )
+    ensure_buildable(name)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable, Iterable
 from typing import Any, Final
 
@@ -11,8 +12,8 @@ from ._base import ExecutionBackend
 from ._local import LocalBackend, ThreadPoolBackend
 from ._processes import ProcessPoolBackend
 
-__all__ = ["RESERVED_BACKENDS", "backend_names", "backend_options", "get_backend",
-           "register_backend"]
+__all__ = ["PLUGIN_BACKENDS", "RESERVED_BACKENDS", "backend_names", "backend_options",
+           "ensure_buildable", "get_backend", "register_backend"]
 
 #: name -> (factory, the keyword options it takes).
 _REGISTRY: dict[str, tuple[Callable[..., ExecutionBackend], frozenset[str]]] = {
@@ -25,15 +26,63 @@ _REGISTRY: dict[str, tuple[Callable[..., ExecutionBackend], frozenset[str]]] = {
 RESERVED_BACKENDS: Final[dict[str, tuple[str, frozenset[str]]]] = {
     "async": ("asyncio, for LLM-heavy models", frozenset({"async_semaphore_limit"})),
     "pregel": ("bulk-synchronous supersteps", frozenset({"max_supersteps"})),
-    "dask": ("a Dask cluster", frozenset({"scheduler_address", "n_workers", "partition"})),
-    "mcp": ("remote MCP/HTTP workers", frozenset({"mcp_config"})),
-    "emulator": ("an in-process emulator of MCP workers", frozenset({"mcp_config"})),
+}
+
+#: Backends that a higher layer provides (``simulacra.distributed``, layer 6).
+#: This layer may not import it, so the module is imported by name the first
+#: time one of its backends is asked for, and registers them itself with
+#: :func:`register_backend` -- a plugin seam, like an entry point.
+#: name -> (module, what it is, the options it takes, the extra that installs it).
+PLUGIN_BACKENDS: Final[dict[str, tuple[str, str, frozenset[str], str]]] = {
+    "dask": ("simulacra.distributed", "a Dask cluster",
+             frozenset({"scheduler_address", "n_workers", "partition"}), "dask"),
+    "mcp": ("simulacra.distributed", "remote MCP workers over streamable HTTP",
+            frozenset({"mcp_config"}), "mcp"),
+    "emulator": ("simulacra.distributed", "an in-process emulator of MCP workers",
+                 frozenset({"mcp_config"}), "mcp"),
 }
 
 
 def backend_names() -> tuple[str, ...]:
-    """The names :func:`get_backend` can build now, sorted."""
-    return tuple(sorted(_REGISTRY))
+    """The names :func:`get_backend` can build (built in, registered or plugin), sorted."""
+    return tuple(sorted(set(_REGISTRY) | set(PLUGIN_BACKENDS)))
+
+
+def _load_plugin(name: str) -> None:
+    """Import the module that provides plugin backend *name* (it registers itself)."""
+    module, what, _, extra = PLUGIN_BACKENDS[name]
+    try:
+        importlib.import_module(module)
+    except ImportError as exc:
+        raise BackendUnavailable(
+            f"backend {name!r} ({what}) needs the package {exc.name!r}, which is not "
+            f"installed: pip install 'simulacra[{extra}]'"
+        ) from exc
+    if name not in _REGISTRY:
+        raise BackendUnavailable(f"backend {name!r} ({what}) is not implemented yet")
+
+
+def ensure_buildable(name: str) -> None:
+    """Check that :func:`get_backend` can build *name* here, importing its plugin.
+
+    Raises:
+        ConfigError: *name* is unknown.
+        BackendUnavailable: *name* is reserved for a later version, or its
+            plugin's dependencies are not installed.
+    """
+    key: object = name
+    if not isinstance(key, str) or (name not in _REGISTRY and name not in PLUGIN_BACKENDS
+                                    and name not in RESERVED_BACKENDS):
+        raise _unknown(key)
+    if name in _REGISTRY:
+        return
+    if name in PLUGIN_BACKENDS:
+        _load_plugin(name)
+        return
+    raise BackendUnavailable(
+        f"backend {name!r} ({RESERVED_BACKENDS[name][0]}) is reserved but not "
+        f"implemented yet; available: {', '.join(backend_names())}"
+    )
 
 
 def backend_options(name: str) -> frozenset[str]:
@@ -44,6 +93,8 @@ def backend_options(name: str) -> frozenset[str]:
     """
     if name in _REGISTRY:
         return _REGISTRY[name][1]
+    if name in PLUGIN_BACKENDS:
+        return PLUGIN_BACKENDS[name][2]
     if name in RESERVED_BACKENDS:
         return RESERVED_BACKENDS[name][1]
     raise _unknown(name)
@@ -67,19 +118,12 @@ def get_backend(name: str, /, **options: Any) -> ExecutionBackend:
     Raises:
         ConfigError: *name* is unknown (the message lists the known ones), or
             an option is not one the backend takes, or its value is bad.
-        BackendUnavailable: *name* is reserved for a backend of a later version
-            (``"async"``, ``"pregel"``, ``"dask"``, ``"mcp"``, ``"emulator"``).
+        BackendUnavailable: *name* is reserved for a backend of a later
+            version, or is a plugin backend (``"dask"``, ``"mcp"``, ``"emulator"``)
+            whose dependencies are not installed.
     """
-    key: object = name
-    entry = _REGISTRY.get(name) if isinstance(key, str) else None
-    if entry is None:
-        if name in RESERVED_BACKENDS:
-            raise BackendUnavailable(
-                f"backend {name!r} ({RESERVED_BACKENDS[name][0]}) is reserved but not "
-                f"implemented yet; available: {', '.join(backend_names())}"
-            )
-        raise _unknown(name)
-    factory, accepted = entry
+    ensure_buildable(name)
+    factory, accepted = _REGISTRY[name]
     unknown = sorted(set(options) - accepted)
     if unknown:
         takes = ", ".join(sorted(accepted)) or "no options"
@@ -90,21 +134,25 @@ def get_backend(name: str, /, **options: Any) -> ExecutionBackend:
 
 
 def register_backend(name: str, factory: Callable[..., ExecutionBackend],
-                     options: Iterable[str] = ()) -> None:
+                     options: Iterable[str] = (), *, plugin: bool = False) -> None:
     """Make ``get_backend(name, **options)`` (and settings files) build *factory*.
 
     Args:
         name: The registry name; must not be taken or reserved.
         factory: Called with the options; returns an :class:`ExecutionBackend`.
         options: The keyword options *factory* takes.
+        plugin: Set by the module named in :data:`PLUGIN_BACKENDS` when it
+            registers its own backend; any other name must be new.
 
     Raises:
-        ConfigError: *name* is taken or reserved, or not a non-empty str.
+        ConfigError: *name* is taken or reserved, or not a non-empty str. (A
+            plugin name of :data:`PLUGIN_BACKENDS` is taken by its own module.)
     """
     key: object = name
     if not isinstance(key, str) or not key:
         raise ConfigError(f"name must be a non-empty str, got {key!r}")
-    if name in _REGISTRY or name in RESERVED_BACKENDS:
+    if name in _REGISTRY or name in RESERVED_BACKENDS or (
+            name in PLUGIN_BACKENDS and not plugin):
         raise ConfigError(f"backend name {name!r} is already taken")
     _REGISTRY[name] = (factory, frozenset(options))
 
