@@ -1,12 +1,15 @@
 """Same seed, same result: every backend and worker count against the LocalBackend reference.
 
-To check a new backend, add a factory to ``BACKENDS``: every test here then
-runs the conformance model on it and compares per-step state digests, message
-digests, message counts and final agent states with the reference, bit for bit.
+To check a new backend, add a factory to ``BACKENDS`` -- or, for a backend
+that lives in its own module, a ``tests/engines/_conf_<name>.py`` file with a
+``BACKENDS`` list of its own: every test here then runs the conformance model
+on it and compares per-step state digests, message digests, message counts and
+final agent states with the reference, bit for bit.
 """
 
 from __future__ import annotations
 
+import importlib
 import sys
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
@@ -48,6 +51,8 @@ BACKENDS: list[tuple[str, Callable[[], ExecutionBackend]]] = [
     ("processes-3-hash-forkserver",
      lambda: ProcessPoolBackend(3, partition="hash", start_method="forkserver")),
 ]
+for _extra in sorted(HERE.glob("_conf_*.py")):
+    BACKENDS += importlib.import_module(_extra.stem).BACKENDS
 
 
 @pytest.fixture(scope="module", params=[factory for _, factory in BACKENDS],
