@@ -64,3 +64,19 @@ class Factory:
     @classmethod
     def make(cls, x: int) -> int:
         return x
+
+
+def seeded_draws(unit: tuple[str, int]) -> tuple[bool, list[float]]:
+    """Draws from a SeedTree-derived stream, and whether they ran in a sub-interpreter."""
+    import importlib
+
+    from simulacra.rng import SeedTree
+
+    seed, replication = unit
+    rng = SeedTree(seed).replication(replication).stream("draws")
+    try:
+        interpreters = importlib.import_module("_interpreters")
+        in_sub = interpreters.get_current() != interpreters.get_main()
+    except ImportError:
+        in_sub = False
+    return in_sub, [rng.random() for _ in range(3)]

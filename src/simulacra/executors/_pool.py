@@ -28,6 +28,8 @@ from simulacra.errors import BackendUnavailable, ConfigError
 
 from ._base import Done, Lost, Raised, call_unit, check_retries, check_workers
 from ._refs import callable_ref
+from ._subinterp import SubInterpreterPool
+from ._subinterp import available as subinterp_available
 
 __all__ = [
     "InterpreterExecutor",
@@ -362,25 +364,29 @@ class ProcessExecutor(_FuturesExecutor):
         )
 
 
-def _interpreter_pool_class() -> type[cf.Executor]:
+def _interpreter_pool_class() -> Callable[[int], cf.Executor]:
     cls: type[cf.Executor] | None = getattr(cf, "InterpreterPoolExecutor", None)
-    if cls is None:
-        version = ".".join(map(str, sys.version_info[:3]))
-        raise BackendUnavailable(
-            f"backend 'interpreters' needs concurrent.futures.InterpreterPoolExecutor, new in "
-            f"Python 3.14; this is Python {version}. (Python 3.13's private _interpreters "
-            "module has no pool and cannot pass arbitrary arguments, so simulacra does not "
-            "build on it.) Use 'processes' for the same isolation, or 'threads' on a "
-            "free-threaded build"
-        )
-    return cls
+    if cls is not None:  # Python 3.14+
+        return cls
+    why = subinterp_available()
+    if why is None:  # Python 3.13: our pool over its private _interpreters module
+        return SubInterpreterPool
+    version = ".".join(map(str, sys.version_info[:3]))
+    raise BackendUnavailable(
+        f"backend 'interpreters' needs sub-interpreters: Python 3.14's "
+        f"concurrent.futures.InterpreterPoolExecutor or Python 3.13's _interpreters "
+        f"module; this is Python {version} ({why}). Use 'processes' for the same "
+        "isolation, or 'threads' on a free-threaded build"
+    )
 
 
 @final
 class InterpreterExecutor(_FuturesExecutor):
-    """Runs units in sub-interpreters of this process (Python 3.14+).
+    """Runs units in sub-interpreters of this process (Python 3.13 and 3.14+).
 
-    Uses ``concurrent.futures.InterpreterPoolExecutor``: each worker is an
+    Uses ``concurrent.futures.InterpreterPoolExecutor`` on 3.14, and on 3.13
+    simulacra's own small pool over the private ``_interpreters`` module
+    (``SubInterpreterPool``, same contract): each worker is an
     isolated interpreter with its own GIL, so CPU-bound units run in parallel
     without the start-up cost of a process. Units are pickled, as for
     processes, and ``fn`` must be importable by name. Extension modules that do
@@ -391,7 +397,7 @@ class InterpreterExecutor(_FuturesExecutor):
         retries: Re-runs allowed for a unit whose interpreter broke under it.
 
     Raises:
-        BackendUnavailable: This Python has no ``InterpreterPoolExecutor``.
+        BackendUnavailable: This Python has neither (3.11, 3.12).
         ConfigError: An argument is out of range.
     """
 
