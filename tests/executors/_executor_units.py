@@ -80,3 +80,11 @@ def seeded_draws(unit: tuple[str, int]) -> tuple[bool, list[float]]:
     except ImportError:
         in_sub = False
     return in_sub, [rng.random() for _ in range(3)]
+
+
+def spin(x: int) -> int:
+    """CPU-bound work for timing: a few hundred ms of pure-Python arithmetic."""
+    total = x
+    for i in range(3_000_000):
+        total = (total * 31 + i) % 1_000_003
+    return total
