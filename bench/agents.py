@@ -1,7 +1,7 @@
-"""Agent engines: LocalBackend against a hand-written loop; processes against local.
+"""Agent engines: LocalBackend against a hand-written loop and Mesa 3; processes against local.
 
-Two benchmarks, each alternating its two contestants inside every round (the
-order flips every round) and taking the ratio inside the round, so that the
+Two benchmarks, each alternating its contestants inside every round (the
+order rotates every round) and taking the ratios inside the round, so that the
 drift of a shared machine cancels out; the table gives the median ratio with
 its min and max.
 
@@ -13,6 +13,12 @@ its min and max.
   inbox lists. Both add the same floats in the same order, so their final
   totals must be identical (``==``); the script exits with status 1 if not.
   The ratio is framework time / loop time (the issue's target: <= 1.5).
+  Third contestant: the same model written idiomatically in Mesa 3 (``mesa.Agent``
+  subclasses, ``model.agents.do("step")`` then ``do("advance")`` to swap
+  inbox lists; ``do`` keeps insertion order, so its totals are bit-identical
+  too -- ``shuffle_do`` would reorder the additions). Ratio: Mesa time /
+  framework time (target: > 1, i.e. the framework is faster). Skipped if Mesa
+  is not installed; ``--mesa-agents`` runs it on a smaller population.
   Also reported, once, outside the rounds: where the framework's time goes
   (building agents, running actions, delivering, snapshot), the same run with
   the garbage collector left alone (``defer_gc=False``), and what per-step
@@ -116,6 +122,45 @@ def framework(neighbours: list[tuple[int, ...]], steps: int, **run: Any) -> tupl
     return time.perf_counter() - start, checksum
 
 
+def mesa_run(neighbours: list[tuple[int, ...]], steps: int) -> tuple[float, float]:
+    """The same model in Mesa 3, from building the agents to reading the final totals."""
+    import mesa
+
+    class MesaHop(mesa.Agent):  # type: ignore[misc]
+        def __init__(self, model: Any, neighbours: tuple[int, ...]) -> None:
+            super().__init__(model)
+            self.neighbours = neighbours
+            self.total = 0.0
+            self.inbox: list[float] = []
+            self.outbox: list[float] = []
+
+        def step(self) -> None:
+            self.total += sum(self.inbox)
+            value = self.total + 1.0
+            people = self.model.people
+            for neighbour in self.neighbours:
+                people[neighbour].outbox.append(value)
+
+        def advance(self) -> None:
+            self.inbox, self.outbox = self.outbox, []
+
+    class MesaModel(mesa.Model):  # type: ignore[misc]
+        def __init__(self, neighbours: list[tuple[int, ...]]) -> None:
+            super().__init__(seed=SEED)
+            self.people = [MesaHop(self, nbrs) for nbrs in neighbours]
+
+        def step(self) -> None:
+            self.agents.do("step")
+            self.agents.do("advance")
+
+    start = time.perf_counter()
+    model = MesaModel(neighbours)
+    for _ in range(steps):
+        model.step()
+    checksum = sum(agent.total for agent in model.people)
+    return time.perf_counter() - start, checksum
+
+
 def breakdown(neighbours: list[tuple[int, ...]], steps: int) -> dict[str, float]:
     """Seconds in each part of a framework run (driving the backend by hand, as Model does)."""
     times: dict[str, float] = {}
@@ -129,21 +174,14 @@ def breakdown(neighbours: list[tuple[int, ...]], steps: int) -> dict[str, float]
     backend.start(model.specs, model.seed, None)
     times["build agents"] = time.perf_counter() - start
     phase = Phase(Hop.act)
-    times["run actions"] = times["sort"] = times["deliver"] = 0.0
+    times["run actions + deliver"] = 0.0
     old = gc.get_threshold()
     gc.set_threshold(old[0], old[1], max(old[2], 1000))  # as Model.run does
     try:
         for step in range(steps):
             t0 = time.perf_counter()
-            messages = backend.execute_action(phase, step, 0)
-            t1 = time.perf_counter()
-            messages.sort()
-            t2 = time.perf_counter()
-            backend.deliver_messages(messages)
-            t3 = time.perf_counter()
-            times["run actions"] += t1 - t0
-            times["sort"] += t2 - t1
-            times["deliver"] += t3 - t2
+            backend.execute_and_deliver(phase, step, 0, False)  # Model.run's fast path
+            times["run actions + deliver"] += time.perf_counter() - t0
         start = time.perf_counter()
         backend.snapshot()
         times["snapshot"] = time.perf_counter() - start
@@ -203,6 +241,33 @@ def alternate(rounds: int, first: Callable[[], tuple[float, Any]],
     return ratios, same
 
 
+def compete(rounds: int, contestants: dict[str, Callable[[], tuple[float, Any]]],
+            ) -> tuple[dict[str, list[float]], bool]:
+    """Run every contestant once per round, rotating the order; times by name, and
+    whether all outputs were identical in every round."""
+    names = list(contestants)
+    times: dict[str, list[float]] = {name: [] for name in names}
+    same = True
+    for n in range(rounds):
+        outputs = {}
+        order = names[n % len(names):] + names[:n % len(names)]
+        for name in order:
+            gc.collect()
+            seconds, outputs[name] = contestants[name]()
+            times[name].append(seconds)
+        identical = len({repr(out) for out in outputs.values()}) == 1
+        same = same and identical
+        print(f"  round {n + 1}: " + ", ".join(f"{name} {times[name][-1]:.2f} s"
+                                              for name in names)
+              + f"; results identical: {identical}", file=sys.stderr, flush=True)
+    return times, same
+
+
+def ratios_of(times: dict[str, list[float]], numerator: str, denominator: str) -> list[float]:
+    """Per-round ratios numerator time / denominator time."""
+    return [a / b for a, b in zip(times[numerator], times[denominator], strict=True)]
+
+
 def summary(ratios: list[float]) -> str:
     return f"{statistics.median(ratios):.2f} [{min(ratios):.2f}-{max(ratios):.2f}]"
 
@@ -226,6 +291,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--quick", action="store_true", help="sizes / 10")
     parser.add_argument("--only", action="append", choices=["messaging", "compute"])
+    parser.add_argument("--mesa-agents", type=int, default=None,
+                        help="agents of the Mesa comparison (default: the same 100 000)")
     args = parser.parse_args(argv)
     only = set(args.only or ["messaging", "compute"])
     scale = 10 if args.quick else 1
@@ -237,11 +304,37 @@ def main(argv: list[str] | None = None) -> int:
         neighbours = graph(agents, 5)
         print(f"\nmessaging: {agents:,} agents x 5 messages x {steps} steps "
               f"= {agents * 5 * steps:,} messages")
-        ratios, same = alternate(args.rounds, lambda: hand_loop(neighbours, steps),
-                                 lambda: framework(neighbours, steps), "loop vs LocalBackend")
+        contestants: dict[str, Callable[[], tuple[float, Any]]] = {
+            "loop": lambda: hand_loop(neighbours, steps),
+            "LocalBackend": lambda: framework(neighbours, steps),
+        }
+        has_mesa = importlib.util.find_spec("mesa") is not None
+        same_size = args.mesa_agents is None or args.mesa_agents // scale == agents
+        if has_mesa and same_size:
+            contestants["Mesa"] = lambda: mesa_run(neighbours, steps)
+        times, same = compete(args.rounds, contestants)
         ok = ok and same
-        print(f"  LocalBackend / hand-written loop: {summary(ratios)} (target <= 1.5); "
+        print(f"  LocalBackend / hand-written loop: "
+              f"{summary(ratios_of(times, 'LocalBackend', 'loop'))} (target <= 1.5); "
               f"final totals identical (==): {'ok' if same else 'FAILED'}")
+        if "Mesa" in times:
+            import mesa
+
+            print(f"  Mesa {mesa.__version__} / LocalBackend: "
+                  f"{summary(ratios_of(times, 'Mesa', 'LocalBackend'))} (target > 1); "
+                  f"Mesa / loop: {summary(ratios_of(times, 'Mesa', 'loop'))}")
+        elif has_mesa:
+            small = args.mesa_agents // scale
+            few = graph(small, 5)
+            print(f"  Mesa comparison on {small:,} agents:")
+            times, same = compete(args.rounds, {
+                "LocalBackend": lambda: framework(few, steps),
+                "Mesa": lambda: mesa_run(few, steps)})
+            ok = ok and same
+            print(f"  Mesa / LocalBackend ({small:,} agents): "
+                  f"{summary(ratios_of(times, 'Mesa', 'LocalBackend'))} (target > 1)")
+        else:
+            print("  Mesa is not installed: no Mesa comparison")
         loop_s, _ = hand_loop(neighbours, steps)
         plain_s, _ = framework(neighbours, steps, defer_gc=False)
         print(f"  once, for scale: loop {loop_s:.2f} s; LocalBackend with defer_gc=False "

@@ -21,10 +21,14 @@ from .core import Sim as Sim
 from .core import Tracer as Tracer
 from .errors import AgentActionError as AgentActionError
 from .errors import AgentError as AgentError
+from .errors import AgentStateError as AgentStateError
+from .errors import AgentTimeout as AgentTimeout
 from .errors import AlreadyTriggered as AlreadyTriggered
 from .errors import BackendError as BackendError
 from .errors import BackendUnavailable as BackendUnavailable
 from .errors import CapacityExceeded as CapacityExceeded
+from .errors import ChannelClosed as ChannelClosed
+from .errors import CheckpointError as CheckpointError
 from .errors import ConfigError as ConfigError
 from .errors import ContextClosed as ContextClosed
 from .errors import DeadProcess as DeadProcess
@@ -36,15 +40,22 @@ from .errors import ExperimentError as ExperimentError
 from .errors import ForeignEvent as ForeignEvent
 from .errors import ForeignRequest as ForeignRequest
 from .errors import Interrupt as Interrupt
+from .errors import InvalidAction as InvalidAction
 from .errors import InvalidDelay as InvalidDelay
 from .errors import KernelBug as KernelBug
+from .errors import LLMError as LLMError
 from .errors import LookaheadViolation as LookaheadViolation
 from .errors import NotAnEvent as NotAnEvent
 from .errors import OffloadError as OffloadError
 from .errors import OffloadTimeout as OffloadTimeout
 from .errors import PartitionError as PartitionError
 from .errors import ProcessError as ProcessError
+from .errors import ProviderError as ProviderError
+from .errors import ProviderTimeout as ProviderTimeout
+from .errors import RateLimited as RateLimited
+from .errors import RecordingError as RecordingError
 from .errors import RemoteError as RemoteError
+from .errors import ReplayMiss as ReplayMiss
 from .errors import ReplicationFailed as ReplicationFailed
 from .errors import ResourceError as ResourceError
 from .errors import ScheduleError as ScheduleError
@@ -64,23 +75,82 @@ from .rng import Streams as Streams
 from .rng import derive_seed as derive_seed
 
 if TYPE_CHECKING:  # the type checker sees every name; at run time they load lazily
+    from .agents import ActionEvent as ActionEvent
+    from .agents import ActionSpec as ActionSpec
     from .agents import Agent as Agent
     from .agents import AgentSpec as AgentSpec
     from .agents import Context as Context
+    from .agents import LLMAgent as LLMAgent
     from .agents import Message as Message
     from .agents import Phase as Phase
     from .agents import Sequence as Sequence
+    from .agents import World as World
+    from .distributed import DaskBackend as DaskBackend
+    from .distributed import EmulatorBackend as EmulatorBackend
+    from .distributed import MCPBackend as MCPBackend
+    from .distributed import MCPConfig as MCPConfig
+    from .engines import AgentLock as AgentLock
+    from .engines import AgentStatus as AgentStatus
+    from .engines import AsyncAgent as AsyncAgent
+    from .engines import AsyncBackend as AsyncBackend
+    from .engines import AsyncHost as AsyncHost
+    from .engines import Channel as Channel
+    from .engines import EventEngine as EventEngine
+    from .engines import EventResult as EventResult
     from .engines import ExecutionBackend as ExecutionBackend
     from .engines import LocalBackend as LocalBackend
     from .engines import Model as Model
+    from .engines import PausableAgent as PausableAgent
+    from .engines import PausableContext as PausableContext
+    from .engines import PausableHost as PausableHost
+    from .engines import PregelBackend as PregelBackend
+    from .engines import PregelGraph as PregelGraph
+    from .engines import PregelResult as PregelResult
     from .engines import ProcessPoolBackend as ProcessPoolBackend
+    from .engines import ReplayReport as ReplayReport
+    from .engines import RoundEngine as RoundEngine
+    from .engines import RoundResult as RoundResult
+    from .engines import RunConfig as RunConfig
+    from .engines import RunDirectory as RunDirectory
     from .engines import RunResult as RunResult
     from .engines import Settings as Settings
+    from .engines import SocietyRun as SocietyRun
+    from .engines import StepReport as StepReport
+    from .engines import Superstep as Superstep
     from .engines import ThreadPoolBackend as ThreadPoolBackend
+    from .engines import VectorizedResult as VectorizedResult
+    from .engines import WindowReport as WindowReport
     from .engines import get_backend as get_backend
+    from .engines import load_config as load_config
     from .engines import load_settings as load_settings
+    from .engines import replay_run as replay_run
+    from .engines import resume_society as resume_society
+    from .engines import run_pregel as run_pregel
+    from .engines import run_society as run_society
+    from .engines import run_vectorized as run_vectorized
     from .executors import Executor as Executor
     from .executors import get_executor as get_executor
+    from .llm import CallSite as CallSite
+    from .llm import ChatMessage as ChatMessage
+    from .llm import Completion as Completion
+    from .llm import CompletionRequest as CompletionRequest
+    from .llm import LanguageModel as LanguageModel
+    from .llm import LatencyModel as LatencyModel
+    from .llm import OpenAICompatible as OpenAICompatible
+    from .llm import RecordingModel as RecordingModel
+    from .llm import RecordingStore as RecordingStore
+    from .llm import ReplayModel as ReplayModel
+    from .llm import ScriptedModel as ScriptedModel
+    from .llm import ScriptedRule as ScriptedRule
+    from .llm import ScriptedServer as ScriptedServer
+    from .llm import TokenPrices as TokenPrices
+    from .llm import ToolCall as ToolCall
+    from .llm import ToolSpec as ToolSpec
+    from .llm import UsageStats as UsageStats
+    from .llm import model_from_config as model_from_config
+    from .llm import parse_social_action as parse_social_action
+    from .llm import social_prompt as social_prompt
+    from .llm import social_rules as social_rules
     from .parallel import Entity as Entity
     from .parallel import Experiment as Experiment
     from .parallel import ExperimentResults as ExperimentResults
@@ -139,7 +209,19 @@ __all__ = [
     # agents and engines
     "Agent", "AgentSpec", "Message", "Context", "Phase", "Sequence", "Model", "RunResult",
     "ExecutionBackend", "LocalBackend", "ThreadPoolBackend", "ProcessPoolBackend", "get_backend",
+    "DaskBackend", "AsyncBackend", "MCPBackend", "MCPConfig", "EmulatorBackend",
     "load_settings", "Settings",
+    # Pregel
+    "PregelBackend", "PregelResult", "run_pregel", "PregelGraph", "Superstep",
+    "VectorizedResult", "run_vectorized",
+    # pausable agents
+    "PausableHost", "PausableAgent", "PausableContext", "AgentStatus", "AsyncHost", "AsyncAgent",
+    "Channel", "AgentLock",
+    # language models
+    "LanguageModel", "CompletionRequest", "Completion", "ChatMessage", "ToolSpec", "ToolCall",
+    "CallSite", "ScriptedModel", "ScriptedRule", "social_rules", "social_prompt",
+    "parse_social_action", "OpenAICompatible", "UsageStats", "TokenPrices", "RecordingStore",
+    "RecordingModel", "ReplayModel", "LatencyModel", "ScriptedServer", "model_from_config",
     # errors
     "SimError", "ScheduleError", "EmptySchedule", "InvalidDelay", "UntilInPast", "EventError",
     "AlreadyTriggered", "EventNotReady", "NotAnEvent", "ForeignEvent", "ProcessError",
@@ -151,6 +233,14 @@ __all__ = [
     "PartitionError", "UnknownEntity", "LookaheadViolation", "ShardError", "ShardCrashed",
     "OffloadError", "OffloadTimeout",
     "AgentError", "AgentActionError", "UnknownRecipient", "ContextClosed",
+    "AgentStateError", "ChannelClosed", "AgentTimeout", "CheckpointError",
+    "LLMError", "ProviderError", "RateLimited", "ProviderTimeout", "ReplayMiss", "RecordingError",
+    # LLM agent societies: worlds, observe/act agents, the round-based engine, runs
+    "World", "LLMAgent", "ActionSpec", "ActionEvent", "RoundEngine", "RoundResult", "StepReport",
+    "EventEngine", "EventResult", "WindowReport",
+    "RunConfig", "load_config", "run_society", "resume_society", "replay_run", "SocietyRun",
+    "ReplayReport",
+    "RunDirectory", "InvalidAction",
     "__version__",
 ]
 
@@ -158,23 +248,82 @@ __all__ = [
 # imports this package first) stays fast and light: the kernel must not pay for
 # pydantic, polars, json or the process pools of the layers above it.
 _LAZY: dict[str, str] = {
+    "ActionEvent": ".agents",
+    "ActionSpec": ".agents",
+    "LLMAgent": ".agents",
+    "World": ".agents",
+    "ReplayReport": ".engines",
+    "RoundEngine": ".engines",
+    "EventEngine": ".engines",
+    "EventResult": ".engines",
+    "WindowReport": ".engines",
+    "RoundResult": ".engines",
+    "RunConfig": ".engines",
+    "RunDirectory": ".engines",
+    "SocietyRun": ".engines",
+    "StepReport": ".engines",
+    "load_config": ".engines",
+    "replay_run": ".engines",
+    "run_society": ".engines",
+    "resume_society": ".engines",
     "Agent": ".agents",
     "AgentSpec": ".agents",
     "Context": ".agents",
     "Message": ".agents",
     "Phase": ".agents",
     "Sequence": ".agents",
+    "DaskBackend": ".distributed",
+    "EmulatorBackend": ".distributed",
+    "MCPBackend": ".distributed",
+    "MCPConfig": ".distributed",
+    "AgentLock": ".engines",
+    "AgentStatus": ".engines",
+    "AsyncAgent": ".engines",
+    "AsyncHost": ".engines",
+    "Channel": ".engines",
+    "PausableAgent": ".engines",
+    "PausableContext": ".engines",
+    "PausableHost": ".engines",
     "ExecutionBackend": ".engines",
     "LocalBackend": ".engines",
     "Model": ".engines",
     "ProcessPoolBackend": ".engines",
+    "PregelBackend": ".engines",
+    "PregelGraph": ".engines",
+    "PregelResult": ".engines",
+    "Superstep": ".engines",
+    "VectorizedResult": ".engines",
+    "run_pregel": ".engines",
+    "run_vectorized": ".engines",
     "RunResult": ".engines",
     "Settings": ".engines",
     "ThreadPoolBackend": ".engines",
+    "AsyncBackend": ".engines",
     "get_backend": ".engines",
     "load_settings": ".engines",
     "Executor": ".executors",
     "get_executor": ".executors",
+    "CallSite": ".llm",
+    "ChatMessage": ".llm",
+    "Completion": ".llm",
+    "CompletionRequest": ".llm",
+    "LanguageModel": ".llm",
+    "LatencyModel": ".llm",
+    "OpenAICompatible": ".llm",
+    "RecordingModel": ".llm",
+    "RecordingStore": ".llm",
+    "ReplayModel": ".llm",
+    "ScriptedModel": ".llm",
+    "ScriptedRule": ".llm",
+    "ScriptedServer": ".llm",
+    "TokenPrices": ".llm",
+    "ToolCall": ".llm",
+    "ToolSpec": ".llm",
+    "UsageStats": ".llm",
+    "model_from_config": ".llm",
+    "parse_social_action": ".llm",
+    "social_prompt": ".llm",
+    "social_rules": ".llm",
     "Entity": ".parallel",
     "Experiment": ".parallel",
     "ExperimentResults": ".parallel",

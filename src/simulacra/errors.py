@@ -41,7 +41,18 @@ catches ``ValueError`` or ``RuntimeError`` keeps working::
     ├── AgentError                 an agent model is misused, or one of its agents failed
     │   ├── AgentActionError       an agent's action raised: agent, phase, step (also RuntimeError)
     │   ├── UnknownRecipient       a message to an agent the model lacks (also LookupError)
-    │   └── ContextClosed          a Context used after its action returned (also RuntimeError)
+    │   ├── ContextClosed          a Context used after its action returned (also RuntimeError)
+    │   └── InvalidAction          an agent's action cannot be read or resolved (also ValueError)
+    ├── LLMError                   a language-model call or recording went wrong
+    │   ├── ProviderError          a provider failed or did not answer (also RuntimeError)
+    │   │   ├── RateLimited        HTTP 429 on every attempt
+    │   │   └── ProviderTimeout    every attempt timed out (also TimeoutError)
+    │   ├── ReplayMiss             strict replay: no recording for a call site (also LookupError)
+    │   └── RecordingError         a recording store that cannot be used (also ValueError)
+    ├── AgentStateError            AgentError: a pausable agent driven against its status
+    ├── ChannelClosed              AgentError: a closed Channel sent to, or drained
+    ├── AgentTimeout               AgentError: an async wait timed out (also TimeoutError)
+    ├── CheckpointError            a checkpoint that cannot be read or resumed (also ValueError)
     └── Interrupt                  thrown into a process by Process.interrupt()
     KernelBug                      an invariant inside simulacra broke; please report it
 """
@@ -95,6 +106,18 @@ __all__ = [
     "AgentActionError",
     "UnknownRecipient",
     "ContextClosed",
+    # pausable agents
+    "AgentStateError",
+    "ChannelClosed",
+    "AgentTimeout",
+    "CheckpointError",
+    # language models
+    "LLMError",
+    "ProviderError",
+    "RateLimited",
+    "ProviderTimeout",
+    "ReplayMiss",
+    "RecordingError",
 ]
 
 
@@ -343,3 +366,94 @@ class UnknownRecipient(AgentError, LookupError):
 
 class ContextClosed(AgentError, RuntimeError):
     """A phase ``Context`` was used to send after the action that received it returned."""
+
+
+# -- language models (layer 1) -------------------------------------------------
+
+
+class LLMError(SimError):
+    """A language-model call, or a recording of one, went wrong."""
+
+
+class ProviderError(LLMError, RuntimeError):
+    """A provider answered with an error, a malformed reply, or not at all.
+
+    The message names the URL, the HTTP status (if any) and the number of
+    attempts. Attributes (``None`` when not known): :attr:`url`,
+    :attr:`status`, :attr:`attempts`.
+    """
+
+    url: str | None = None
+    status: int | None = None
+    attempts: int | None = None
+
+
+class RateLimited(ProviderError):
+    """The provider answered HTTP 429 (too many requests) to every attempt."""
+
+
+class ProviderTimeout(ProviderError, TimeoutError):
+    """Every attempt of a call ran past the provider's timeout."""
+
+
+class ReplayMiss(LLMError, LookupError):
+    """A strict replay found no recording for a call.
+
+    The message names the call site (agent and that agent's n-th call) and the
+    request key, and says whether the store holds the same request under other
+    call sites or the same call site under another request (the prompt
+    changed). Attributes: :attr:`site` (``"agent/n"`` or ``None``),
+    :attr:`request_key`.
+    """
+
+    site: str | None = None
+    request_key: str | None = None
+
+
+class RecordingError(LLMError, ValueError):
+    """A recording store cannot be used: unreadable, damaged or of another format version."""
+
+
+class InvalidAction(AgentError, ValueError):
+    """An agent's action could not be read (bad JSON, unknown kind) or resolved by its world.
+
+    In a round or event-driven run this fails one turn, which is recorded as a
+    ``turn_failed`` event, unless the run is configured to stop on failures.
+    Attributes (``None`` when not known): :attr:`agent`, :attr:`step`.
+    """
+
+    agent: object = None
+    step: int | None = None
+
+
+# -- pausable agents (layer 5) ---------------------------------------------------
+
+
+class AgentStateError(AgentError, RuntimeError):
+    """A pausable agent was driven in a way its status does not allow.
+
+    For example resuming an agent that is not paused, starting one twice,
+    calling ``ctx.pause()`` from outside the agent, or driving a host from a
+    thread that does not own it. The message names the agent and its status.
+    """
+
+
+class ChannelClosed(AgentError, RuntimeError):
+    """A ``Channel`` was sent to after ``close()``, or received from once closed and drained."""
+
+
+class AgentTimeout(AgentError, TimeoutError):
+    """A blocking call of an async agent, a ``Channel`` or an ``AgentLock`` timed out."""
+
+
+# -- checkpoints (layer 5) ---------------------------------------------------------
+
+
+class CheckpointError(SimError, ValueError):
+    """A checkpoint could not be written, read or resumed.
+
+    An unknown format version, a truncated or corrupted file (its checksum
+    does not match), a checkpoint of another engine or config, or a run
+    directory with no checkpoint to resume from. The message names the file
+    and what was expected; nothing in the run directory is changed.
+    """

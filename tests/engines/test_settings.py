@@ -10,7 +10,6 @@ from typing import Any
 import pytest
 
 from simulacra import (
-    BackendUnavailable,
     ConfigError,
     ExecutionBackend,
     LocalBackend,
@@ -106,7 +105,8 @@ def test_a_settings_mapping_works_too() -> None:
     ({"orchestration": {"mode": "threaded", "max_workers": True}},
      ["orchestration.max_workers", "got True"]),
     ({"orchestration": {"mode": "cluster"}},
-     ["orchestration.mode", "'cluster'", "dask, emulator, local, mcp, processes, threaded"]),
+     ["orchestration.mode", "'cluster'",
+      "async, dask, emulator, local, mcp, pregel, processes, threaded"]),
     ({"orchestration": {"mode": "local", "max_workers": 2}},
      ["orchestration.max_workers is not an option of mode 'local'", "no options"]),
     ({"orchestration": {"mode": "processes", "start_method": "fork"}},
@@ -150,13 +150,14 @@ def test_a_missing_settings_file(tmp_path: Path) -> None:
         Model(seed=0, settings=tmp_path / "nope.json")
 
 
-def test_reserved_modes_validate_but_cannot_run_yet(tmp_path: Path) -> None:
+def test_pregel_mode_runs_from_settings(tmp_path: Path) -> None:
     path = _json(tmp_path, {"orchestration": {"mode": "pregel", "max_supersteps": 5}})
     settings = load_settings(path)
     assert settings.mode == "pregel"
 
-    with pytest.raises(BackendUnavailable, match=r"'pregel'.*reserved but not implemented"):
-        Model(seed=0, settings=path)
+    reference = _ring().run(models.Ring.act, steps=4)
+    result = _ring(settings=path).run(models.Ring.act, steps=4)
+    assert (result.backend, result.digest) == ("pregel", reference.digest)
 
 
 def test_backend_and_settings_together_are_refused(tmp_path: Path) -> None:
@@ -168,19 +169,17 @@ def test_get_backend_by_name() -> None:
     assert isinstance(get_backend("local"), LocalBackend)
     assert get_backend("threaded", max_workers=2).max_workers == 2  # type: ignore[attr-defined]
     assert isinstance(get_backend("processes", max_workers=1), ProcessPoolBackend)
-    assert backend_names() == ("dask", "emulator", "local", "mcp", "processes", "threaded")
+    assert backend_names() == ("async", "dask", "emulator", "local", "mcp", "pregel", "processes",
+                               "threaded")
 
 
 def test_get_backend_errors_list_what_is_known() -> None:
     with pytest.raises(ConfigError) as info:
         get_backend("gpu")
     assert str(info.value) == (
-        "unknown backend 'gpu' (known: dask, emulator, local, mcp, processes, threaded; "
-        "reserved for later versions: async, pregel)"
+        "unknown backend 'gpu' (known: async, dask, emulator, local, mcp, pregel, processes, "
+        "threaded)"
     )
-    for name in ("async", "pregel", "dask", "mcp", "emulator"):  # not implemented yet
-        with pytest.raises(BackendUnavailable, match=f"backend {name!r}"):
-            get_backend(name)
     with pytest.raises(ConfigError, match="backend 'local' has no option 'max_workers'"):
         get_backend("local", max_workers=2)
     with pytest.raises(ConfigError, match="max_workers must be an int >= 1 or None, got int 0"):

@@ -27,9 +27,13 @@ from ._agent import check_id as check_id
 from ._agent import is_immutable as is_immutable
 from ._agent import private_copy as private_copy
 from ._context import Context as Context
+from ._context import Entry as Entry
+from ._context import Fanout as Fanout
 from ._context import Frame as Frame
 from ._context import Message as Message
 from ._context import close_context as close_context
+from ._context import count_entries as count_entries
+from ._context import expand_entries as expand_entries
 from ._context import new_context as new_context
 from ._digest import MESSAGE_SCHEME as MESSAGE_SCHEME
 from ._digest import STATE_SCHEME as STATE_SCHEME
@@ -44,6 +48,12 @@ from ._population import freeze_world as freeze_world
 from ._population import sorted_ids as sorted_ids
 from ._refs import object_ref as object_ref
 from ._refs import resolve_ref as resolve_ref
+from ._world import WORLD_SCHEME as WORLD_SCHEME
+from ._world import ActionEvent as ActionEvent
+from ._world import ActionSpec as ActionSpec
+from ._world import Actor as Actor
+from ._world import LLMAgent as LLMAgent
+from ._world import World as World
 
 __all__ = [
     # the model side
@@ -53,7 +63,9 @@ __all__ = [
     # for engines and backends
     "Population", "Frame", "new_context", "close_context", "freeze_world", "sorted_ids",
     "check_id", "check_agent_class", "is_immutable", "private_copy", "object_ref",
-    "resolve_ref",
+    "resolve_ref", "Entry", "Fanout", "expand_entries", "count_entries",
+    # LLM agent societies: observe/act agents and worlds (game masters)
+    "World", "LLMAgent", "Actor", "ActionSpec", "ActionEvent", "WORLD_SCHEME",
 ]
 
 claim_public_module(__name__, globals())

@@ -15,7 +15,7 @@ import random
 from collections.abc import Iterable, Mapping
 from collections.abc import Set as AbstractSet
 from operator import itemgetter
-from typing import TYPE_CHECKING, Any, Final, NamedTuple, NoReturn, final
+from typing import TYPE_CHECKING, Any, Final, NamedTuple, NoReturn, Protocol, TypeAlias, final
 
 from simulacra.errors import ConfigError, ContextClosed, UnknownRecipient
 
@@ -24,7 +24,8 @@ from ._agent import AgentId, is_immutable
 if TYPE_CHECKING:
     from simulacra.rng import SeedTree
 
-__all__ = ["Context", "Frame", "Message", "new_context"]
+__all__ = ["Context", "Entry", "Fanout", "Frame", "Message", "PregelHooks", "count_entries",
+           "expand_entries", "new_context"]
 
 #: Payload types passed by reference (exact types; see agents._agent.is_immutable).
 _SCALARS: Final = frozenset({type(None), bool, int, float, complex, str, bytes})
@@ -64,6 +65,24 @@ _new_message = tuple.__new__
 _PAYLOAD = itemgetter(5)
 
 
+class PregelHooks(Protocol):
+    """What a superstep engine puts on a :class:`Frame` for halting and aggregators.
+
+    Only the Pregel engine (``simulacra.engines.PregelBackend``) sets one; on
+    every other backend ``Frame.pregel`` is ``None`` and the Pregel methods of
+    :class:`Context` refuse to run.
+    """
+
+    def vote_to_halt(self, agent_id: AgentId) -> None:
+        """Record that *agent_id* votes to halt in this superstep."""
+
+    def aggregate(self, name: str, agent_id: AgentId, value: Any) -> None:
+        """Record *agent_id*'s contribution *value* to aggregator *name*."""
+
+    def aggregated(self, name: str) -> Any:
+        """The value of aggregator *name* reduced over the previous superstep."""
+
+
 @final
 class Frame:
     """What every context of one phase run shares (the engine makes one per phase run).
@@ -78,10 +97,17 @@ class Frame:
             ``range`` when the ids are consecutive ints (membership is then
             arithmetic, with no hash-table lookup), else a frozenset.
         all_ids: The same ids, sorted: the recipients of ``broadcast(to=None)``.
+        pregel: The superstep engine's hooks (halting, aggregators), or ``None``
+            on backends without supersteps.
+        known: Recipient tuples already checked against *ids*, by ``id()``
+            (each value is the tuple itself, so its id cannot be reused while
+            it is cached); share one dict across the phase runs of one
+            population so that ``broadcast(to=self.neighbours)`` checks a
+            tuple once per run, not once per call.
     """
 
-    __slots__ = ("all_ids", "id_type", "id_types", "ids", "phase", "phase_index", "seed",
-                 "span", "step", "world")
+    __slots__ = ("all_ids", "id_type", "id_types", "ids", "known", "phase", "phase_index",
+                 "pregel", "seed", "span", "step", "world")
 
     def __init__(
         self,
@@ -93,8 +119,12 @@ class Frame:
         world: Mapping[str, Any] | None,
         ids: frozenset[AgentId] | range,
         all_ids: tuple[AgentId, ...],
+        pregel: PregelHooks | None = None,
+        known: dict[int, tuple[AgentId, ...]] | None = None,
     ) -> None:
         self.seed = seed
+        self.known = {} if known is None else known
+        self.pregel = pregel
         self.step = step
         self.phase = phase
         self.phase_index = phase_index
@@ -145,9 +175,10 @@ class Context:
     _frame: Frame
     _id: AgentId
     #: The messages delivered to this agent at the last phase boundary, in total order.
-    _inbox: list[Message] | tuple[()]
+    #: (Messages and fan-outs: see Entry.)
+    _inbox: list[Entry] | tuple[()]
     #: Where sends go: the outbox of the phase run (a shared list), or _CLOSED.
-    _out: list[Message]
+    _out: list[Entry]
     #: The agent's random stream for this phase, made on first use.
     _rng: random.Random | None
     #: The seq of the next message this agent sends in this phase.
@@ -215,9 +246,10 @@ class Context:
         Args:
             topic: Keep only the messages with this topic.
         """
+        messages = _messages_for(self._id, self._inbox)
         if topic is None:
-            return tuple(self._inbox)
-        return tuple([m for m in self._inbox if m.topic == topic])
+            return tuple(messages)
+        return tuple([m for m in messages if m.topic == topic])
 
     def payloads(self, topic: str | None = None) -> tuple[Any, ...]:
         """Return the payloads of :meth:`inbox` (same messages, same order).
@@ -225,9 +257,11 @@ class Context:
         ``sum(ctx.payloads("value"))`` is the cheap spelling of
         ``sum(m.payload for m in ctx.inbox("value"))``.
         """
+        # Inbox entries are Messages or fan-outs, both with the topic at 4 and the
+        # payload at 5: no Message needs to be built to read the payloads.
         if topic is None:
             return tuple(map(_PAYLOAD, self._inbox))
-        return tuple([m.payload for m in self._inbox if m.topic == topic])
+        return tuple([m[5] for m in self._inbox if m[4] == topic])
 
     def send(self, to: AgentId, topic: str, payload: Any = None) -> None:
         """Send *payload* to agent *to*; it is in their inbox in the next phase.
@@ -270,52 +304,121 @@ class Context:
             ConfigError: *topic* is not a str, or *to* is a single id.
         """
         frame = self._frame
-        recipients: tuple[AgentId, ...] | list[AgentId]
+        recipients: tuple[AgentId, ...]
         if to is None:
             recipients = frame.all_ids
+        elif type(to) is tuple and frame.known.get(id(to)) is to:
+            recipients = to  # this very tuple was checked before in this run
         else:
-            if type(to) is tuple or type(to) is list:
-                recipients = to
-            elif isinstance(to, AbstractSet):
-                recipients = sorted(to)
-            elif isinstance(to, str | int):
-                raise ConfigError(
-                    f"broadcast(to=...) takes an iterable of agent ids, got {type(to).__name__} "
-                    f"{to!r}; use send() for one recipient"
-                )
-            else:
-                recipients = tuple(to)
-            # Inlines the membership test of send() for many ids at once: exact id types,
-            # then, for consecutive int ids, two comparisons instead of a lookup per id.
-            span = frame.span
-            if not recipients:
-                known = True
-            elif not frame.id_types.issuperset(map(type, recipients)):
-                known = False
-            elif span is not None:
-                known = span[0] <= min(recipients) and max(recipients) < span[1]  # type: ignore[operator]
-            else:
-                ids = frame.ids
-                known = isinstance(ids, frozenset) and ids.issuperset(recipients)
-            if not known:
-                for recipient in recipients:
-                    if type(recipient) is not frame.id_type or recipient not in frame.ids:
-                        self._unknown(recipient)
+            recipients = self._recipients(to)
         if type(topic) is not str:
             _bad_topic(topic)
-        index, sender, seq = frame.phase_index, self._id, self._seq
+        seq = self._seq
+        count = len(recipients)
         if type(payload) in _SCALARS or is_immutable(payload):
-            self._out.extend([
-                _new_message(Message, (index, sender, n, recipient, topic, payload))
-                for n, recipient in enumerate(recipients, seq)
-            ])
+            # One fan-out entry stands for the count messages (seq, seq + 1, ...), one
+            # per recipient in order; inboxes hold it as it is and Messages are built
+            # only when someone asks for them (see expand_entries).
+            if count:
+                self._out.append((frame.phase_index, self._id, seq, recipients, topic, payload))
+            else:
+                self._out.extend(())  # a closed context still refuses
         else:
-            deepcopy = copy.deepcopy
+            index, sender, deepcopy = frame.phase_index, self._id, copy.deepcopy
             self._out.extend([
                 _new_message(Message, (index, sender, n, recipient, topic, deepcopy(payload)))
                 for n, recipient in enumerate(recipients, seq)
             ])
-        self._seq = seq + len(recipients)
+        self._seq = seq + count
+
+    def _recipients(self, to: Iterable[AgentId]) -> tuple[AgentId, ...]:
+        """Check the recipients of a broadcast; return them as a tuple (cached if *to* is one)."""
+        frame = self._frame
+        recipients: tuple[AgentId, ...]
+        if type(to) is tuple:
+            recipients = to
+        elif type(to) is list:
+            recipients = tuple(to)
+        elif isinstance(to, AbstractSet):
+            recipients = tuple(sorted(to))
+        elif isinstance(to, str | int):
+            raise ConfigError(
+                f"broadcast(to=...) takes an iterable of agent ids, got {type(to).__name__} "
+                f"{to!r}; use send() for one recipient"
+            )
+        else:
+            recipients = tuple(to)
+        # Inlines the membership test of send() for many ids at once: exact id types,
+        # then, for consecutive int ids, two comparisons instead of a lookup per id.
+        span = frame.span
+        if not recipients:
+            known = True
+        elif not frame.id_types.issuperset(map(type, recipients)):
+            known = False
+        elif span is not None:
+            known = span[0] <= min(recipients) and max(recipients) < span[1]  # type: ignore[operator]
+        else:
+            ids = frame.ids
+            known = isinstance(ids, frozenset) and ids.issuperset(recipients)
+        if not known:
+            for recipient in recipients:
+                if type(recipient) is not frame.id_type or recipient not in frame.ids:
+                    self._unknown(recipient)
+        cache = frame.known
+        if recipients is to and len(cache) < _KNOWN_LIMIT:
+            cache[id(to)] = recipients
+        return recipients
+
+    def _pregel(self, method: str) -> PregelHooks:
+        if self._out is _CLOSED:
+            raise ContextClosed(
+                f"a Context was used to call {method}() after its action returned; a Context "
+                "is valid only during the action call that received it (do not store it)"
+            )
+        hooks = self._frame.pregel
+        if hooks is None:
+            raise ConfigError(
+                f"ctx.{method}() needs a backend with supersteps (PregelBackend or "
+                f"run_pregel), but agent {self._id!r} runs on one without them"
+            )
+        return hooks
+
+    def vote_to_halt(self) -> None:
+        """Pregel: make this agent inactive until a message reaches it.
+
+        From the next superstep (phase run) on, the agent is skipped until a
+        message is delivered to it, which reactivates it. A Pregel run ends
+        when every agent has halted and no message is in flight.
+
+        Raises:
+            ConfigError: The backend has no supersteps (only
+                ``PregelBackend`` and ``run_pregel`` have them).
+        """
+        self._pregel("vote_to_halt").vote_to_halt(self._id)
+
+    def aggregate(self, name: str, value: Any) -> None:
+        """Pregel: contribute *value* to the global aggregator *name*.
+
+        Contributions are reduced in agent id order (an agent's own in call
+        order); the result is :meth:`aggregated` in the next superstep.
+
+        Raises:
+            ConfigError: No aggregator *name* was declared, or the backend has
+                no supersteps.
+        """
+        self._pregel("aggregate").aggregate(name, self._id, value)
+
+    def aggregated(self, name: str) -> Any:
+        """Pregel: the value of aggregator *name* reduced over the previous superstep.
+
+        ``None`` in the first superstep and after a superstep in which no
+        agent contributed.
+
+        Raises:
+            ConfigError: No aggregator *name* was declared, or the backend has
+                no supersteps.
+        """
+        return self._pregel("aggregated").aggregated(name)
 
     def _unknown(self, recipient: object) -> NoReturn:
         frame = self._frame
@@ -332,12 +435,72 @@ class Context:
         return f"<Context of agent {self._id!r}: step {frame.step}, phase {frame.phase!r}>"
 
 
+#: At most this many checked recipient tuples are remembered per population.
+_KNOWN_LIMIT: Final = 1 << 20
+
+Fanout: TypeAlias = tuple[int, AgentId, int, tuple[AgentId, ...], str, Any]
+"""``(phase, sender, seq, recipients, topic, payload)``: the messages one
+``broadcast`` of an immutable payload sent, one per recipient, with the
+sequence numbers ``seq, seq + 1, ...``. A plain tuple (never a Message: the
+recipient field of a Message is an id, never a tuple)."""
+
+Entry: TypeAlias = Message | Fanout
+"""An item of an outbox or of an inbox: a :class:`Message` or a :data:`Fanout`."""
+
+
+def expand_entries(entries: Iterable[Entry]) -> list[Message]:
+    """The messages that outbox *entries* stand for, in the same order.
+
+    Entries in total order give messages in total order: a fan-out's messages
+    have consecutive sequence numbers of one sender.
+    """
+    out: list[Message] = []
+    append = out.append
+    new = _new_message
+    for entry in entries:
+        recipients = entry[3]
+        if type(recipients) is tuple:
+            index, sender, seq, _, topic, payload = entry
+            out.extend([new(Message, (index, sender, n, recipient, topic, payload))
+                        for n, recipient in enumerate(recipients, seq)])
+        else:
+            append(entry)  # type: ignore[arg-type]  # a Message
+    return out
+
+
+def count_entries(entries: Iterable[Entry]) -> int:
+    """How many messages *entries* stand for."""
+    return sum([len(e[3]) if type(e[3]) is tuple else 1 for e in entries])
+
+
+def _messages_for(me: AgentId, entries: Iterable[Entry]) -> list[Message]:
+    """The Messages of inbox *entries* of agent *me*, built from fan-outs where needed.
+
+    A fan-out that names *me* k times sits k times in a row in the inbox (its
+    messages to *me* are consecutive in total order): the j-th copy stands for
+    the j-th place of *me* among its recipients.
+    """
+    out: list[Message] = []
+    last: object = None
+    place = -1
+    for entry in entries:
+        recipients = entry[3]
+        if type(recipients) is tuple:
+            place = recipients.index(me, place + 1) if entry is last else recipients.index(me)
+            last = entry
+            out.append(_new_message(Message, (entry[0], entry[1], entry[2] + place, me,
+                                              entry[4], entry[5])))
+        else:
+            out.append(entry)  # type: ignore[arg-type]  # a Message
+    return out
+
+
 def _bad_topic(topic: object) -> NoReturn:
     raise ConfigError(f"topic must be a str, got {type(topic).__name__} {topic!r}")
 
 
 def new_context(frame: Frame, agent_id: AgentId,
-                inbox: list[Message] | tuple[()], out: list[Message]) -> Context:
+                inbox: list[Entry] | tuple[()], out: list[Entry]) -> Context:
     """Make the context of one agent for one phase run (engines call this).
 
     The run loop of :class:`~simulacra.agents.Population` inlines this; it is

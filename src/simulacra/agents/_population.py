@@ -8,8 +8,10 @@ threads, a worker process -- is the engine's business (``simulacra.engines``).
 
 from __future__ import annotations
 
+import asyncio
 import itertools
-from collections.abc import Iterable, Mapping
+import threading
+from collections.abc import Awaitable, Callable, Coroutine, Iterable, Mapping
 from collections.abc import Sequence as AbstractSequence
 from collections.abc import Set as AbstractSet
 from types import MappingProxyType
@@ -18,7 +20,7 @@ from typing import TYPE_CHECKING, Any, final
 from simulacra.errors import AgentActionError, ConfigError, KernelBug, UnknownRecipient
 
 from ._agent import Agent, AgentId, AgentSpec, check_id, private_copy
-from ._context import _CLOSED, Context, Frame, Message
+from ._context import _CLOSED, Context, Entry, Frame, Message, expand_entries
 
 if TYPE_CHECKING:
     from simulacra.rng import SeedTree
@@ -124,7 +126,8 @@ class Population:
         AgentActionError: An agent's ``__init__`` raised.
     """
 
-    __slots__ = ("_agents", "_all_ids", "_eligible", "_ids", "_inboxes", "_seed", "_world")
+    __slots__ = ("_agents", "_all_ids", "_eligible", "_ids", "_inboxes", "_known", "_seed",
+                 "_start", "_world")
 
     #: The held agents, by id.
     _agents: dict[AgentId, Agent]
@@ -133,7 +136,16 @@ class Population:
     _all_ids: tuple[AgentId, ...]
     #: Inboxes delivered at the last phase boundary; an agent without messages has none.
     #: Replaced (never mutated) at each boundary, so concurrent runs only read it.
-    _inboxes: dict[AgentId, list[Message]]
+    #: Each holds Messages and fan-outs (one entry per message: see agents._context.Entry).
+    #: A list indexed by ``id - _start`` when this population holds every agent of the
+    #: model and their ids are consecutive ints (a list index is the cheapest lookup
+    #: there is, and delivery does one per message); else a dict that answers () for
+    #: an agent without mail.
+    _inboxes: _Inboxes | list[list[Entry]]
+    #: The first id when _inboxes is a list, else None.
+    _start: int | None
+    #: Recipient tuples checked in this run (see Frame.known).
+    _known: dict[int, tuple[AgentId, ...]]
     #: Per phase: the (id, agent) pairs of the held agents of the phase's classes, in id order.
     _eligible: dict[Phase, list[tuple[AgentId, Agent]]]
     _seed: SeedTree
@@ -159,7 +171,9 @@ class Population:
         self._agents = {agent_id: by_id[agent_id].build() for agent_id in held}
         self._ids = ids
         self._all_ids = tuple(everyone)
-        self._inboxes = {}
+        self._start = ids.start if isinstance(ids, range) and len(held) == len(everyone) else None
+        self._inboxes = _Inboxes() if self._start is None else [[] for _ in everyone]
+        self._known = {}
         self._eligible = {}
         self._seed = seed
 
@@ -180,17 +194,32 @@ class Population:
             pairs = [(i, a) for i, a in self._agents.items() if only is None or isinstance(a, only)]
             self._eligible[phase] = pairs
         if phase.receivers_only:
-            inboxes = self._inboxes
-            return [pair for pair in pairs if pair[0] in inboxes]
+            inbox = self._inbox_getter()
+            return [pair for pair in pairs if inbox(pair[0])]
         return pairs
+
+    def _inbox_getter(self) -> Callable[[AgentId], list[Entry] | tuple[()]]:
+        """A function from a held agent's id to its inbox (empty if it has no mail)."""
+        inboxes, start = self._inboxes, self._start
+        if not start:
+            return inboxes.__getitem__  # type: ignore[return-value]  # list: ids are positions
+        boxes: list[list[Entry]] = inboxes  # type: ignore[assignment]
+        return lambda agent_id: boxes[agent_id - start]  # type: ignore[operator]
 
     def eligible(self, phase: Phase) -> list[AgentId]:
         """The ids of the held agents that *phase* runs on now, sorted."""
         return [agent_id for agent_id, _ in self._pairs(phase)]
 
+    def _frame(self, phase: Phase, step: int, phase_index: int) -> Frame:
+        return Frame(seed=self._seed, step=step, phase=phase.name, phase_index=phase_index,
+                     world=self._world, ids=self._ids, all_ids=self._all_ids, known=self._known)
+
     def run(self, phase: Phase, step: int, phase_index: int,
             ids: AbstractSequence[AgentId] | None = None) -> list[Message]:
         """Run *phase*'s action on the eligible agents, in id order; return what they sent.
+
+        An action may be an ``async def``: its coroutine is run to completion
+        (on this thread's event loop) before the next agent's action starts.
 
         Args:
             phase: The phase.
@@ -210,18 +239,26 @@ class Population:
                 and the step, and chains the exception. No later agent runs.
             UnknownRecipient: An agent sent to an id the model lacks.
         """
+        return expand_entries(self.run_entries(phase, step, phase_index, ids))
+
+    def run_entries(self, phase: Phase, step: int, phase_index: int,
+                    ids: AbstractSequence[AgentId] | None = None) -> list[Entry]:
+        """:meth:`run`, returning the outbox as entries: Messages and fan-outs.
+
+        A broadcast of an immutable payload is one fan-out entry, however many
+        recipients it has (:func:`~simulacra.agents.expand_entries` turns
+        entries into Messages); :meth:`deliver` takes entries as they are.
+        """
         if ids is None:
             pairs = self._pairs(phase)
         else:
             agents = self._agents
             pairs = [(agent_id, agents[agent_id]) for agent_id in ids]
-        frame = Frame(seed=self._seed, step=step, phase=phase.name, phase_index=phase_index,
-                      world=self._world, ids=self._ids, all_ids=self._all_ids)
-        out: list[Message] = []
+        frame = self._frame(phase, step, phase_index)
+        out: list[Entry] = []
         action = phase.action
-        get_inbox = self._inboxes.get
+        get_inbox = self._inbox_getter()
         new = object.__new__
-        empty: tuple[()] = ()
         agent_id: AgentId = 0
         try:
             for agent_id, agent in pairs:
@@ -229,47 +266,156 @@ class Population:
                 ctx: Context = new(Context)
                 ctx._frame = frame
                 ctx._id = agent_id
-                ctx._inbox = get_inbox(agent_id, empty)
+                ctx._inbox = get_inbox(agent_id)
                 ctx._out = out
                 ctx._rng = None
                 ctx._seq = 0
-                action(agent, ctx)
+                result = action(agent, ctx)
+                if result is not None and isinstance(result, Awaitable):
+                    run_awaitable(result)  # an async def action: run it to its end here
                 ctx._out = _CLOSED
         except UnknownRecipient:
             raise
         except Exception as exc:
-            agent = self._agents[agent_id]
-            error = AgentActionError(
-                f"agent {agent_id!r} ({type(agent).__qualname__}) raised "
-                f"{type(exc).__name__} in phase {phase.name!r} at step {step}: {exc}"
-            )
-            error.agent, error.phase, error.step = agent_id, phase.name, step
-            raise error from exc
+            raise self._failure(agent_id, phase, step, exc) from exc
         return out
 
-    def deliver(self, messages: Iterable[Message]) -> None:
-        """Replace every inbox with *messages*, appended in the order given.
+    async def run_async(self, phase: Phase, step: int, phase_index: int,
+                        limit: asyncio.Semaphore) -> list[Entry]:
+        """Run *phase* with its ``async def`` actions overlapping; return the outbox entries.
 
-        The engine passes them sorted in total order; the inboxes of the last
-        boundary are dropped, read or not.
+        Must run on an event loop. Actions are called in id order; each
+        coroutine an action returns becomes a task that holds *limit* while it
+        runs, so at most that many are in flight and their awaits (I/O, LLM
+        calls) overlap. An action touches only its own agent and its own
+        outbox, and outboxes are joined in id order afterwards, so the result
+        does not depend on which task finishes first: it equals :meth:`run`'s.
+
+        Raises:
+            AgentActionError: Of the lowest agent id whose action raised (its
+                coroutine included). When a plain (non-async) action raises, no
+                later agent's action is called, as in :meth:`run`; tasks
+                already started run to their end first.
+            UnknownRecipient: Of the lowest sender, likewise.
+        """
+        frame = self._frame(phase, step, phase_index)
+        action = phase.action
+        get_inbox = self._inbox_getter()
+        new = object.__new__
+        outs: list[list[Entry]] = []
+        tasks: list[tuple[AgentId, asyncio.Task[object]]] = []
+        contexts: list[Context] = []
+        failures: list[tuple[AgentId, BaseException]] = []
+        for agent_id, agent in self._pairs(phase):
+            out: list[Entry] = []
+            outs.append(out)
+            ctx: Context = new(Context)
+            ctx._frame = frame
+            ctx._id = agent_id
+            ctx._inbox = get_inbox(agent_id)
+            ctx._out = out
+            ctx._rng = None
+            ctx._seq = 0
+            contexts.append(ctx)
+            try:
+                result = action(agent, ctx)
+            except Exception as exc:
+                failures.append((agent_id, exc))
+                break
+            if result is None:
+                ctx._out = _CLOSED
+            elif isinstance(result, Awaitable):
+                tasks.append((agent_id, asyncio.ensure_future(_limited(limit, result))))
+        if tasks:
+            await asyncio.wait([task for _, task in tasks])
+            for agent_id, task in tasks:
+                raised = task.exception()
+                if raised is not None:
+                    failures.append((agent_id, raised))
+        for ctx in contexts:
+            ctx._out = _CLOSED
+        if failures:
+            failed, first = min(failures, key=_first)
+            if isinstance(first, UnknownRecipient) or not isinstance(first, Exception):
+                raise first
+            raise self._failure(failed, phase, step, first) from first
+        return [entry for out in outs for entry in out]
+
+    def _failure(self, agent_id: AgentId, phase: Phase, step: int,
+                 exc: BaseException) -> AgentActionError:
+        agent = self._agents[agent_id]
+        error = AgentActionError(
+            f"agent {agent_id!r} ({type(agent).__qualname__}) raised "
+            f"{type(exc).__name__} in phase {phase.name!r} at step {step}: {exc}"
+        )
+        error.agent, error.phase, error.step = agent_id, phase.name, step
+        return error
+
+    def deliver(self, messages: Iterable[Entry]) -> int:
+        """Replace every inbox with *messages*, appended in the order given; return their number.
+
+        *messages* may hold fan-out entries (see :meth:`run_entries`): each
+        goes to every recipient it names. The engine passes them sorted in
+        total order; the inboxes of the last boundary are dropped, read or not.
 
         Raises:
             KernelBug: A message is for an agent not held here (the backend
                 routed it wrongly).
         """
-        inboxes: dict[AgentId, list[Message]] = {}
+        if self._start is not None:
+            return self._deliver_to_list(messages, self._start)
+        inboxes = _Inboxes()
         get = inboxes.get
+        count = 0
         for message in messages:
-            recipient = message.recipient
-            box = get(recipient)
-            if box is None:
-                inboxes[recipient] = [message]
+            recipients: Any = message[3]
+            if type(recipients) is tuple:
+                count += len(recipients)
+                for recipient in recipients:
+                    box = get(recipient)
+                    if box is None:
+                        inboxes[recipient] = [message]
+                    else:
+                        box.append(message)
             else:
-                box.append(message)
+                count += 1
+                box = get(recipients)
+                if box is None:
+                    inboxes[recipients] = [message]
+                else:
+                    box.append(message)
         if not self._agents.keys() >= inboxes.keys():
             stray = next(r for r in inboxes if r not in self._agents)
             raise KernelBug(f"a message for agent {stray!r} reached a population without it")
         self._inboxes = inboxes
+        return count
+
+    def _deliver_to_list(self, messages: Iterable[Entry], start: int) -> int:
+        """:meth:`deliver` for consecutive int ids, all held here: inboxes by position."""
+        size = len(self._all_ids)
+        boxes: list[list[Entry]] = [[] for _ in range(size)]
+        count = 0
+        for message in messages:
+            recipients: Any = message[3]
+            if type(recipients) is tuple:
+                # A fan-out's recipients were checked against the model's ids when it
+                # was sent (Context.broadcast), and the ids are exactly 0..size-1 + start.
+                count += len(recipients)
+                if start:
+                    for recipient in recipients:
+                        boxes[recipient - start].append(message)
+                else:
+                    for recipient in recipients:
+                        boxes[recipient].append(message)
+            else:
+                count += 1
+                if type(recipients) is not int or not start <= recipients < start + size:
+                    raise KernelBug(
+                        f"a message for agent {recipients!r} reached a population without it"
+                    )
+                boxes[recipients - start].append(message)
+        self._inboxes = boxes
+        return count
 
     def snapshot(self) -> dict[AgentId, tuple[str, dict[str, Any]]]:
         """Return ``{id: (class qualname, copy of vars(agent))}`` in id order.
@@ -285,3 +431,81 @@ class Population:
 
     def __repr__(self) -> str:
         return f"<Population of {len(self._agents)} agents>"
+
+
+class _Inboxes(dict[AgentId, list[Entry]]):
+    """Inboxes by agent id; an agent without mail has the empty inbox ``()``."""
+
+    __slots__ = ()
+
+    def __missing__(self, key: AgentId) -> tuple[()]:
+        return ()
+
+
+def _first(failure: tuple[AgentId, BaseException]) -> AgentId:
+    return failure[0]
+
+
+async def _limited(limit: asyncio.Semaphore, awaitable: Awaitable[object]) -> object:
+    async with limit:
+        return await awaitable
+
+
+# --------------------------------------------------------------------------- async actions
+#
+# An ``async def`` action returns a coroutine; a backend without its own loop
+# runs it to completion right away, on an event loop of the calling thread
+# that lives as long as the thread (one loop per thread, made on first use).
+# When that thread already runs a loop (a model run from inside async code),
+# the coroutine runs on a helper thread's loop instead and this thread waits.
+
+_LOCAL = threading.local()
+_HELPER_LOCK = threading.Lock()
+_HELPER: list[asyncio.AbstractEventLoop] = []
+
+
+@final
+class _LoopHolder:
+    """Owns one thread's event loop; closes it when the thread's locals are dropped."""
+
+    __slots__ = ("loop",)
+
+    def __init__(self) -> None:
+        self.loop = asyncio.new_event_loop()
+
+    def __del__(self) -> None:
+        if not self.loop.is_running():
+            self.loop.close()
+
+
+def _thread_loop() -> asyncio.AbstractEventLoop:
+    holder: _LoopHolder | None = getattr(_LOCAL, "holder", None)
+    if holder is None or holder.loop.is_closed():
+        holder = _LOCAL.holder = _LoopHolder()
+    return holder.loop
+
+
+def _helper_loop() -> asyncio.AbstractEventLoop:
+    with _HELPER_LOCK:
+        if not _HELPER:
+            loop = asyncio.new_event_loop()
+            thread = threading.Thread(target=loop.run_forever, name="simulacra-async-actions",
+                                      daemon=True)
+            thread.start()
+            _HELPER.append(loop)
+        return _HELPER[0]
+
+
+async def _await(awaitable: Awaitable[object]) -> object:
+    return await awaitable
+
+
+def run_awaitable(awaitable: Awaitable[object]) -> object:
+    """Run *awaitable* to completion from synchronous code; return its result."""
+    coroutine: Coroutine[Any, Any, object] = _await(awaitable)
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return _thread_loop().run_until_complete(coroutine)
+    return asyncio.run_coroutine_threadsafe(coroutine, _helper_loop()).result()
+

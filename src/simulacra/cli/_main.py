@@ -32,6 +32,7 @@ from typing import TextIO, TypeAlias
 
 from simulacra._version import __version__
 from simulacra.cli._experiment import add_experiment_command
+from simulacra.cli._society import add_replay_command, is_config_target, resume_run, run_config
 
 __all__ = ["main"]
 
@@ -69,7 +70,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     """
     parser = _build_parser()
     try:
-        args = parser.parse_args(argv)
+        args, extra = parser.parse_known_args(argv)
+        # Dotted overrides may come after options (run CONFIG --out DIR sim.steps=2),
+        # which argparse cannot give to a positional list: take them here.
+        if extra and getattr(args, "overrides", None) is not None and all(
+                "=" in item and not item.startswith("-") for item in extra):
+            args.overrides = [*args.overrides, *extra]
+        elif extra:
+            parser.error(f"unrecognized arguments: {' '.join(extra)}")
     except SystemExit as exc:  # --help, --version, usage errors: argparse has printed
         return exc.code if isinstance(exc.code, int) else EXIT_USAGE
     command: Callable[[argparse.Namespace], int] = args.command_fn
@@ -90,20 +98,35 @@ def _build_parser() -> argparse.ArgumentParser:
 
     run = commands.add_parser(
         "run",
-        help="run a model function once and print its KPIs",
+        help="run a model function once and print its KPIs, or a run config (YAML)",
         description=(
             "Call a model function run(seed=..., **params) and print the mapping of "
-            "KPIs it returns."
+            "KPIs it returns; or run the society a run config (CONFIG.yaml) describes, "
+            "write its run directory and print a summary."
         ),
     )
     run.add_argument(
         "target",
         metavar="TARGET",
+        nargs="?",
         help=(
             "path/to/file.py, path/to/file.py:func, a directory holding model.py, "
-            f"or package.module:func; the function defaults to {DEFAULT_FUNCTION!r}"
+            f"or package.module:func; the function defaults to {DEFAULT_FUNCTION!r}; "
+            "or a run config CONFIG.yaml"
         ),
     )
+    run.add_argument(
+        "overrides",
+        nargs="*",
+        metavar="KEY.PATH=VALUE",
+        help="with CONFIG.yaml: dotted overrides, e.g. sim.steps=20 sim.llm.provider=...",
+    )
+    run.add_argument("--out", metavar="DIR", help="with CONFIG.yaml: the run directory")
+    run.add_argument("--resume", metavar="RUN_DIR",
+                     help="continue an unfinished run directory from its last checkpoint "
+                          "(written with run.checkpoint_every=N)")
+    run.add_argument("--no-progress", action="store_true",
+                     help="with CONFIG.yaml: no progress bar")
     run.add_argument("--seed", type=int, metavar="N", help="pass seed=N to the model")
     run.add_argument(
         "--set",
@@ -117,14 +140,32 @@ def _build_parser() -> argparse.ArgumentParser:
         ),
     )
     run.add_argument("--json", action="store_true", help="print the KPIs as a JSON object")
-    run.set_defaults(command_fn=_cmd_run)
+    run.set_defaults(command_fn=_cmd_run, usage=run.format_usage())
     add_experiment_command(commands)
+    add_replay_command(commands)
     return parser
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
     import simulacra  # noqa: PLC0415  (layer 7 uses the front door, and only when needed)
 
+    if args.resume is not None:
+        if args.target is not None or args.overrides or args.settings:
+            raise _UsageError("--resume RUN_DIR takes no TARGET or overrides: the run "
+                              "continues with the config stored in RUN_DIR")
+        return resume_run(args.resume, progress=not args.no_progress)
+    if args.target is None:
+        print(args.usage, file=sys.stderr, end="")
+        raise _UsageError("give a TARGET (a model file or CONFIG.yaml), or --resume RUN_DIR")
+    if is_config_target(args.target):
+        if args.settings:
+            raise _UsageError("--set is for model functions; give a run config dotted "
+                              "overrides instead: simulacra run CONFIG.yaml sim.steps=20")
+        return run_config(args.target, args.overrides, seed=args.seed, out=args.out,
+                          progress=not args.no_progress, usage_error=_UsageError)
+    if args.overrides:
+        raise _UsageError(f"unexpected arguments {args.overrides}: KEY=VALUE overrides are for "
+                          "run configs (CONFIG.yaml); pass model parameters with --set KEY=VALUE")
     kwargs = _parse_settings(args.settings)
     if args.seed is not None:
         if "seed" in kwargs:

@@ -9,8 +9,22 @@ the backend that needs it.
 """
 
 from simulacra._util import claim_public_module
+from simulacra.engines import register_backend as _register_backend
 
-__all__: list[str] = []
+from ._dask import DaskBackend as DaskBackend
+from ._emulator import EmulatorBackend as EmulatorBackend
+from ._mcp import MCPBackend as MCPBackend
+from ._mcp import MCPConfig as MCPConfig
+from ._mcp import WorkerProcesses as WorkerProcesses
+from ._mcp import spawn_workers as spawn_workers
+
+__all__: list[str] = ["DaskBackend", "MCPBackend", "MCPConfig", "EmulatorBackend",
+                      "WorkerProcesses", "spawn_workers"]
+
+_register_backend("dask", DaskBackend, options=("scheduler_address", "n_workers", "partition"),
+                  plugin=True)
+_register_backend("mcp", MCPBackend, options=("mcp_config",), plugin=True)
+_register_backend("emulator", EmulatorBackend, options=("mcp_config",), plugin=True)
 
 claim_public_module(__name__, globals())
 del claim_public_module

@@ -6,7 +6,15 @@ import concurrent.futures as cf
 from collections.abc import Iterable, Mapping
 from typing import Any, final
 
-from simulacra.agents import AgentId, AgentSpec, Message, Phase, Population
+from simulacra.agents import (
+    AgentId,
+    AgentSpec,
+    Entry,
+    Message,
+    Phase,
+    Population,
+    expand_entries,
+)
 from simulacra.errors import ConfigError
 from simulacra.rng import SeedTree
 
@@ -50,6 +58,39 @@ class _PopulationBackend(BackendBase):
         """The ids of the agents *phase* would run on now, sorted."""
         return self._held().eligible(phase)
 
+    def execute_action(self, phase: Phase, step: int, phase_index: int) -> list[Message]:
+        """Run the phase on each eligible agent; return the messages (in total order)."""
+        return expand_entries(self._entries(phase, step, phase_index))
+
+    def execute_and_deliver(self, phase: Phase, step: int, phase_index: int,
+                            keep: bool) -> tuple[int, list[Message] | None]:
+        """Run the phase and deliver what it sent, in one call (the engine's fast path).
+
+        Equivalent to ``execute_action``, sorting and ``deliver_messages``:
+        the agents' outboxes come back in total order already (agents run,
+        or their outboxes are joined, in id order), so nothing is sorted, and
+        a broadcast of an immutable payload travels as one fan-out entry
+        instead of one Message per recipient.
+
+        Args:
+            phase: The phase.
+            step: The step number.
+            phase_index: The phase's index in the step's sequence.
+            keep: Also return the messages (built from the entries), e.g. for
+                digests.
+
+        Returns:
+            How many messages were sent, and the messages in total order (or
+            ``None`` unless *keep*).
+        """
+        entries = self._entries(phase, step, phase_index)
+        count = self._held().deliver(entries)
+        return count, (expand_entries(entries) if keep else None)
+
+    def _entries(self, phase: Phase, step: int, phase_index: int) -> list[Entry]:
+        """The outbox entries of one phase run, in total order."""
+        raise NotImplementedError
+
     def snapshot(self) -> AgentSnapshot:
         """Deep copies of every agent's state, in id order."""
         return self._held().snapshot()
@@ -69,9 +110,10 @@ class LocalBackend(_PopulationBackend):
 
     name = "local"
 
-    def execute_action(self, phase: Phase, step: int, phase_index: int) -> list[Message]:
-        """Run the phase on each eligible agent in id order; return the messages."""
-        return self._held().run(phase, step, phase_index)
+    def _entries(self, phase: Phase, step: int, phase_index: int) -> list[Entry]:
+        # One population, agents in id order, each sender's messages in seq order:
+        # the outbox is in total order as it is made.
+        return self._held().run_entries(phase, step, phase_index)
 
     def __repr__(self) -> str:
         return "LocalBackend()"
@@ -113,8 +155,9 @@ class ThreadPoolBackend(_PopulationBackend):
         if self._pool is None:
             self._pool = cf.ThreadPoolExecutor(self._workers, thread_name_prefix="simulacra-agents")
 
-    def execute_action(self, phase: Phase, step: int, phase_index: int) -> list[Message]:
-        """Run the phase on the threads; return the messages in id order of their senders."""
+    def _entries(self, phase: Phase, step: int, phase_index: int) -> list[Entry]:
+        # Each thread runs a contiguous run of ids in order; joined in id order, the
+        # outboxes are in total order.
         population = self._held()
         pool = self._pool
         if pool is None:
@@ -123,11 +166,11 @@ class ThreadPoolBackend(_PopulationBackend):
         size = -(-len(ids) // self._workers) or 1
         chunks = [ids[i:i + size] for i in range(0, len(ids), size)]
         if len(chunks) <= 1:
-            return population.run(phase, step, phase_index, ids)
-        futures = [pool.submit(population.run, phase, step, phase_index, chunk)
+            return population.run_entries(phase, step, phase_index, ids)
+        futures = [pool.submit(population.run_entries, phase, step, phase_index, chunk)
                    for chunk in chunks]
         cf.wait(futures)
-        out: list[Message] = []
+        out: list[Entry] = []
         for future in futures:  # in id order: the first failure is the reference's
             exc = future.exception()
             if exc is not None:

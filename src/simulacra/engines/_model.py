@@ -8,7 +8,7 @@ import gc
 import hashlib
 import inspect
 import os
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from types import MappingProxyType
 from typing import Any, Final, final
 
@@ -17,6 +17,7 @@ from simulacra.agents import (
     Agent,
     AgentId,
     AgentSpec,
+    Message,
     MessageDigest,
     Phase,
     Sequence,
@@ -138,7 +139,14 @@ class RunResult:
 _SIGNATURES: dict[type, inspect.Signature | None] = {}
 
 
+#: (class, state keys) pairs that bind: binding depends on the names only.
+_BINDS: set[tuple[type, tuple[str, ...]]] = set()
+
+
 def _check_arguments(cls: type[Agent], agent_id: AgentId, state: Mapping[str, Any]) -> None:
+    key = (cls, tuple(state))
+    if key in _BINDS:
+        return
     if cls not in _SIGNATURES:
         try:
             _SIGNATURES[cls] = inspect.signature(cls)
@@ -153,6 +161,8 @@ def _check_arguments(cls: type[Agent], agent_id: AgentId, state: Mapping[str, An
         raise ConfigError(
             f"{cls.__qualname__}(id, **state) cannot take state {sorted(state)}: {exc}"
         ) from None
+    if len(_BINDS) < 4096:
+        _BINDS.add(key)
 
 
 @final
@@ -349,6 +359,11 @@ class Model:
             raise ConfigError(f"steps must be an int >= 0, got {type(given).__name__} {given!r}")
         phases = Sequence.of(sequence).phases
         backend, owned = self._backend_for_run()
+        # Optional fast path of in-process backends: run, order and deliver in one
+        # call, returning (count, messages in total order or None); see
+        # LocalBackend.execute_and_deliver.
+        fast: Callable[[Phase, int, int, bool], tuple[int, list[Message] | None]] | None
+        fast = getattr(backend, "execute_and_deliver", None)
         state_digests: list[str] = []
         message_digests: list[str] = []
         counts: list[int] = []
@@ -359,6 +374,12 @@ class Model:
                     hasher = MessageDigest() if digests else None
                     count = 0
                     for index, phase in enumerate(phases):
+                        if fast is not None:
+                            sent, kept = fast(phase, step, index, hasher is not None)
+                            count += sent
+                            if hasher is not None and kept is not None:
+                                hasher.update(kept)
+                            continue
                         messages = backend.execute_action(phase, step, index)
                         # Total order: Message compares as (phase, sender, seq, ...), and
                         # seq is unique per sender, so this sorts by (phase, sender, seq).

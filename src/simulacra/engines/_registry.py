@@ -8,25 +8,31 @@ from typing import Any, Final
 
 from simulacra.errors import BackendUnavailable, ConfigError
 
+from ._async import AsyncBackend
 from ._base import ExecutionBackend
 from ._local import LocalBackend, ThreadPoolBackend
+from ._pregel import PregelBackend
 from ._processes import ProcessPoolBackend
 
 __all__ = ["PLUGIN_BACKENDS", "RESERVED_BACKENDS", "backend_names", "backend_options",
            "ensure_buildable", "get_backend", "register_backend"]
+
+def _async_backend(async_semaphore_limit: int = 128) -> ExecutionBackend:
+    """``AsyncBackend`` under its settings name (``orchestration.async_semaphore_limit``)."""
+    return AsyncBackend(semaphore_limit=async_semaphore_limit)
+
 
 #: name -> (factory, the keyword options it takes).
 _REGISTRY: dict[str, tuple[Callable[..., ExecutionBackend], frozenset[str]]] = {
     "local": (LocalBackend, frozenset()),
     "threaded": (ThreadPoolBackend, frozenset({"max_workers"})),
     "processes": (ProcessPoolBackend, frozenset({"max_workers", "start_method", "partition"})),
+    "pregel": (PregelBackend, frozenset({"max_supersteps"})),
+    "async": (_async_backend, frozenset({"async_semaphore_limit"})),
 }
 
 #: Names kept for backends of later versions, with the options they will take.
-RESERVED_BACKENDS: Final[dict[str, tuple[str, frozenset[str]]]] = {
-    "async": ("asyncio, for LLM-heavy models", frozenset({"async_semaphore_limit"})),
-    "pregel": ("bulk-synchronous supersteps", frozenset({"max_supersteps"})),
-}
+RESERVED_BACKENDS: Final[dict[str, tuple[str, frozenset[str]]]] = {}
 
 #: Backends that a higher layer provides (``simulacra.distributed``, layer 6).
 #: This layer may not import it, so the module is imported by name the first
@@ -101,9 +107,10 @@ def backend_options(name: str) -> frozenset[str]:
 
 
 def _unknown(name: object) -> ConfigError:
+    reserved = (f"; reserved for later versions: {', '.join(sorted(RESERVED_BACKENDS))}"
+                if RESERVED_BACKENDS else "")
     return ConfigError(
-        f"unknown backend {name!r} (known: {', '.join(backend_names())}; reserved for later "
-        f"versions: {', '.join(sorted(RESERVED_BACKENDS))})"
+        f"unknown backend {name!r} (known: {', '.join(backend_names())}{reserved})"
     )
 
 
@@ -159,6 +166,6 @@ def register_backend(name: str, factory: Callable[..., ExecutionBackend],
 
 def unregister_backend(name: str) -> None:
     """Remove a backend added with :func:`register_backend` (the built-ins stay)."""
-    if name in ("local", "threaded", "processes"):
+    if name in ("local", "threaded", "processes", "pregel", "async"):
         raise ConfigError(f"backend {name!r} is built in and cannot be removed")
     _REGISTRY.pop(name, None)

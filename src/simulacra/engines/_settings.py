@@ -116,9 +116,11 @@ def parse_settings(data: object, source: str = "<settings>") -> Settings:
     orchestration = document.orchestration
     mode: str = orchestration.mode
     if mode not in backend_names() and mode not in RESERVED_BACKENDS:
+        reserved = (f" (reserved for later versions: {', '.join(sorted(RESERVED_BACKENDS))})"
+                    if RESERVED_BACKENDS else "")
         raise ConfigError(
-            f"{source}: orchestration.mode must be one of {', '.join(backend_names())} "
-            f"(reserved for later versions: {', '.join(sorted(RESERVED_BACKENDS))}), got {mode!r}"
+            f"{source}: orchestration.mode must be one of {', '.join(backend_names())}"
+            f"{reserved}, got {mode!r}"
         )
     given = {key: value for key, value in orchestration.model_dump().items()
              if key != "mode" and value is not None}

@@ -1,0 +1,378 @@
+"""Worlds (game masters), observe/act agents and the events a world resolves their actions into.
+
+This is the model side of LLM agent societies, shared by every engine that
+drives them (the round-based engine now, the event-driven one later):
+
+* an agent (:class:`Actor`, or the :class:`LLMAgent` base class) is told what
+  it sees with ``observe(observation)`` and chooses what to do with
+  ``act(spec)``; it never reads the world or another agent;
+* a :class:`World` (the game master) owns the shared state. It builds each
+  agent's observation, and it resolves actions into :class:`ActionEvent`
+  records -- the only way the state changes. It is the single writer: engines
+  call :meth:`World.resolve` only while holding :attr:`World.lock`, one
+  action at a time, in a deterministic order.
+
+Events are event-sourced: applying a run's events in order to a fresh world
+(:meth:`World.apply`) rebuilds its state, and their canonical encoding is the
+run's trace.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import threading
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, ClassVar, Final, Protocol, final, runtime_checkable
+
+from simulacra.errors import ConfigError
+from simulacra.trace import canonical
+
+from ._agent import AgentId
+from ._digest import canonical_line
+
+if TYPE_CHECKING:
+    from simulacra.llm import CallSite, Completion, CompletionRequest, LanguageModel
+
+__all__ = [
+    "WORLD_SCHEME",
+    "ActionEvent",
+    "ActionSpec",
+    "Actor",
+    "LLMAgent",
+    "World",
+]
+
+#: Header of a world's state digest.
+WORLD_SCHEME: Final = "simulacra.agents.world.v1"
+
+
+@final
+@dataclass(frozen=True, slots=True)
+class ActionSpec:
+    """What an engine asks of an agent for one turn.
+
+    Attributes:
+        step: The step (round) of the turn; for the event-driven engine, the
+            number of the agent's wake-up.
+        time: The simulated time of the turn (the step, as a float, in rounds).
+        reason: Why the agent acts now: ``"round"``, or for the event-driven
+            engine ``"wake"`` or the kind of event that woke it (``"mention"``).
+    """
+
+    step: int
+    time: float = 0.0
+    reason: str = "round"
+
+
+@final
+@dataclass(frozen=True, slots=True)
+class ActionEvent:
+    """One resolved action: a record of what changed in the world, event-sourced.
+
+    Attributes:
+        index: The event's position in the run (0, 1, 2...), given by the world.
+        step: The step it was resolved in.
+        time: Its simulated time.
+        agent: The id of the agent whose action it resolves (as a str).
+        kind: What happened: ``"post"``, ``"reply"``, ``"like"``,
+            ``"turn_failed"``...
+        data: The details, plain JSON data (str keys; str, int, float, bool,
+            None, lists and dicts of those).
+        triggers: Ids (as str) of agents this event concerns directly -- the
+            agents it mentions. The event-driven engine wakes them.
+    """
+
+    index: int
+    step: int
+    time: float
+    agent: str
+    kind: str
+    data: Mapping[str, Any] = field(default_factory=dict)
+    triggers: tuple[str, ...] = ()
+
+    def to_json(self) -> dict[str, Any]:
+        """The event as one JSON object (a line of ``action_events.jsonl``)."""
+        out: dict[str, Any] = {"i": self.index, "step": self.step, "time": self.time,
+                               "agent": self.agent, "kind": self.kind, "data": dict(self.data)}
+        if self.triggers:
+            out["triggers"] = list(self.triggers)
+        return out
+
+    @classmethod
+    def from_json(cls, obj: Mapping[str, Any]) -> ActionEvent:
+        """Rebuild an event from :meth:`to_json`'s object.
+
+        Raises:
+            ConfigError: A field is missing or has the wrong type.
+        """
+        try:
+            return cls(int(obj["i"]), int(obj["step"]), float(obj["time"]), str(obj["agent"]),
+                       str(obj["kind"]), dict(obj.get("data") or {}),
+                       tuple(str(t) for t in obj.get("triggers") or ()))
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ConfigError(f"not an action event: {obj!r} ({exc})") from None
+
+    def payload(self) -> dict[str, Any]:
+        """The index, step, data and triggers in one dict (a trace record's payload)."""
+        payload: dict[str, Any] = {"i": self.index, "step": self.step, **self.data}
+        if self.triggers:
+            payload["triggers"] = list(self.triggers)
+        return payload
+
+    def record(self) -> tuple[float, str, str, dict[str, Any]]:
+        """The event as a trace record ``(time, kind, agent, payload)``."""
+        return (self.time, self.kind, self.agent, self.payload())
+
+    def line(self) -> bytes:
+        """The canonical encoding of :meth:`record`, plus a newline (what digests hash)."""
+        return canonical_line(list(self.record()))
+
+
+@runtime_checkable
+class Actor(Protocol):
+    """What engines need of an agent: an id, observe/act, and its state.
+
+    ``observe`` and ``act`` run on the engine's workers (threads, an asyncio
+    loop), several agents at once, so an agent touches only its own
+    attributes. ``get_state()`` returns plain data, and ``set_state`` of it
+    restores the agent exactly (checkpoints, digests).
+    """
+
+    id: AgentId
+
+    def observe(self, observation: Any) -> None:
+        """Take in what the agent sees now."""
+        ...
+
+    def act(self, spec: ActionSpec) -> Any:
+        """Choose this turn's action (may call a language model)."""
+        ...
+
+    def get_state(self) -> dict[str, Any]:
+        """The agent's state as plain data."""
+        ...
+
+    def set_state(self, state: Mapping[str, Any]) -> None:
+        """Restore a state from :meth:`get_state`."""
+        ...
+
+
+_CALL_SITE: Any = None
+
+
+def _call_site(agent: str, n: int) -> CallSite:
+    global _CALL_SITE  # noqa: PLW0603  (the llm layer is imported on first use)
+    factory = _CALL_SITE
+    if factory is None:
+        from simulacra.llm import CallSite  # noqa: PLC0415  (lazy: keeps agents import light)
+
+        factory = _CALL_SITE = CallSite
+    site: CallSite = factory(agent, n)
+    return site
+
+
+class LLMAgent:
+    """Base class of agents that think with a language model.
+
+    An engine binds the run's model (:meth:`bind`) before the first turn.
+    Each turn it calls :meth:`observe` and then :meth:`act` (or :meth:`aact`
+    on asyncio), which by default builds a request with :meth:`prompt`, sends
+    it with :meth:`complete` and turns the reply into an action with
+    :meth:`parse`. Subclasses implement those two; or override :meth:`act`
+    for agents that need no model.
+
+    :meth:`complete` names each call by its *call site*, ``CallSite(str(id),
+    n)`` for the agent's n-th call, so a scripted model and record/replay give
+    every agent the same replies whatever order the calls are made in.
+
+    Args:
+        id: The agent's id (an int or a str).
+    """
+
+    #: Attributes that are not state (see :meth:`get_state`).
+    _NOT_STATE: ClassVar[frozenset[str]] = frozenset({"model", "observation"})
+
+    def __init__(self, id: AgentId) -> None:
+        self.id = id
+        self.model: LanguageModel | None = None
+        self.calls = 0
+        self.observation: Any = None
+
+    def bind(self, model: LanguageModel | None) -> None:
+        """Use *model* for this agent's calls."""
+        self.model = model
+
+    def observe(self, observation: Any) -> None:
+        """Keep *observation* for the next :meth:`act`."""
+        self.observation = observation
+
+    def prompt(self, spec: ActionSpec) -> CompletionRequest | None:
+        """The request to send this turn, or ``None`` to skip the model (then parse gets None)."""
+        raise NotImplementedError(f"{type(self).__qualname__} must define prompt() or act()")
+
+    def parse(self, completion: Completion | None, spec: ActionSpec) -> Any:
+        """Turn the model's reply into an action.
+
+        Raises:
+            InvalidAction: The reply is not an action (the turn fails).
+        """
+        raise NotImplementedError(f"{type(self).__qualname__} must define parse() or act()")
+
+    def _next_site(self) -> CallSite:
+        if self.model is None:
+            raise ConfigError(f"agent {self.id!r} has no language model: call bind(model) first")
+        n = self.calls
+        self.calls = n + 1
+        return _call_site(str(self.id), n)
+
+    def complete(self, request: CompletionRequest) -> Completion:
+        """Send *request* to the bound model as this agent's next call."""
+        site = self._next_site()
+        return self.model.complete(request, site=site)  # type: ignore[union-attr]  # checked
+
+    async def acomplete(self, request: CompletionRequest) -> Completion:
+        """Like :meth:`complete`, on asyncio."""
+        site = self._next_site()
+        return await self.model.acomplete(request, site=site)  # type: ignore[union-attr]
+
+    def act(self, spec: ActionSpec) -> Any:
+        """Prompt, call the model, parse: this turn's action."""
+        request = self.prompt(spec)
+        return self.parse(None if request is None else self.complete(request), spec)
+
+    async def aact(self, spec: ActionSpec) -> Any:
+        """:meth:`act` on asyncio (an overridden :meth:`act` runs on a thread)."""
+        if type(self).act is not LLMAgent.act:
+            import asyncio  # noqa: PLC0415
+
+            return await asyncio.to_thread(self.act, spec)
+        request = self.prompt(spec)
+        return self.parse(None if request is None else await self.acomplete(request), spec)
+
+    def get_state(self) -> dict[str, Any]:
+        """Every attribute but the model and the last observation, as they are."""
+        return {k: v for k, v in vars(self).items() if k not in self._NOT_STATE}
+
+    def set_state(self, state: Mapping[str, Any]) -> None:
+        """Restore the attributes of :meth:`get_state`."""
+        for key, value in state.items():
+            setattr(self, key, value)
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__qualname__} {self.id!r}>"
+
+
+class World:
+    """Base class of worlds (game masters): the shared state, and its only writer.
+
+    Subclasses implement :meth:`observation_for` and :meth:`decide` (what
+    events an action makes) and :meth:`apply` (how an event changes the
+    state); :meth:`resolve` ties them together. Engines call
+    :meth:`observation_for` from several workers at once while no action is
+    being resolved, and :meth:`resolve` one call at a time under
+    :attr:`lock`, in a deterministic order (never the order in which model
+    calls finished).
+
+    State lives in plain-data attributes; :meth:`get_state` returns them and
+    :meth:`state_digest` hashes them canonically.
+    """
+
+    #: Attributes that are not state.
+    _NOT_STATE: ClassVar[frozenset[str]] = frozenset({"lock"})
+
+    def __init__(self) -> None:
+        #: The per-game-master lock engines hold while resolving.
+        self.lock = threading.Lock()
+        #: How many events this world has made (the next event's index).
+        self.events = 0
+
+    # -- reading --------------------------------------------------------------
+
+    def snapshot(self) -> Any:
+        """A token for the state at the start of a batch; ``observation_for`` reads it.
+
+        Engines take one snapshot per batch and no action is resolved while
+        observations are built, so the default (``None``: read the live
+        state) is right for worlds whose reads never write.
+        """
+        return None
+
+    def observation_for(self, agent_id: AgentId, snapshot: Any = None) -> Any:
+        """What *agent_id* sees, from *snapshot* (or the live state when it is ``None``)."""
+        raise NotImplementedError(f"{type(self).__qualname__} must define observation_for()")
+
+    # -- writing (under self.lock) ---------------------------------------------
+
+    def decide(self, agent_id: AgentId, action: Any, step: int,
+               time: float) -> list[tuple[str, dict[str, Any], tuple[str, ...]]]:
+        """The events *action* makes, as ``(kind, data, triggers)``; changes nothing.
+
+        Raises:
+            InvalidAction: The action is not one this world understands.
+        """
+        raise NotImplementedError(f"{type(self).__qualname__} must define decide()")
+
+    def apply(self, event: ActionEvent) -> None:
+        """Change the state as *event* says (also when rebuilding from a log)."""
+        self.events = event.index + 1
+
+    def resolve(self, agent_id: AgentId, action: Any, *, step: int,
+                time: float | None = None) -> list[ActionEvent]:
+        """Resolve one agent's action: decide its events, number them, apply them.
+
+        Callers hold :attr:`lock`.
+
+        Raises:
+            InvalidAction: The world cannot resolve *action*; nothing changed.
+        """
+        when = float(step) if time is None else time
+        out: list[ActionEvent] = []
+        who = str(agent_id)
+        for kind, data, triggers in self.decide(agent_id, action, step, when):
+            event = ActionEvent(self.events, step, when, who, kind, data, triggers)
+            self.apply(event)
+            out.append(event)
+        return out
+
+    def failed(self, agent_id: AgentId, error: BaseException, *, step: int,
+               time: float | None = None) -> ActionEvent:
+        """Record a failed turn as a ``turn_failed`` event (callers hold :attr:`lock`)."""
+        message = str(error)
+        data = {"error": type(error).__name__,
+                "message": message if len(message) <= 200 else message[:197] + "..."}
+        event = ActionEvent(self.events, step, float(step) if time is None else time,
+                            str(agent_id), "turn_failed", data)
+        self.apply(event)
+        return event
+
+    # -- state -------------------------------------------------------------------
+
+    def get_state(self) -> dict[str, Any]:
+        """The world's state as plain data (every attribute but the lock)."""
+        return {k: v for k, v in vars(self).items() if k not in self._NOT_STATE}
+
+    def set_state(self, state: Mapping[str, Any]) -> None:
+        """Restore a state from :meth:`get_state`."""
+        for key, value in state.items():
+            setattr(self, key, value)
+
+    def state_digest(self) -> str:
+        """SHA-256 of the canonical encoding of :meth:`get_state`."""
+        h = hashlib.sha256((WORLD_SCHEME + "\n").encode("ascii"))
+        h.update(canonical_line([type(self).__qualname__, canonical(self.get_state())]))
+        return h.hexdigest()
+
+    # -- reporting ---------------------------------------------------------------
+
+    def probe(self, step: int) -> dict[str, Any]:
+        """Metrics measured after each step (telemetry); plain data. Default: none."""
+        return {}
+
+    def summary(self) -> dict[str, Any]:
+        """Headline numbers of the run so far (the end-of-run table). Default: none."""
+        return {}
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__qualname__}: {self.events} events>"
+

@@ -1,0 +1,210 @@
+"""``simulacra run CONFIG.yaml [key.path=value ...]`` and ``simulacra replay RUN_DIR``.
+
+``run`` reads a layered run config (built-in defaults, the file, dotted
+overrides), shows a progress bar on stderr, writes a run directory (``--out``,
+or ``run.out`` in the config, or ``runs/<name>-seed<seed>-<time>``) and ends
+with a summary table on stdout. ``replay`` re-runs a run directory from its
+recorded completions -- no model is called -- and checks that the digest is
+the one the run ended with.
+
+Exit status: 0 done (replay: the digests match); 1 the run failed or the
+replay does not match (the message says where); 2 a usage or config error
+(the message names the dotted field).
+
+Layer 7: uses the public front door ``simulacra`` only, imported lazily.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import sys
+import threading
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+__all__ = ["add_replay_command", "is_config_target", "run_config"]
+
+EXIT_OK = 0
+EXIT_FAILED = 1
+EXIT_USAGE = 2
+
+CONFIG_SUFFIXES = (".yaml", ".yml")
+
+
+def is_config_target(target: str) -> bool:
+    """Whether ``simulacra run TARGET`` names a run config rather than a model function."""
+    return target.lower().endswith(CONFIG_SUFFIXES)
+
+
+class _Progress:
+    """A rich progress bar on stderr counting turns (or nothing, when disabled)."""
+
+    def __init__(self, enabled: bool, total: int, label: str) -> None:
+        self._bar: Any = None
+        self._task: Any = None
+        self._lock = threading.Lock()
+        self._done = 0
+        if not enabled:
+            return
+        try:
+            from rich.console import Console  # noqa: PLC0415
+            from rich.progress import (  # noqa: PLC0415
+                BarColumn,
+                MofNCompleteColumn,
+                Progress,
+                TextColumn,
+                TimeElapsedColumn,
+            )
+        except ImportError:  # pragma: no cover (rich is a dependency)
+            return
+        self._bar = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                             TextColumn("turns"), TimeElapsedColumn(),
+                             console=Console(stderr=True), transient=False)
+        self._task = self._bar.add_task(label, total=total)
+
+    def turn(self) -> None:
+        if self._bar is not None:
+            self._bar.advance(self._task)
+
+    def step(self, report: Any) -> None:
+        if self._bar is not None:
+            with self._lock:
+                self._done += report.participants
+            self._bar.update(self._task, completed=self._done,
+                             description=f"step {report.step + 1}")
+
+    @contextlib.contextmanager
+    def shown(self) -> Iterator[None]:
+        if self._bar is None:
+            yield
+            return
+        with self._bar:
+            yield
+
+
+def _print_summary(title: str, rows: Mapping[str, Any], out: Any) -> None:
+    from rich import box  # noqa: PLC0415
+    from rich.console import Console  # noqa: PLC0415
+    from rich.table import Table  # noqa: PLC0415
+
+    table = Table(title=title, box=box.SIMPLE_HEAD, show_edge=False, title_justify="left")
+    table.add_column("", no_wrap=True)
+    table.add_column("value", overflow="fold")
+    for key, value in rows.items():
+        table.add_row(str(key), str(value))
+    console = Console(file=out, highlight=False, soft_wrap=False)
+    console.width = max(console.width, 100)
+    console.print(table)
+
+
+def _failure(exc: BaseException) -> int:
+    cause = exc.__cause__
+    extra = f" ({type(cause).__name__}: {cause})" if cause is not None and str(cause) not in str(
+        exc) else ""
+    print(f"error: {type(exc).__name__}: {exc}{extra}", file=sys.stderr)
+    return EXIT_FAILED
+
+
+def run_config(target: str, overrides: Sequence[str], *, seed: int | None, out: str | None,
+               progress: bool, usage_error: Callable[[str], Exception]) -> int:
+    """``simulacra run CONFIG.yaml [overrides]``: run, write the run directory, print a summary."""
+    import simulacra  # noqa: PLC0415  (layer 7 uses the front door, and only when needed)
+
+    items = list(overrides)
+    if seed is not None:
+        items.append(f"seed={seed}")
+    try:
+        config = simulacra.load_config(target, items)
+    except simulacra.ConfigError as exc:
+        raise usage_error(str(exc)) from None
+    from simulacra.engines import default_run_dir  # noqa: PLC0415
+
+    where = out or config.run.out or str(default_run_dir(config.name, config.seed))
+    sim = config.sim
+    bar = _Progress(progress, sim.steps * sim.agents,
+                    f"{config.name}: {sim.agents} agents x {sim.steps} steps")
+    try:
+        with bar.shown():
+            run = simulacra.run_society(config, out=where, on_step=bar.step, on_turn=bar.turn)
+    except simulacra.ConfigError as exc:
+        raise usage_error(str(exc)) from None
+    except simulacra.SimError as exc:
+        return _failure(exc)
+    rows = dict(run.summary)
+    rows["model calls"] = f"{run.llm.get('calls', 0)} ({sim.llm.provider}, {sim.llm.model})"
+    rows["wall clock"] = f"{run.result.wall_s:.2f} s ({sim.engine.mode}, " \
+                         f"concurrency {sim.engine.concurrency})"
+    rows["digest"] = run.digest
+    rows["run directory"] = str(run.run_dir)
+    _print_summary(f"{config.name}: {sim.agents} agents, {run.result.steps} steps, "
+                   f"{run.result.events} events", rows, sys.stdout)
+    return EXIT_OK
+
+
+def resume_run(run_dir: str, *, progress: bool) -> int:
+    """``simulacra run --resume RUN_DIR``: continue a run from its last checkpoint."""
+    import simulacra  # noqa: PLC0415
+
+    try:
+        config = simulacra.load_config(str(Path(run_dir) / "config.yaml"))
+        sim = config.sim
+        bar = _Progress(progress, sim.steps * sim.agents, f"resume {Path(run_dir).name}")
+        with bar.shown():
+            run = simulacra.resume_society(run_dir, on_step=bar.step, on_turn=bar.turn)
+    except simulacra.ConfigError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except simulacra.SimError as exc:
+        return _failure(exc)
+    rows = dict(run.summary)
+    rows["digest"] = run.digest
+    rows["run directory"] = str(run.run_dir)
+    _print_summary(f"{config.name}: resumed, {run.result.steps} steps, {run.result.events} "
+                   "events", rows, sys.stdout)
+    return EXIT_OK
+
+
+def _cmd_replay(args: argparse.Namespace) -> int:
+    import simulacra  # noqa: PLC0415
+
+    run_dir = Path(args.run_dir)
+    try:
+        summary = simulacra.RunDirectory(run_dir).read_summary()
+        steps, agents = int(summary.get("steps", 0)), int(summary.get("agents", 0))
+        bar = _Progress(not args.no_progress, steps * agents, f"replay {run_dir.name}")
+        with bar.shown():
+            report = simulacra.replay_run(run_dir, overrides=tuple(args.overrides), out=args.out,
+                                          on_step=bar.step, on_turn=bar.turn, check=False)
+    except simulacra.ConfigError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except simulacra.SimError as exc:
+        return _failure(exc)
+    print(f"replayed {run_dir}: {report.calls_served} completions served from the recordings, "
+          f"{report.model_calls} model calls")
+    if not report.matches:
+        print(f"error: digest mismatch: the run ended with {report.expected}, the replay with "
+              f"{report.digest}; first difference: {report.divergence or 'in the final state'}",
+              file=sys.stderr)
+        return EXIT_FAILED
+    print(f"digest matches: {report.digest}")
+    return EXIT_OK
+
+
+def add_replay_command(commands: Any) -> None:
+    """Add ``replay RUN_DIR`` to the ``simulacra`` subcommands."""
+    replay = commands.add_parser(
+        "replay",
+        help="re-run a run directory from its recordings and check the digest",
+        description=("Re-run a run directory's config with every model call served from its "
+                     "recordings (strict: no model is called) and check that the digest "
+                     "matches the run's."),
+    )
+    replay.add_argument("run_dir", metavar="RUN_DIR", help="a run directory of `simulacra run`")
+    replay.add_argument("overrides", nargs="*", metavar="KEY.PATH=VALUE",
+                        help="dotted overrides of how to run, e.g. sim.engine.mode=sequential")
+    replay.add_argument("--out", metavar="DIR", help="also write the replay as a run directory")
+    replay.add_argument("--no-progress", action="store_true", help="no progress bar")
+    replay.set_defaults(command_fn=_cmd_replay)

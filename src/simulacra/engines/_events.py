@@ -1,0 +1,1088 @@
+"""The event-driven engine: observe/act agents on a virtual clock, with lookahead concurrency.
+
+Where the round-based engine moves every agent once per step, this engine
+moves each agent when it *wakes*:
+
+* a priority queue holds wake-ups and resolutions, ordered by
+  ``(time, tiebreak)``. The tiebreak is a keyed hash of the run's seed and the
+  entry's identity (``wake`` or ``resolve``, the agent, its n-th such entry),
+  never of insertion order, so the order does not depend on when an entry was
+  pushed;
+* an agent that wakes at ``t`` observes the **live** world at ``t`` (every
+  resolution before ``t`` applied), and calls ``act()``. Its model calls take
+  *simulated* time, drawn from a latency model (never wall-clock time); its
+  action resolves at ``t + d``;
+* resolving an action applies its events to the world (under the game
+  master's lock, on this one apply loop) and enqueues reactive triggers: an
+  event's ``triggers`` (a mention, a reply to someone's post) wake those agents
+  now. The acting agent then schedules its own next wake-up;
+* an agent woken while its previous turn is still in flight wakes again as
+  soon as that turn resolves (wake-ups are coalesced, never lost).
+
+**Lookahead concurrency.** Every turn takes at least the latency model's
+``min_duration``. So while the earliest turn in flight woke at ``t0``, nothing
+can resolve before ``t0 + min_duration``, and every wake-up before that horizon
+can observe and start its model call at once -- in wall-clock parallel, on
+threads or on asyncio -- while resolutions still apply in timestamp order.
+The queue order never depends on which call finishes first, so the run is
+bit-identical to one that makes one call at a time (``lookahead=False``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures as cf
+import functools
+import hashlib
+import heapq
+import json
+import math
+import queue
+import random
+import threading
+import time as _time
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Final, final
+
+from simulacra.agents import ActionEvent, ActionSpec, Actor, AgentId, LLMAgent, World
+from simulacra.agents import canonical_line as _canonical_line
+from simulacra.errors import AgentActionError, CheckpointError, ConfigError, InvalidAction
+from simulacra.rng import SeedTree, as_seed_tree
+from simulacra.trace import canonical
+
+from ._events_blocking import BlockingAgent
+
+if TYPE_CHECKING:
+    from simulacra.llm import CallSite, Completion, CompletionRequest, LanguageModel
+
+__all__ = ["EVENTS_SCHEME", "EVENT_MODES", "EventEngine", "EventResult", "WindowReport"]
+
+#: Header of the digests of an event-driven run.
+EVENTS_SCHEME: Final = "simulacra.engines.events.v1"
+#: How model calls run in wall-clock time.
+EVENT_MODES: Final = ("sequential", "threads", "asyncio")
+
+_WAKE: Final = 0
+_RESOLVE: Final = 1
+_TWO_POW_53: Final = 2.0 ** -53
+#: Distinct 64-bit constants separating the counter-based draws by purpose.
+_PURPOSES: Final = {"first": 0x9E3779B97F4A7C15, "wake": 0xD1B54A32D192ED03}
+#: Event kinds that do not lengthen a causal chain.
+_NON_ACTIONS: Final = frozenset({"idle", "turn_failed"})
+
+
+@final
+@dataclass(frozen=True, slots=True)
+class WindowReport:
+    """Telemetry of one window of virtual time ``[start, start + width)``.
+
+    Attributes:
+        index: The window's number (``start = index * width``).
+        start: Its start, in virtual time.
+        wakes: Wake-ups that started a turn in it.
+        resolved: Turns resolved in it.
+        failed: Turns that failed in it.
+        events: World events made in it.
+        latency_mean: The mean simulated duration of the turns resolved in it.
+        latency_max: The longest of them.
+        queue_max: The most entries in the queue at once.
+        chain_max: The longest causal chain resolved in it: 1 for a turn that
+            woke on its own, n + 1 for one woken by an event of a chain of n.
+        in_flight_max: The most model calls in flight at once (wall clock).
+    """
+
+    index: int
+    start: float
+    wakes: int = 0
+    resolved: int = 0
+    failed: int = 0
+    events: int = 0
+    latency_mean: float = 0.0
+    latency_max: float = 0.0
+    queue_max: int = 0
+    chain_max: int = 0
+    in_flight_max: int = 0
+
+    def telemetry(self) -> dict[str, Any]:
+        """The window as one JSON object (a line of ``telemetry.jsonl``)."""
+        return {"window": self.index, "start": self.start, "wakes": self.wakes,
+                "resolved": self.resolved, "failed": self.failed, "events": self.events,
+                "latency_mean": round(self.latency_mean, 9),
+                "latency_max": round(self.latency_max, 9), "queue_max": self.queue_max,
+                "chain_max": self.chain_max, "in_flight_max": self.in_flight_max}
+
+
+@final
+@dataclass(frozen=True, slots=True)
+class EventResult:
+    """What an event-driven run gives.
+
+    Attributes:
+        turns: Turns resolved.
+        events: World events made.
+        failed: Turns that failed.
+        time: The virtual time of the last resolution.
+        events_digest: The running digest of every event, in order.
+        world_digest: The world's final state digest.
+        agents_digest: The digest of every agent's final ``get_state()``.
+        digest: One SHA-256 over all of the above: equal runs, equal digests.
+        windows: Per-window telemetry.
+        chain_max: The longest causal chain of the run.
+        llm_calls: Model calls made.
+        peak_in_flight: The most model calls in flight at once (wall clock).
+        wall_s: Wall-clock seconds.
+    """
+
+    turns: int
+    events: int
+    failed: int
+    time: float
+    events_digest: str
+    world_digest: str
+    agents_digest: str
+    digest: str
+    windows: tuple[WindowReport, ...] = ()
+    chain_max: int = 0
+    llm_calls: int = 0
+    peak_in_flight: int = 0
+    wall_s: float = 0.0
+
+
+class _Window:
+    __slots__ = ("chain_max", "events", "failed", "in_flight_max", "latency_max",
+                 "latency_sum", "queue_max", "resolved", "wakes")
+
+    def __init__(self) -> None:
+        self.wakes = self.resolved = self.failed = self.events = 0
+        self.latency_sum = self.latency_max = 0.0
+        self.queue_max = self.chain_max = self.in_flight_max = 0
+
+    def report(self, index: int, width: float) -> WindowReport:
+        mean = self.latency_sum / self.resolved if self.resolved else 0.0
+        return WindowReport(index, index * width, self.wakes, self.resolved, self.failed,
+                            self.events, mean, self.latency_max, self.queue_max,
+                            self.chain_max, self.in_flight_max)
+
+
+class _TurnModel:
+    """The model an agent sees during a turn: forwards calls and adds up their latency.
+
+    One per agent; a turn's calls run on one worker at a time, so no lock is
+    needed for the agent's own total. The latency of each call is drawn from
+    a stream keyed by the call site (agent, n): the same whatever the order.
+    """
+
+    __slots__ = ("duration", "engine", "inner")
+
+    def __init__(self, engine: EventEngine, inner: LanguageModel) -> None:
+        self.engine = engine
+        self.inner = inner
+        self.duration = 0.0
+
+    def _account(self, request: CompletionRequest, completion: Completion,
+                 site: CallSite | None) -> Completion:
+        engine = self.engine
+        rng = engine._stream("latency", "" if site is None else site.agent,
+                             -1 if site is None else site.n)
+        self.duration += engine._latency.duration(request, completion, rng)
+        with engine._lock:
+            engine._calls += 1
+        return completion
+
+    def complete(self, request: CompletionRequest, *, site: CallSite | None = None) -> Completion:
+        return self._account(request, self.inner.complete(request, site=site), site)
+
+    async def acomplete(self, request: CompletionRequest, *,
+                        site: CallSite | None = None) -> Completion:
+        return self._account(request, await self.inner.acomplete(request, site=site), site)
+
+
+class _AgentState:
+    """The engine's book-keeping for one agent (all of it plain data, for checkpoints)."""
+
+    __slots__ = ("busy", "key", "pending", "turns", "wakes")
+
+    def __init__(self, key: str) -> None:
+        self.key = key
+        self.turns = 0      # turns started
+        self.wakes = 0      # wake entries pushed (the identity of the next one)
+        self.busy = False   # a turn is in flight or waiting to resolve
+        self.pending: tuple[str, int] | None = None  # a coalesced wake: (reason, chain)
+
+
+_sha256 = hashlib.sha256
+_ENCODE = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False,
+                           allow_nan=False).encode
+_MASK64: Final = (1 << 64) - 1
+
+
+def _json_line(obj: dict[str, Any]) -> bytes:
+    """Canonical JSON (sorted keys, no spaces, shortest float repr) plus a newline.
+
+    Events hold plain JSON data, for which this is canonical and far cheaper
+    than the general trace encoding.
+    """
+    return (_ENCODE(obj) + "\n").encode()
+
+
+def _mix64(x: int) -> int:
+    """SplitMix64's finaliser: a bijective 64-bit mix (Steele, Lea and Flood, 2014)."""
+    x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & _MASK64
+    x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & _MASK64
+    return x ^ (x >> 31)
+
+
+def _check_int(name: str, value: object, low: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < low:
+        raise ConfigError(f"{name} must be an int >= {low}, got {type(value).__name__} {value!r}")
+    return value
+
+
+def _check_float(name: str, value: object, *, positive: bool) -> float:
+    ok = isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+    if not ok or (positive and value <= 0) or (not positive and value < 0):  # type: ignore[operator]
+        bound = "> 0" if positive else ">= 0"
+        raise ConfigError(f"{name} must be a finite number {bound}, got {value!r}")
+    return float(value)  # type: ignore[arg-type]
+
+
+@final
+class EventEngine:
+    """Runs observe/act agents on a virtual clock: wake, observe live, act, resolve.
+
+    ::
+
+        engine = EventEngine(world, agents, model=ScriptedModel(seed=1),
+                             latency=LatencyModel(), mode="threads", concurrency=64)
+        result = engine.run(max_turns=20)     # each agent acts 20 times
+        result.digest   # the same with lookahead=False, sequentially, on threads, on asyncio
+
+    Args:
+        world: The game master that owns the state and resolves actions.
+        agents: Objects with ``id``, ``observe``, ``act``, ``get_state``,
+            ``set_state`` (the agents of the round-based engine run unchanged).
+            An agent may define ``next_wake(now, rng) -> float | None`` to
+            schedule its own wake-ups (``None``: no more); by default it wakes
+            again after an exponential pause of mean *wake_interval*.
+        model: A language model bound to every :class:`~simulacra.agents.LLMAgent`
+            (``None``: agents keep their own).
+        latency: The latency model: ``duration(request, completion, rng)`` and
+            ``min_duration`` (a :class:`simulacra.llm.LatencyModel`). A turn
+            takes the sum of its calls' durations, and at least ``min_duration``.
+        seed: Master seed of the engine's draws (wake-ups, latency noise, tiebreaks).
+        mode: ``"sequential"``, ``"threads"`` or ``"asyncio"``: where model calls run.
+        concurrency: Model calls in flight at once.
+        lookahead: Start every wake-up inside the lookahead window at once
+            (``False``: one turn at a time; the same results, slower).
+        wake_interval: Mean pause between an agent's own wake-ups.
+        reaction_delay: Virtual time from an event to the wake-up it triggers.
+        window: Width of a telemetry window, in virtual time.
+        fail_fast: Raise on the first failed turn instead of recording it.
+        on_event: Called with each resolved :class:`ActionEvent`, in order.
+        on_window: Called with each finished :class:`WindowReport`.
+        on_turn: Called with no arguments after each turn resolves (progress bars).
+        fatal: Exception types that stop the run when a turn raises them
+            (a replay's ``ReplayMiss``), instead of failing that turn.
+
+    Raises:
+        ConfigError: A bad option, duplicate or mixed-type agent ids, or a
+            latency model without a positive ``min_duration``.
+    """
+
+    def __init__(self, world: World, agents: Iterable[Actor], *,
+                 model: LanguageModel | None = None, latency: Any = None,
+                 seed: int | str | bytes | SeedTree | None = 0, mode: str = "threads",
+                 concurrency: int = 16, lookahead: bool = True, wake_interval: float = 1.0,
+                 reaction_delay: float = 0.0, window: float = 1.0, fail_fast: bool = False,
+                 on_event: Callable[[ActionEvent], None] | None = None,
+                 on_window: Callable[[WindowReport], None] | None = None,
+                 on_turn: Callable[[], None] | None = None,
+                 fatal: tuple[type[BaseException], ...] = ()) -> None:
+        if not isinstance(world, World):
+            raise ConfigError(f"world must be a simulacra World, got {type(world).__name__}")
+        if mode not in EVENT_MODES:
+            raise ConfigError(f"mode must be one of {', '.join(EVENT_MODES)}, got {mode!r}")
+        self._concurrency = _check_int("concurrency", concurrency, 1)
+        self._wake_interval = _check_float("wake_interval", wake_interval, positive=True)
+        self._reaction = _check_float("reaction_delay", reaction_delay, positive=False)
+        self._width = _check_float("window", window, positive=True)
+        if latency is None:
+            from simulacra.llm import LatencyModel  # noqa: PLC0415  (lazy: layer-1 import)
+
+            latency = LatencyModel()
+        minimum = getattr(latency, "min_duration", None)
+        if not callable(getattr(latency, "duration", None)) or not (
+                isinstance(minimum, int | float) and minimum > 0):
+            raise ConfigError(
+                "latency must have duration(request, completion, rng) and a min_duration > 0 "
+                f"(the lookahead), got {latency!r}")
+        self._latency = latency
+        self._min = float(minimum)
+        self._world = world
+        self._mode = mode
+        self._lookahead = bool(lookahead)
+        self._fail_fast = bool(fail_fast)
+        self._on_event = on_event
+        self._on_window = on_window
+        self._on_turn = on_turn
+        self._fatal = tuple(fatal)
+        self._seed = as_seed_tree(seed)
+        self._key = self._seed.child("simulacra.engines.events").seed.to_bytes(16, "big")
+        by_id: dict[AgentId, Actor] = {}
+        kind: type | None = None
+        for agent in agents:
+            agent_id = getattr(agent, "id", None)
+            if isinstance(agent_id, bool) or not isinstance(agent_id, int | str):
+                raise ConfigError(f"agent id must be an int or a str, got {agent_id!r}")
+            if kind is not None and type(agent_id) is not kind:
+                raise ConfigError("agent ids must all be ints or all be strs")
+            kind = type(agent_id)
+            if agent_id in by_id:
+                raise ConfigError(f"duplicate agent id {agent_id!r}")
+            by_id[agent_id] = agent
+        if not by_id:
+            raise ConfigError("agents: expected at least one agent, got none")
+        self._ids: list[AgentId] = sorted(by_id)
+        self._agents = {agent_id: by_id[agent_id] for agent_id in self._ids}
+        self._by_key = {str(agent_id): agent_id for agent_id in self._ids}
+        self._book = {agent_id: _AgentState(str(agent_id)) for agent_id in self._ids}
+        self._choosers: dict[AgentId, Callable[[float, random.Random], float | None]] = {}
+        for agent_id, agent in self._agents.items():
+            chooser = getattr(agent, "next_wake", None)
+            if callable(chooser):
+                self._choosers[agent_id] = chooser
+        self._salts: dict[str, int] = {}
+        self._model = model
+        self._observed: Any = None
+        self._blocking: dict[AgentId, BlockingAgent] = {
+            agent_id: agent for agent_id, agent in self._agents.items()
+            if isinstance(agent, BlockingAgent)}
+        if self._blocking and model is None:
+            first = next(iter(self._blocking))
+            raise ConfigError(f"blocking agent {first!r} needs a model: EventEngine(model=...)")
+        self._turn_models: dict[AgentId, _TurnModel] = {}
+        for agent_id, agent in self._agents.items():
+            if isinstance(agent, LLMAgent):
+                inner = model if model is not None else agent.model
+                if inner is not None:
+                    turn_model = _TurnModel(self, inner)
+                    self._turn_models[agent_id] = turn_model
+                    agent.bind(turn_model)
+        self._lock = threading.Lock()
+        self._calls = 0
+        # The queue: (time, tiebreak, kind, agent key, n, payload).
+        self._queue: list[tuple[float, int, int, str, int, Any]] = []
+        #: Wake-ups of agents that had used up max_turns, for the next run().
+        self._parked: list[tuple[float, int, int, str, int, Any]] = []
+        self._now = 0.0
+        self._started = False
+        self._turns = self._events = self._failed = 0
+        #: The running digest of the events: a hash chain, so it can be checkpointed.
+        self._digest = hashlib.sha256((EVENTS_SCHEME + ":events\n").encode("ascii")).digest()
+        self._windows: dict[int, _Window] = {}
+        self._window_index = -1
+        self._window_now = _Window()
+        self._reported = 0
+        self._chain_max = 0
+        self._peak = 0
+
+    # -- properties ------------------------------------------------------------------
+
+    @property
+    def world(self) -> World:
+        """The game master."""
+        return self._world
+
+    @property
+    def agents(self) -> Mapping[AgentId, Actor]:
+        """The agents, by id, in id order."""
+        return self._agents
+
+    @property
+    def now(self) -> float:
+        """The virtual time of the last entry processed."""
+        return self._now
+
+    @property
+    def mode(self) -> str:
+        """Where model calls run: sequential, threads or asyncio."""
+        return self._mode
+
+    # -- keyed draws -------------------------------------------------------------------
+
+    def _tiebreak(self, kind: int, agent: str, n: int) -> int:
+        """The seeded tiebreak of entry (kind, agent, n): a keyed hash, not an insertion count.
+
+        Each agent's 64-bit salt is a keyed BLAKE2b of the run's seed and the
+        agent's id; the entry's key mixes it with (n, kind) through
+        SplitMix64's bijective finaliser, so keys of one agent never collide.
+        """
+        salt = self._salts.get(agent)
+        if salt is None:
+            salt = self._salts[agent] = int.from_bytes(hashlib.blake2b(
+                agent.encode(), key=self._key, digest_size=8, person=b"tiebreak").digest(),
+                "big")
+        return _mix64(salt ^ ((n << 1) | kind))
+
+    def _stream(self, purpose: str, agent: str, n: int) -> random.Random:
+        data = f"{purpose}\x1f{agent}\x1f{n}".encode()
+        return random.Random(int.from_bytes(
+            hashlib.blake2b(data, key=self._key, digest_size=16).digest(), "big"))
+
+    def _uniform(self, purpose: str, agent: str, n: int) -> float:
+        """One draw in [0, 1) keyed by (purpose, agent, n): cheaper than a stream.
+
+        The agent's seeded salt (see :meth:`_tiebreak`) is mixed with the
+        purpose and n through SplitMix64 twice: a counter-based generator.
+        """
+        salt = self._salts.get(agent)
+        if salt is None:
+            self._tiebreak(0, agent, 0)
+            salt = self._salts[agent]
+        bits = _mix64(_mix64(salt ^ _PURPOSES[purpose]) ^ n)
+        return (bits >> 11) * _TWO_POW_53
+
+    def _pause(self, purpose: str, agent: str, n: int) -> float:
+        """An exponential pause of mean wake_interval, keyed by (purpose, agent, n)."""
+        return -math.log(1.0 - self._uniform(purpose, agent, n)) * self._wake_interval
+
+    def _push(self, when: float, kind: int, agent: str, n: int, payload: Any) -> None:
+        heapq.heappush(self._queue, (when, self._tiebreak(kind, agent, n), kind, agent, n,
+                                     payload))
+
+    def _wake(self, agent_id: AgentId, when: float, reason: str, chain: int) -> None:
+        book = self._book[agent_id]
+        n = book.wakes
+        book.wakes = n + 1
+        self._push(when, _WAKE, book.key, n, (reason, chain))
+
+    def _own_wake(self, agent_id: AgentId, now: float) -> None:
+        book = self._book[agent_id]
+        chooser = self._choosers.get(agent_id)
+        if chooser is not None:
+            when = chooser(now, self._stream("wake", book.key, book.turns))
+            if when is None:
+                return
+            valid: object = when
+            if not isinstance(valid, int | float) or not when >= now:
+                raise ConfigError(
+                    f"agent {agent_id!r}: next_wake() must return a time >= now ({now}) or "
+                    f"None, got {when!r}")
+            self._wake(agent_id, float(when), "wake", 0)
+        else:
+            self._wake(agent_id, now + self._pause("wake", book.key, book.turns), "wake", 0)
+
+    def _window(self, when: float) -> _Window:
+        index = int(when // self._width)
+        if index == self._window_index:
+            return self._window_now
+        window = self._windows.get(index)
+        if window is None:
+            window = self._windows[index] = _Window()
+        self._window_index, self._window_now = index, window
+        return window
+
+    # -- running -----------------------------------------------------------------------
+
+    def run(self, *, max_turns: int | None = None, until: float | None = None) -> EventResult:
+        """Run until every agent has had *max_turns* turns, or virtual time *until*.
+
+        At least one of the two must be given. A second call continues the run.
+        Cutting a run at a virtual time and continuing it gives exactly the
+        uncut run (``run(until=5); run(until=10)`` equals ``run(until=10)``);
+        *max_turns* is not a cut in time -- agents that reach it stop while
+        others go on -- so a later call with a higher *max_turns* wakes them
+        again from where they stopped, but is not the same run as one with
+        the higher limit from the start.
+
+        Raises:
+            ConfigError: Neither limit, or a bad one.
+            AgentActionError: A turn failed and *fail_fast* is set.
+        """
+        if max_turns is None and until is None:
+            raise ConfigError("run(): give max_turns (per agent), until (virtual time), or both")
+        limit = None if max_turns is None else _check_int("max_turns", max_turns, 1)
+        horizon = math.inf if until is None else _check_float("until", until, positive=False)
+        start = _time.perf_counter()
+        calls_before = self._calls
+        parked, self._parked = self._parked, []
+        for entry in parked:  # agents that used up an earlier max_turns
+            if limit is None or self._book[self._by_key[entry[3]]].turns < limit:
+                heapq.heappush(self._queue, entry)
+            else:
+                self._parked.append(entry)
+        if not self._started:
+            self._started = True
+            for agent_id in self._ids:
+                self._wake(agent_id, self._pause("first", self._book[agent_id].key, 0), "wake", 0)
+        runner = _Runner(self, limit, horizon)
+        try:
+            runner.loop()
+        finally:
+            runner.close()
+        self._flush_windows(final=True)
+        return self._result(_time.perf_counter() - start, self._calls - calls_before)
+
+    # -- turns -------------------------------------------------------------------------
+
+    def _start_turn(self, agent_id: AgentId, when: float, reason: str) -> ActionSpec:
+        book = self._book[agent_id]
+        spec = ActionSpec(book.turns, when, reason)
+        book.turns += 1
+        book.busy = True
+        turn_model = self._turn_models.get(agent_id)
+        if turn_model is not None:
+            turn_model.duration = 0.0
+        observation = self._world.observation_for(agent_id, None)
+        if agent_id in self._blocking:
+            self._observed = observation
+        else:
+            self._agents[agent_id].observe(observation)
+        return spec
+
+    def _act(self, agent_id: AgentId, spec: ActionSpec) -> tuple[bool, Any, float]:
+        try:
+            action = self._agents[agent_id].act(spec)
+            ok = True
+        except Exception as exc:
+            action, ok = exc, False
+        return ok, action, self._turn_duration(agent_id)
+
+    async def _aact(self, agent_id: AgentId, spec: ActionSpec) -> tuple[bool, Any, float]:
+        agent = self._agents[agent_id]
+        try:
+            if isinstance(agent, LLMAgent):
+                action = await agent.aact(spec)
+            else:
+                action = await asyncio.to_thread(agent.act, spec)
+            ok = True
+        except Exception as exc:
+            action, ok = exc, False
+        return ok, action, self._turn_duration(agent_id)
+
+    def _turn_duration(self, agent_id: AgentId) -> float:
+        turn_model = self._turn_models.get(agent_id)
+        duration = 0.0 if turn_model is None else turn_model.duration
+        return max(self._min, duration)
+
+    def _resolve(self, agent_id: AgentId, when: float, spec: ActionSpec,
+                 outcome: tuple[bool, Any, float], chain: int) -> None:
+        ok, action, duration = outcome
+        world = self._world
+        failure: BaseException | None = None if ok else action
+        if failure is not None and isinstance(failure, self._fatal):
+            raise failure
+        with world.lock:
+            if failure is None:
+                try:
+                    events = world.resolve(agent_id, action, step=spec.step, time=when)
+                except InvalidAction as exc:
+                    failure = exc
+            if failure is not None:
+                if self._fail_fast:
+                    error = AgentActionError(
+                        f"agent {agent_id!r} failed in turn {spec.step} at t={spec.time}: "
+                        f"{type(failure).__name__}: {failure}")
+                    error.agent, error.step, error.phase = agent_id, spec.step, "act"
+                    raise error from failure
+                events = [world.failed(agent_id, failure, step=spec.step, time=when)]
+        window = self._window(when)
+        window.resolved += 1
+        window.latency_sum += duration
+        window.latency_max = max(window.latency_max, duration)
+        if chain > window.chain_max and any(e.kind not in _NON_ACTIONS for e in events):
+            # A turn that only idled or failed ends a chain without lengthening it.
+            window.chain_max = chain
+            self._chain_max = max(self._chain_max, chain)
+        self._turns += 1
+        if failure is not None:
+            window.failed += 1
+            self._failed += 1
+        for event in events:
+            self._record(event)
+            window.events += 1
+            for target in event.triggers:
+                target_id = self._by_key.get(target)
+                if target_id is not None and target_id != agent_id:
+                    self._trigger(target_id, when + self._reaction, event.kind, chain)
+        if self._on_turn is not None:
+            self._on_turn()
+        book = self._book[agent_id]
+        book.busy = False
+        if book.pending is not None:
+            reason, pending_chain = book.pending
+            book.pending = None
+            self._wake(agent_id, when, reason, pending_chain)
+        else:
+            self._own_wake(agent_id, when)
+
+    def _trigger(self, agent_id: AgentId, when: float, reason: str, chain: int) -> None:
+        book = self._book[agent_id]
+        if book.busy:
+            if book.pending is None or chain > book.pending[1]:
+                book.pending = (reason, chain)
+            return
+        self._wake(agent_id, when, reason, chain)
+
+    def _record(self, event: ActionEvent) -> None:
+        self._events += 1
+        self._digest = _sha256(self._digest + _json_line(event.to_json())).digest()
+        if self._on_event is not None:
+            self._on_event(event)
+
+    def _flush_windows(self, *, final: bool) -> None:
+        if self._on_window is None:
+            return
+        current = int(self._now // self._width)
+        if not final and current <= self._reported:
+            return
+        for index in sorted(self._windows):
+            if index < self._reported or (index >= current and not final):
+                continue
+            self._on_window(self._windows[index].report(index, self._width))
+            self._reported = index + 1
+
+    # -- checkpoints --------------------------------------------------------------------
+
+    def state(self) -> dict[str, Any]:
+        """Everything a resumed run needs, as data: call it between two :meth:`run` calls.
+
+        It holds the virtual clock; the pending queue (wake-ups, and the
+        resolutions of calls that had finished, with their actions); every
+        agent's ``get_state()`` (which includes its model-call count: its
+        position in the LLM recordings) and the engine's book-keeping of it;
+        the world's ``get_state()``; the running event digest and counters.
+        The engine's own draws are counter-based (keyed by agent and turn),
+        so those counters are its random state.
+        """
+        return {
+            "scheme": EVENTS_SCHEME, "now": self._now, "started": self._started,
+            "queue": list(self._queue), "parked": list(self._parked),
+            "book": {book.key: (book.turns, book.wakes, book.busy, book.pending)
+                     for book in self._book.values()},
+            "agents": {str(agent_id): agent.get_state()
+                       for agent_id, agent in self._agents.items()},
+            "world": self._world.get_state(),
+            "counters": (self._turns, self._events, self._failed, self._chain_max, self._peak),
+            "digest": self._digest,
+            "windows": {index: (w.wakes, w.resolved, w.failed, w.events, w.latency_sum,
+                                w.latency_max, w.queue_max, w.chain_max, w.in_flight_max)
+                        for index, w in self._windows.items()},
+            "reported": self._reported,
+        }
+
+    def restore(self, state: Mapping[str, Any]) -> None:
+        """Continue from a :meth:`state` of an engine built the same way.
+
+        Raises:
+            CheckpointError: *state* is not an event-engine state, or names
+                agents this engine does not have.
+        """
+        given: object = state
+        if not isinstance(given, Mapping) or given.get("scheme") != EVENTS_SCHEME:
+            raise CheckpointError(
+                f"not a state of the event-driven engine (expected scheme {EVENTS_SCHEME!r})")
+        if sorted(state["agents"]) != sorted(self._by_key):
+            raise CheckpointError(
+                "the checkpoint's agents are not this engine's agents: "
+                f"{len(state['agents'])} saved, {len(self._by_key)} here")
+        self._now = state["now"]
+        self._started = state["started"]
+        self._queue = list(state["queue"])
+        heapq.heapify(self._queue)
+        self._parked = list(state["parked"])
+        for key, (turns, wakes, busy, pending) in state["book"].items():
+            book = self._book[self._by_key[key]]
+            book.turns, book.wakes, book.busy, book.pending = turns, wakes, busy, pending
+        for key, agent_state in state["agents"].items():
+            self._agents[self._by_key[key]].set_state(agent_state)
+        self._world.set_state(state["world"])
+        (self._turns, self._events, self._failed, self._chain_max,
+         self._peak) = state["counters"]
+        self._digest = state["digest"]
+        self._windows = {}
+        for index, values in state["windows"].items():
+            window = self._windows[index] = _Window()
+            (window.wakes, window.resolved, window.failed, window.events, window.latency_sum,
+             window.latency_max, window.queue_max, window.chain_max,
+             window.in_flight_max) = values
+        self._window_index = -1
+        self._reported = state["reported"]
+
+    # -- results -----------------------------------------------------------------------
+
+    def agents_digest(self) -> str:
+        """SHA-256 over every agent's ``get_state()``, in id order."""
+        h = hashlib.sha256((EVENTS_SCHEME + ":agents\n").encode("ascii"))
+        for agent_id, agent in self._agents.items():
+            h.update(_canonical_line([agent_id, type(agent).__qualname__,
+                                      canonical(agent.get_state())]))
+        return h.hexdigest()
+
+    def _result(self, wall: float, calls: int) -> EventResult:
+        world_digest = self._world.state_digest()
+        agents_digest = self.agents_digest()
+        events_digest = self._digest.hex()
+        h = hashlib.sha256((EVENTS_SCHEME + "\n").encode("ascii"))
+        h.update(_canonical_line({"turns": self._turns, "events": events_digest,
+                                  "world": world_digest, "agents": agents_digest}))
+        windows = tuple(self._windows[i].report(i, self._width) for i in sorted(self._windows))
+        return EventResult(self._turns, self._events, self._failed, self._now, events_digest,
+                           world_digest, agents_digest, h.hexdigest(), windows,
+                           self._chain_max, calls, self._peak, wall)
+
+    def __repr__(self) -> str:
+        return (f"<EventEngine: {len(self._ids)} agents, {self._mode}, t={self._now}, "
+                f"{self._turns} turns>")
+
+
+class _Runner:
+    """One call of :meth:`EventEngine.run`: the apply loop and the calls in flight.
+
+    Finished calls announce themselves on a queue (a future's done callback),
+    so collecting them costs nothing per loop turn; the wake times of the
+    calls in flight sit in a heap, so the lookahead horizon is read in O(1).
+    """
+
+    def __init__(self, engine: EventEngine, limit: int | None, until: float) -> None:
+        self.engine = engine
+        self.limit = limit
+        self.until = until
+        # agent id -> (wake time, spec, chain, future or None when done inline)
+        self.flight: dict[AgentId, tuple[float, ActionSpec, int, cf.Future[Any] | None]] = {}
+        #: (wake time, agent key) of the calls in flight; stale entries are skipped.
+        self.times: list[tuple[float, str]] = []
+        #: (agent id, outcome) of finished calls, in the order they finished.
+        self.done: queue.SimpleQueue[tuple[AgentId, Any]] = queue.SimpleQueue()
+        self.pool: cf.ThreadPoolExecutor | None = None
+        self.loop_thread: threading.Thread | None = None
+        self.aloop: asyncio.AbstractEventLoop | None = None
+        self.gate: asyncio.Semaphore | None = None
+        if engine.mode == "threads":
+            self.pool = cf.ThreadPoolExecutor(engine._concurrency,
+                                              thread_name_prefix="simulacra-events")
+        elif engine.mode == "asyncio":
+            self.aloop = asyncio.new_event_loop()
+            self.loop_thread = threading.Thread(target=self.aloop.run_forever,
+                                                name="simulacra-events-asyncio", daemon=True)
+            self.loop_thread.start()
+
+    def close(self) -> None:
+        for _, _, _, future in self.flight.values():
+            if future is not None:
+                future.cancel()
+        if self.pool is not None:
+            self.pool.shutdown(wait=True, cancel_futures=True)
+        if self.aloop is not None:
+            # Models that keep a client per event loop (OpenAICompatible) drop
+            # this loop's client before the loop goes away.
+            for model in {id(m.inner): m.inner for m in self.engine._turn_models.values()}.values():
+                release = getattr(model, "aclose_loop", None)
+                if callable(release):
+                    asyncio.run_coroutine_threadsafe(release(), self.aloop).result()
+            self.aloop.call_soon_threadsafe(self.aloop.stop)
+            if self.loop_thread is not None:
+                self.loop_thread.join()
+            self.aloop.close()
+
+    def _submit(self, agent_id: AgentId, spec: ActionSpec) -> cf.Future[Any] | None:
+        engine = self.engine
+        if self.pool is not None:
+            future: cf.Future[Any] = self.pool.submit(engine._act, agent_id, spec)
+        elif self.aloop is not None:
+            future = asyncio.run_coroutine_threadsafe(self._gated(agent_id, spec), self.aloop)
+        else:
+            self.done.put((agent_id, engine._act(agent_id, spec)))
+            return None
+        done = self.done
+        future.add_done_callback(lambda f: done.put((agent_id, f)))
+        return future
+
+    async def _gated(self, agent_id: AgentId, spec: ActionSpec) -> tuple[bool, Any, float]:
+        if self.gate is None:
+            self.gate = asyncio.Semaphore(self.engine._concurrency)
+        async with self.gate:
+            return await self.engine._aact(agent_id, spec)
+
+    def _horizon(self) -> float:
+        """Nothing unknown can resolve before this time (the lookahead)."""
+        times = self.times
+        flight = self.flight
+        by_key = self.engine._by_key
+        while times:
+            when, key = times[0]
+            entry = flight.get(by_key[key])
+            if entry is not None and entry[0] == when:
+                return when + self.engine._min
+            heapq.heappop(times)
+        return math.inf
+
+    def _harvest(self, *, block: bool) -> None:
+        """Turn finished calls into resolve entries; with *block*, wait for at least one."""
+        done = self.done
+        if block:
+            items = [done.get()]
+        elif done.empty():
+            return
+        else:
+            items = []
+        while not done.empty():
+            items.append(done.get_nowait())
+        engine = self.engine
+        for agent_id, finished in items:
+            outcome = finished.result() if isinstance(finished, cf.Future) else finished
+            blocking = engine._blocking.get(agent_id)
+            if blocking is not None:  # a model call of a blocking agent: continue it
+                request, site, completion = outcome
+                if not isinstance(completion, BaseException):
+                    rng = engine._stream("latency", site.agent, site.n)
+                    blocking.extra += engine._latency.duration(request, completion, rng)
+                self._step_blocking(agent_id, functools.partial(blocking.deliver, completion))
+                continue
+            when, spec, chain, _ = self.flight.pop(agent_id)
+            engine._push(when + outcome[2], _RESOLVE, engine._book[agent_id].key, spec.step,
+                         (spec, outcome, chain))
+
+    def _step_blocking(self, agent_id: AgentId, step: Callable[[], Any]) -> None:
+        """Run a blocking agent to its next blocking call, and do what it asks."""
+        engine = self.engine
+        agent = engine._blocking[agent_id]
+        failure: Exception | None = None
+        try:
+            kind, value = step()
+        except Exception as exc:  # its function raised: the turn fails, the agent retires
+            kind, value, failure = "failed", None, exc
+        when, spec, chain, _ = self.flight[agent_id]
+        if kind == "call":
+            from simulacra.llm import CallSite  # noqa: PLC0415  (lazy: layer-1 import)
+
+            site = CallSite(str(agent_id), agent.calls)
+            agent.calls += 1
+            future = self._submit_call(agent_id, value, site)
+            self.flight[agent_id] = (when, spec, chain, future)
+            return
+        del self.flight[agent_id]
+        book = engine._book[agent_id]
+        duration = max(engine._min, agent.extra)
+        if kind == "act":
+            engine._push(when + duration, _RESOLVE, book.key, spec.step,
+                         (spec, (True, value, duration), chain))
+        elif kind == "failed":
+            engine._push(when + duration, _RESOLVE, book.key, spec.step,
+                         (spec, (False, failure, duration), chain))
+        else:  # the function returned: the agent is retired, with no turn to resolve
+            book.busy = False
+            book.pending = None
+
+    def _submit_call(self, agent_id: AgentId, request: Any, site: Any) -> cf.Future[Any] | None:
+        model = self.engine._model
+
+        def call() -> tuple[Any, Any, Any]:
+            try:
+                return request, site, model.complete(request, site=site)  # type: ignore[union-attr]
+            except Exception as exc:
+                return request, site, exc
+
+        async def acall() -> tuple[Any, Any, Any]:
+            if self.gate is None:
+                self.gate = asyncio.Semaphore(self.engine._concurrency)
+            async with self.gate:
+                try:
+                    return request, site, await model.acomplete(  # type: ignore[union-attr]
+                        request, site=site)
+                except Exception as exc:
+                    return request, site, exc
+
+        with self.engine._lock:
+            self.engine._calls += 1
+        if self.pool is not None:
+            future: cf.Future[Any] = self.pool.submit(call)
+        elif self.aloop is not None:
+            future = asyncio.run_coroutine_threadsafe(acall(), self.aloop)
+        else:
+            self.done.put((agent_id, call()))
+            return None
+        done = self.done
+        future.add_done_callback(lambda f: done.put((agent_id, f)))
+        return future
+
+    def _admissible(self, agent_id: AgentId) -> bool:
+        return self.limit is None or self.engine._book[agent_id].turns < self.limit
+
+    def loop(self) -> None:
+        engine = self.engine
+        queue_ = engine._queue
+        lookahead = engine._lookahead
+        cap = engine._concurrency
+        flight = self.flight
+        by_key = engine._by_key
+        books = engine._book
+        until = self.until
+        while True:
+            if flight:
+                self._harvest(block=False)
+            if not queue_:
+                if not flight:
+                    return
+                self._harvest(block=True)
+                continue
+            head = queue_[0]
+            if head[0] > until:  # stop here; what is in flight resolves later
+                if not flight:
+                    return
+                self._harvest(block=True)
+                continue
+            if flight and (head[0] >= self._horizon() or (head[2] == _WAKE
+                                                          and len(flight) >= cap)):
+                self._harvest(block=True)
+                continue
+            entry = heapq.heappop(queue_)
+            when, _, kind, key, _, payload = entry
+            engine._now = when
+            agent_id = by_key[key]
+            window = engine._window(when)
+            if len(queue_) >= window.queue_max:
+                window.queue_max = len(queue_) + 1
+            if kind == _RESOLVE:
+                spec, outcome, chain = payload
+                engine._resolve(agent_id, when, spec, outcome, chain)
+                engine._flush_windows(final=False)
+                continue
+            reason, chain = payload
+            book = books[agent_id]
+            if book.busy:  # coalesce: it wakes again when its turn resolves
+                if book.pending is None or chain > book.pending[1]:
+                    book.pending = (reason, chain)
+                continue
+            if self.limit is not None and book.turns >= self.limit:
+                engine._parked.append(entry)  # woken again by a later run() with more turns
+                continue
+            spec = engine._start_turn(agent_id, when, reason)
+            window.wakes += 1
+            # The turn's causal chain: one longer than the event that woke it.
+            flight[agent_id] = (when, spec, chain + 1, None)
+            heapq.heappush(self.times, (when, key))
+            blocking = engine._blocking.get(agent_id)
+            if blocking is not None:
+                stream = functools.partial(engine._stream, "agent", key)
+                self._step_blocking(agent_id, functools.partial(
+                    blocking.wake, engine._observed, when, spec.step, stream))
+            else:
+                future = self._submit(agent_id, spec)
+                if future is not None:
+                    flight[agent_id] = (when, spec, chain + 1, future)
+            engine._peak = max(engine._peak, len(flight))
+            window.in_flight_max = max(window.in_flight_max, len(flight))
+            while not lookahead and flight:  # one turn at a time, to its end
+                self._harvest(block=True)
+
+
+# -- the run-config seam: ``sim.engine.step.built_in: async_event`` --------------------------
+
+#: The options ``sim.engine.step.options`` takes for this engine.
+STEP_OPTIONS: Final = frozenset({"wake_interval", "reaction_delay", "window", "lookahead",
+                                 "max_turns"})
+
+
+class EventSteps:
+    """The event-driven engine behind the step-engine interface of run configs.
+
+    A step is one window of virtual time (``window`` units, default 1.0):
+    ``run(steps)`` runs the engine up to ``steps * window`` -- a cut in
+    virtual time, so running 3 steps and then 2 more equals running 5 -- and
+    reports each window as a :class:`~simulacra.engines.StepReport` (its
+    events, telemetry and the running digest), which is what run directories,
+    progress bars and replays consume.
+    """
+
+    def __init__(self, engine: EventEngine, *, width: float, max_turns: int | None,
+                 on_step: Callable[[Any], None] | None) -> None:
+        self.engine = engine
+        self.width = width
+        self.max_turns = max_turns
+        self.on_step = on_step
+        self.step = 0
+        self.step_digests: list[str] = []
+        self.wall = 0.0
+        self.calls = 0
+        self._events: list[ActionEvent] = []
+        engine._on_event = self._events.append
+
+    def state(self) -> dict[str, Any]:
+        """The engine's state plus this adapter's step count (checkpoints)."""
+        return {"engine": self.engine.state(), "step": self.step,
+                "step_digests": list(self.step_digests)}
+
+    def restore(self, state: Mapping[str, Any]) -> None:
+        """Continue from :meth:`state`."""
+        self.engine.restore(state["engine"])
+        self.step = state["step"]
+        self.step_digests = list(state["step_digests"])
+
+    def run(self, steps: int) -> Any:
+        """Run *steps* more windows of virtual time; return a ``RoundResult``."""
+        from ._rounds import RoundResult, StepReport  # noqa: PLC0415  (sibling, no cycle)
+
+        engine = self.engine
+        for _ in range(steps):
+            step = self.step
+            self._events.clear()
+            before = (engine._turns, engine._failed, engine._calls)
+            start = _time.perf_counter()
+            result = engine.run(max_turns=self.max_turns, until=(step + 1) * self.width)
+            wall = _time.perf_counter() - start
+            self.wall += wall
+            self.calls += result.llm_calls
+            digest = result.events_digest
+            self.step_digests.append(digest)
+            self.step = step + 1
+            if self.on_step is not None:
+                self.on_step(StepReport(
+                    step, engine._turns - before[0], engine._failed - before[1],
+                    tuple(self._events), digest, wall, engine._calls - before[2], 0, 0,
+                    engine.world.probe(step)))
+        result = engine._result(self.wall, self.calls)
+        return RoundResult(self.step, result.events, result.failed, tuple(self.step_digests),
+                           result.world_digest, result.agents_digest, result.digest,
+                           self.calls, self.wall)
+
+
+def _step_factory(world: World, agents: list[Actor], *, model: LanguageModel | None,
+                  seed: SeedTree, config: Any, on_step: Callable[[Any], None] | None,
+                  on_turn: Callable[[], None] | None,
+                  fatal: tuple[type[BaseException], ...] = ()) -> EventSteps:
+    """Build the engine a run config asks for (``sim.engine.step.built_in: async_event``)."""
+    from simulacra.llm import LatencyModel  # noqa: PLC0415  (lazy: layer-1 import)
+
+    settings = config.sim.engine
+    options = dict(settings.step.options)
+    unknown = sorted(set(options) - STEP_OPTIONS)
+    if unknown:
+        raise ConfigError(
+            f"sim.engine.step.options.{unknown[0]} is not an option of the async_event engine "
+            f"(it takes: {', '.join(sorted(STEP_OPTIONS))})")
+    latency = config.sim.llm.latency
+    max_turns = options.pop("max_turns", None)
+    if max_turns is not None:
+        _check_int("sim.engine.step.options.max_turns", max_turns, 1)
+    width = _check_float("sim.engine.step.options.window", options.pop("window", 1.0),
+                         positive=True)
+    engine = EventEngine(
+        world, agents, model=model,
+        latency=LatencyModel(base=latency.base, prefill_per_token=latency.prefill_per_token,
+                             decode_per_token=latency.decode_per_token,
+                             noise_sigma=latency.noise_sigma,
+                             min_duration=latency.min_duration),
+        seed=seed, mode=settings.mode, concurrency=settings.concurrency,
+        fail_fast=settings.fail_fast, window=width, fatal=fatal, on_turn=on_turn, **options)
+    return EventSteps(engine, width=width, max_turns=max_turns, on_step=on_step)
+
+
+def _register() -> None:
+    from ._rounds_run import register_step_engine  # noqa: PLC0415  (sibling, no cycle)
+
+    register_step_engine("async_event", _step_factory)
+
+
+_register()

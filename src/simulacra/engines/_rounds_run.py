@@ -1,0 +1,518 @@
+"""From a run config to a finished run directory, and back: ``run_society`` and ``replay_run``.
+
+``run_society(config)`` builds the model the config names (the scripted model,
+or an OpenAI-compatible server), the world and agents (``sim.world.factory``),
+and the step engine (``sim.engine.step.built_in``), runs ``sim.steps`` steps
+and, given a directory, writes the run directory (``simulacra.engines._rundir``)
+with every completion recorded. ``replay_run(run_dir)`` runs the stored config
+again with every completion served from those recordings (strict: a call that
+is not recorded stops the replay, naming its call site) -- no model is called
+-- and checks that the digest is the one the run ended with.
+
+Step engines are found by name in a registry: ``"round"`` is built in, and the
+event-driven engine registers ``"async_event"`` with
+:func:`register_step_engine` when its module is imported.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import importlib
+import importlib.util
+import inspect
+import sys
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol, final
+
+from simulacra.agents import ActionEvent, Actor, World
+from simulacra.errors import BackendUnavailable, ConfigError, DeterminismError
+from simulacra.rng import SeedTree, as_seed_tree
+
+from ._config import RunConfig, parse_config
+from ._rounds import RoundEngine, RoundResult, StepReport
+from ._rundir import RunDirectory
+
+if TYPE_CHECKING:
+    import os
+
+    from simulacra.llm import LanguageModel
+
+__all__ = ["ReplayReport", "SocietyRun", "StepEngine", "build_model", "build_society",
+           "load_factory", "register_step_engine", "replay_run", "resume_society",
+           "run_society", "step_engine_names"]
+
+
+class StepEngine(Protocol):
+    """What a step engine built from a config must do: run steps, give a result."""
+
+    def run(self, steps: int) -> RoundResult:
+        """Run *steps* steps; return the result so far."""
+        ...
+
+
+#: ``factory(world, agents, *, model, seed, config, on_step, on_turn, fatal) -> StepEngine``
+StepEngineFactory = Callable[..., StepEngine]
+
+
+def _round_engine(world: World, agents: list[Actor], *, model: LanguageModel | None,
+                  seed: SeedTree, config: RunConfig, on_step: Callable[[StepReport], None] | None,
+                  on_turn: Callable[[], None] | None,
+                  fatal: tuple[type[BaseException], ...] = ()) -> RoundEngine:
+    engine = config.sim.engine
+    return RoundEngine(world, agents, model=model, seed=seed, mode=engine.mode,
+                       concurrency=engine.concurrency, flows=engine.flows,
+                       participation=engine.participation, resolution=engine.resolution,
+                       fail_fast=engine.fail_fast, on_step=on_step, on_turn=on_turn,
+                       fatal=fatal)
+
+
+_STEP_ENGINES: dict[str, StepEngineFactory] = {"round": _round_engine}
+
+
+def register_step_engine(name: str, factory: StepEngineFactory) -> None:
+    """Make ``sim.engine.step.built_in: <name>`` build engines with *factory*.
+
+    *factory* is called as ``factory(world, agents, model=..., seed=...,
+    config=..., on_step=..., on_turn=..., fatal=...)`` (see ``_round_engine``)
+    and returns an object whose ``run(steps)`` returns a :class:`RoundResult`.
+
+    Raises:
+        ConfigError: *name* is taken.
+    """
+    if name in _STEP_ENGINES and _STEP_ENGINES[name] is not factory:
+        raise ConfigError(f"step engine {name!r} is already registered")
+    _STEP_ENGINES[name] = factory
+
+
+def step_engine_names() -> tuple[str, ...]:
+    """The step engines that can be built now, sorted."""
+    return tuple(sorted(_STEP_ENGINES))
+
+
+def _step_engine(name: str) -> StepEngineFactory:
+    if name not in _STEP_ENGINES and name == "async_event":
+        with contextlib.suppress(ImportError):  # the event-driven engine, once it exists
+            importlib.import_module("simulacra.engines._events")
+    try:
+        return _STEP_ENGINES[name]
+    except KeyError:
+        raise BackendUnavailable(
+            f"sim.engine.step.built_in is {name!r}, which is not available here "
+            f"(available: {', '.join(step_engine_names())})") from None
+
+
+# -- the model -------------------------------------------------------------------
+
+
+def build_model(config: RunConfig) -> LanguageModel:
+    """The language model ``sim.llm`` names (without recording).
+
+    Raises:
+        ConfigError: ``openai_compatible`` without ``sim.llm.base_url``.
+    """
+    from simulacra.llm import OpenAICompatible, ScriptedModel  # noqa: PLC0415  (lazy)
+
+    llm = config.sim.llm
+    if llm.provider == "scripted":
+        seed: int | str = config.seed if llm.seed is None else llm.seed
+        return ScriptedModel(seed=seed)
+    if not llm.base_url:
+        raise ConfigError("sim.llm.base_url is required when sim.llm.provider is "
+                          "'openai_compatible' (e.g. http://localhost:8000/v1)")
+    return OpenAICompatible(base_url=llm.base_url, model=llm.model, api_key_env=llm.api_key_env,
+                            timeout=llm.timeout, max_retries=llm.max_retries,
+                            concurrency=llm.concurrency)
+
+
+# -- the world -------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def _on_sys_path(directory: Path) -> Iterator[None]:
+    entry = str(directory)
+    sys.path.insert(0, entry)
+    try:
+        yield
+    finally:
+        with contextlib.suppress(ValueError):
+            sys.path.remove(entry)
+
+
+def _load_file(path: Path) -> Any:
+    """Import a file: as ``<package>.<stem>`` when its directory is a package, else alone."""
+    if not path.is_file():
+        raise ConfigError(f"sim.world.factory: file not found: {str(path)!r}")
+    folder = path.parent
+    if (folder / "__init__.py").is_file() and folder.name.isidentifier():
+        name = f"{folder.name}.{path.stem}"
+        loaded = sys.modules.get(name)
+        if loaded is not None:
+            if Path(getattr(loaded, "__file__", "") or "").resolve() != path.resolve():
+                raise ConfigError(f"sim.world.factory: a different module {name!r} is already "
+                                  f"imported (from {getattr(loaded, '__file__', '?')})")
+            return loaded
+        with _on_sys_path(folder.parent):
+            return importlib.import_module(name)
+    name = f"_simulacra_world_{path.stem}"
+    spec = importlib.util.spec_from_file_location(name, path)
+    if spec is None or spec.loader is None:  # pragma: no cover
+        raise ConfigError(f"sim.world.factory: cannot load {str(path)!r} as Python")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    with _on_sys_path(folder):
+        spec.loader.exec_module(module)
+    return module
+
+
+def load_factory(ref: str | None) -> Callable[..., Any]:
+    """The callable ``sim.world.factory`` names: ``path/file.py:func`` or ``module:func``.
+
+    Raises:
+        ConfigError: Missing, malformed, or not found.
+    """
+    if not ref:
+        raise ConfigError("sim.world.factory must name the world factory, e.g. 'model.py:build' "
+                          "(relative to the config file) or 'package.module:build'")
+    where, sep, name = ref.rpartition(":")
+    if not sep or not where or not name.isidentifier():
+        raise ConfigError(f"sim.world.factory must look like 'file.py:function' or "
+                          f"'module:function', got {ref!r}")
+    if where.endswith(".py") or "/" in where or "\\" in where:
+        module = _load_file(Path(where))
+    else:
+        try:
+            module = importlib.import_module(where)
+        except ModuleNotFoundError as exc:
+            raise ConfigError(f"sim.world.factory: no module named {where!r} ({exc})") from None
+    factory = getattr(module, name, None)
+    if not callable(factory):
+        raise ConfigError(f"sim.world.factory: {where!r} has no function {name!r}")
+    return factory  # type: ignore[no-any-return]
+
+
+def build_society(config: RunConfig) -> tuple[World, list[Actor]]:
+    """Call the world factory: ``factory(agents=..., seed=..., llm=..., **world params)``.
+
+    Raises:
+        ConfigError: The factory is missing, takes other parameters (the
+            message names ``sim.world.<param>``), or returns something else
+            than ``(World, agents)``.
+    """
+    sim = config.sim
+    factory = load_factory(sim.world.factory)
+    params = {k: v for k, v in config.data["sim"]["world"].items() if k != "factory"}
+    llm = {"model": sim.llm.model, "temperature": sim.llm.temperature,
+           "max_tokens": sim.llm.max_tokens}
+    kwargs = {"agents": sim.agents, "seed": as_seed_tree(config.seed).child("world"), "llm": llm,
+              **params}
+    try:
+        inspect.signature(factory).bind(**kwargs)
+    except TypeError as exc:
+        unknown = [f"sim.world.{k}" for k in params]
+        raise ConfigError(f"sim.world.factory {sim.world.factory!r} cannot take "
+                          f"{', '.join(unknown) or 'its arguments'}: {exc}") from None
+    except ValueError:  # no signature to read
+        pass
+    built = factory(**kwargs)
+    if (not isinstance(built, tuple) or len(built) != 2 or not isinstance(built[0], World)):
+        raise ConfigError(f"sim.world.factory {sim.world.factory!r} must return "
+                          f"(World, agents), got {type(built).__name__}")
+    return built[0], list(built[1])
+
+
+# -- running ---------------------------------------------------------------------
+
+
+@final
+@dataclass(frozen=True, slots=True)
+class SocietyRun:
+    """A finished run: its config, result, world and (if written) run directory.
+
+    Attributes:
+        config: The resolved config.
+        result: The engine's result (``result.digest`` is the run's digest).
+        world: The world at the end.
+        summary: The world's :meth:`~simulacra.agents.World.summary`.
+        run_dir: The run directory, or None.
+        llm: Model usage: provider, model, calls, tokens (and what the provider reports).
+    """
+
+    config: RunConfig
+    result: RoundResult
+    world: World
+    summary: Mapping[str, Any]
+    run_dir: Path | None = None
+    llm: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def digest(self) -> str:
+        """The run's digest."""
+        return self.result.digest
+
+
+def _usage(model: object) -> dict[str, Any]:
+    usage = getattr(model, "usage", None)
+    if usage is not None and dataclasses.is_dataclass(usage) and not isinstance(usage, type):
+        return dataclasses.asdict(usage)
+    return {}
+
+
+def run_society(config: RunConfig | Mapping[str, Any], *,
+                out: str | os.PathLike[str] | None = None,
+                model: LanguageModel | None = None,
+                on_step: Callable[[StepReport], None] | None = None,
+                on_turn: Callable[[], None] | None = None,
+                fatal: tuple[type[BaseException], ...] = (),
+                write: bool = True) -> SocietyRun:
+    """Run the society a config describes, optionally into a run directory.
+
+    With ``run.checkpoint_every: N`` (and a run directory), a checkpoint is
+    written every N steps into ``RUN_DIR/checkpoints``; :func:`resume_society`
+    continues from the last one.
+
+    Args:
+        config: A :class:`RunConfig` or a config mapping (layered on the defaults).
+        out: The run directory to write; ``None`` uses ``run.out`` from the
+            config, and writes nothing when that is unset too.
+        model: A model to use instead of the one ``sim.llm`` names.
+        on_step: Also called with each step's report.
+        on_turn: Called after each turn (progress bars; thread-safe).
+        fatal: Exception types that stop the run instead of failing one turn.
+        write: ``False`` writes no run directory, whatever ``run.out`` says.
+
+    Raises:
+        ConfigError: A bad config, world factory or run directory.
+        BackendUnavailable: The step engine is not available.
+        AgentActionError: A fatal turn failure.
+    """
+    if not isinstance(config, RunConfig):
+        config = parse_config(config)
+    _step_engine(config.sim.engine.step.built_in)  # fail before anything is written
+    target = out if out is not None else config.run.out if write else None
+    rundir = RunDirectory.create(target, config.data) if target is not None else None
+    return _execute(config, rundir, model, on_step, on_turn, fatal=fatal, resume=None)
+
+
+def resume_society(run_dir: str | os.PathLike[str], *,
+                   model: LanguageModel | None = None,
+                   on_step: Callable[[StepReport], None] | None = None,
+                   on_turn: Callable[[], None] | None = None) -> SocietyRun:
+    """Continue an unfinished run directory from its last checkpoint.
+
+    The world, the agents and the engine are rebuilt from the stored config
+    and restored from the checkpoint (queue and clock, agent and world state,
+    draw counters, each agent's position in the LLM recordings); the logs are
+    cut back to where the checkpoint was taken; model calls already in the
+    recordings are served from them, so the resumed run ends with the digest
+    an uninterrupted run would have.
+
+    Raises:
+        ConfigError: *run_dir* holds no run, or a finished one.
+        CheckpointError: It has no checkpoint, or its last checkpoint is of an
+            unknown format version, truncated, corrupted or of another engine.
+            Nothing in the run directory is changed then.
+    """
+    from simulacra.errors import CheckpointError  # noqa: PLC0415
+
+    from ._checkpoint import checkpoint_files, read_checkpoint  # noqa: PLC0415
+
+    probe = RunDirectory(run_dir)
+    data = probe.read_config()
+    config = parse_config(data, str(probe.file("config")))
+    if probe.file("digest").exists():
+        raise ConfigError(f"run directory {str(probe.path)!r} holds a finished run; "
+                          "nothing to resume")
+    files = checkpoint_files(probe.checkpoints)
+    if not files:
+        raise CheckpointError(
+            f"{str(probe.path)!r} has no checkpoint to resume from (run with "
+            "run.checkpoint_every=N to write them)")
+    # The model's modules first: the checkpoint holds objects of its classes.
+    load_factory(config.sim.world.factory)
+    state = read_checkpoint(files[-1], config.sim.engine.step.built_in)
+    try:
+        step, positions, engine_state = state["step"], state["files"], state["engine"]
+    except (KeyError, TypeError):
+        raise CheckpointError(f"{files[-1]}: not a run checkpoint") from None
+    rundir = RunDirectory.reopen(run_dir, positions)
+    return _execute(config, rundir, model, on_step, on_turn, fatal=(),
+                    resume=(step, engine_state))
+
+
+def _execute(config: RunConfig, rundir: RunDirectory | None, model: LanguageModel | None,
+             on_step: Callable[[StepReport], None] | None, on_turn: Callable[[], None] | None,
+             *, fatal: tuple[type[BaseException], ...],
+             resume: tuple[int, Any] | None) -> SocietyRun:
+    from simulacra.llm import RecordingModel, RecordingStore  # noqa: PLC0415  (lazy)
+
+    factory = _step_engine(config.sim.engine.step.built_in)
+    store = None
+    inner: LanguageModel | None = None
+    try:
+        world, agents = build_society(config)
+        inner = build_model(config) if model is None else model
+        used: LanguageModel = inner
+        if rundir is not None and config.run.record:
+            store = RecordingStore(rundir.file("recordings"))
+            used = RecordingModel(inner, store, reuse=resume is not None)
+
+        def step_done(report: StepReport) -> None:
+            if rundir is not None:
+                rundir.on_step(report)
+            if on_step is not None:
+                on_step(report)
+
+        engine = factory(world, agents, model=used, seed=as_seed_tree(config.seed).child("engine"),
+                         config=config, on_step=step_done, on_turn=on_turn, fatal=fatal)
+        first = 0
+        if resume is not None:
+            first, engine_state = resume
+            engine.restore(engine_state)  # type: ignore[attr-defined]
+        result = _drive(engine, config, rundir, agents, first)
+        summary = world.summary()
+        llm = {"provider": config.sim.llm.provider, "model": config.sim.llm.model,
+               "calls": result.llm_calls, **_usage(inner)}
+        if rundir is not None:
+            rundir.finish(result.digest, {
+                "name": config.name, "seed": config.seed, "digest": result.digest,
+                "steps": result.steps, "agents": len(agents), "events": result.events,
+                "failed_turns": result.failed, "step_digests": list(result.step_digests),
+                "world_digest": result.world_digest, "agents_digest": result.agents_digest,
+                "engine": {"step": config.sim.engine.step.built_in,
+                           "mode": config.sim.engine.mode,
+                           "concurrency": config.sim.engine.concurrency},
+                "resumed_from_step": None if resume is None else first,
+                "llm": llm, "summary": summary, "wall_s": round(result.wall_s, 3)})
+    finally:
+        if rundir is not None:
+            rundir.close()
+        if store is not None:
+            store.close()
+        if model is None and inner is not None:
+            close = getattr(inner, "close", None)
+            if callable(close):
+                close()
+    return SocietyRun(config, result, world, summary, None if rundir is None else rundir.path,
+                      llm)
+
+
+def _drive(engine: StepEngine, config: RunConfig, rundir: RunDirectory | None,
+           agents: list[Actor], first: int) -> RoundResult:
+    """Run steps *first* .. ``sim.steps``, writing a checkpoint every ``run.checkpoint_every``."""
+    from ._checkpoint import write_checkpoint  # noqa: PLC0415
+
+    total = config.sim.steps
+    every = config.run.checkpoint_every if rundir is not None else None
+    step = first
+    calls, wall = 0, 0.0
+    result = engine.run(0)
+    while step < total:
+        chunk = total - step if every is None else min(every - step % every, total - step)
+        result = engine.run(chunk)
+        step += chunk
+        calls += result.llm_calls
+        wall += result.wall_s
+        if every is not None and rundir is not None and step % every == 0 and step < total:
+            write_checkpoint(rundir.checkpoints, step, config.sim.engine.step.built_in, {
+                "step": step, "files": rundir.positions(),
+                "engine": engine.state(),  # type: ignore[attr-defined]
+                "llm_position": {str(a.id): getattr(a, "calls", 0) for a in agents}})
+    return dataclasses.replace(result, llm_calls=calls, wall_s=wall)
+
+
+# -- replaying -------------------------------------------------------------------
+
+
+@final
+@dataclass(frozen=True, slots=True)
+class ReplayReport:
+    """What a replay found.
+
+    Attributes:
+        run_dir: The run directory replayed.
+        expected: The digest the run ended with.
+        digest: The replay's digest.
+        calls_served: Completions served from the recordings.
+        model_calls: Calls that reached a model (always 0: replays call none).
+        divergence: Where the replay's events first differ from the run's, or None.
+        run: The replay itself.
+    """
+
+    run_dir: Path
+    expected: str
+    digest: str
+    calls_served: int
+    model_calls: int
+    divergence: str | None
+    run: SocietyRun
+
+    @property
+    def matches(self) -> bool:
+        """Whether the replay's digest is the run's."""
+        return self.digest == self.expected
+
+
+def _divergence(recorded: list[ActionEvent], replayed: list[ActionEvent]) -> str | None:
+    for i, (a, b) in enumerate(zip(recorded, replayed, strict=False)):
+        if a.to_json() != b.to_json():
+            return f"event {i}: recorded {a.to_json()} but replayed {b.to_json()}"
+    if len(recorded) != len(replayed):
+        return (f"the run has {len(recorded)} events, the replay {len(replayed)} "
+                f"(equal up to event {min(len(recorded), len(replayed))})")
+    return None
+
+
+def replay_run(run_dir: str | os.PathLike[str], *, overrides: tuple[str, ...] = (),
+               out: str | os.PathLike[str] | None = None,
+               on_step: Callable[[StepReport], None] | None = None,
+               on_turn: Callable[[], None] | None = None,
+               check: bool = True) -> ReplayReport:
+    """Re-run a run directory from its recordings (no model calls) and compare digests.
+
+    Args:
+        run_dir: A finished run directory.
+        overrides: Dotted overrides of how to run (``sim.engine.mode=sequential``).
+        out: Also write the replay as a run directory there.
+        on_step: Called with each step's report.
+        on_turn: Called after each turn.
+        check: Raise :class:`~simulacra.DeterminismError` when the digests differ.
+
+    Raises:
+        ConfigError: *run_dir* is not a finished run directory.
+        AgentActionError: A call was not in the recordings (strict replay); the
+            chained ``ReplayMiss`` names the call site.
+        DeterminismError: With *check*, the replay's digest differs; the
+            message names the first event that differs.
+    """
+    from simulacra.errors import ReplayMiss  # type: ignore[attr-defined,unused-ignore]  # noqa: PLC0415
+    from simulacra.llm import RecordingStore, ReplayModel  # noqa: PLC0415  (lazy)
+
+    rundir = RunDirectory(run_dir)
+    data = rundir.read_config()
+    expected = rundir.read_digest()
+    config = parse_config(data, str(rundir.file("config")), overrides)
+    if not rundir.file("recordings").is_file():
+        raise ConfigError(f"{str(rundir.path)!r} has no {rundir.file('recordings').name}: "
+                          "the run was made with run.record=false and cannot be replayed")
+    replayed: list[ActionEvent] = []
+
+    def collect(report: StepReport) -> None:
+        replayed.extend(report.events)
+        if on_step is not None:
+            on_step(report)
+
+    with RecordingStore(rundir.file("recordings"), readonly=True) as store:
+        model = ReplayModel(store, strict=True)
+        run = run_society(config, out=out, model=model, on_step=collect, on_turn=on_turn,
+                          fatal=(ReplayMiss,), write=out is not None)
+        served = int(model.calls_served)
+    divergence = None if run.digest == expected else _divergence(rundir.read_events(), replayed)
+    report = ReplayReport(rundir.path, expected, run.digest, served, 0, divergence, run)
+    if check and not report.matches:
+        raise DeterminismError(
+            f"replay of {str(rundir.path)!r} does not match: the run's digest is {expected}, "
+            f"the replay's {run.digest}; first difference: {divergence or 'in the final state'}")
+    return report

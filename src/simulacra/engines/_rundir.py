@@ -1,0 +1,244 @@
+"""Run directories: everything a run leaves behind, and what a replay reads back.
+
+A run directory holds:
+
+``config.yaml``
+    the resolved config (defaults, file and overrides merged; the world
+    factory as an absolute path), written before the first step;
+``action_events.jsonl``
+    every resolved action, one JSON object per line in resolution order
+    (event-sourced: applying them to a fresh world rebuilds its state),
+    flushed after every step;
+``llm_recordings.sqlite``
+    the model's completions keyed by request and call site
+    (``simulacra.llm.RecordingStore``): a replay serves every call from here;
+``telemetry.jsonl``
+    one line per step: participants, failed turns, events by kind, model
+    calls and tokens, wall-clock seconds, the world's probes, the running digest;
+``digest.txt`` and ``summary.json``
+    the run's digest, and the headline numbers, written at the end.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from types import TracebackType
+from typing import IO, Any, Final, final
+
+from simulacra.agents import ActionEvent
+from simulacra.errors import ConfigError
+
+from ._rounds import StepReport
+
+__all__ = ["RUN_FILES", "RunDirectory", "default_run_dir"]
+
+#: The files of a run directory, by role.
+RUN_FILES: Final[Mapping[str, str]] = {
+    "config": "config.yaml",
+    "events": "action_events.jsonl",
+    "recordings": "llm_recordings.sqlite",
+    "telemetry": "telemetry.jsonl",
+    "digest": "digest.txt",
+    "summary": "summary.json",
+}
+
+
+def default_run_dir(name: str, seed: int | str, root: str | os.PathLike[str] = "runs") -> Path:
+    """``runs/<name>-seed<seed>-<local time>``, made unique with a suffix if it exists."""
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in f"{name}-seed{seed}")
+    base = Path(root) / f"{safe}-{stamp}"
+    path, n = base, 1
+    while path.exists():
+        n += 1
+        path = base.with_name(f"{base.name}-{n}")
+    return path
+
+
+def _dumps(obj: object) -> str:
+    return json.dumps(obj, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
+
+
+@final
+class RunDirectory:
+    """Writes (or reads) one run directory.
+
+    ::
+
+        with RunDirectory.create("runs/demo", config.data) as rundir:
+            engine = RoundEngine(..., on_step=rundir.on_step)
+            result = engine.run(steps)
+            rundir.finish(result_fields)
+
+    Args:
+        path: The directory.
+    """
+
+    __slots__ = ("_events", "_telemetry", "path")
+
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        self.path = Path(path)
+        self._events: IO[str] | None = None
+        self._telemetry: IO[str] | None = None
+
+    def file(self, role: str) -> Path:
+        """The path of one of :data:`RUN_FILES` (``"events"``, ``"recordings"``...)."""
+        return self.path / RUN_FILES[role]
+
+    @classmethod
+    def create(cls, path: str | os.PathLike[str], config: Mapping[str, Any]) -> RunDirectory:
+        """Make the directory (it must not hold a run already) and write the config.
+
+        Raises:
+            ConfigError: *path* holds a run directory already, or cannot be made.
+        """
+        import yaml  # type: ignore[import-untyped]  # noqa: PLC0415  (lazy)
+
+        rundir = cls(path)
+        if rundir.file("config").exists() or rundir.file("events").exists():
+            raise ConfigError(f"run directory {str(rundir.path)!r} already holds a run; "
+                              "choose another --out")
+        try:
+            rundir.path.mkdir(parents=True, exist_ok=True)
+            with rundir.file("config").open("w", encoding="utf-8") as file:
+                yaml.safe_dump(dict(config), file, sort_keys=False, allow_unicode=True)
+            rundir._events = rundir.file("events").open("w", encoding="utf-8")
+            rundir._telemetry = rundir.file("telemetry").open("w", encoding="utf-8")
+        except OSError as exc:
+            rundir.close()
+            raise ConfigError(f"cannot write run directory {str(rundir.path)!r}: {exc}") from None
+        return rundir
+
+    def on_step(self, report: StepReport) -> None:
+        """Append the step's events and telemetry, and flush both (an engine ``on_step``)."""
+        events, telemetry = self._events, self._telemetry
+        if events is None or telemetry is None:
+            raise ConfigError(f"run directory {str(self.path)!r} is not open for writing")
+        events.write("".join(_dumps(e.to_json()) + "\n" for e in report.events))
+        events.flush()
+        telemetry.write(_dumps(report.telemetry()) + "\n")
+        telemetry.flush()
+
+    @property
+    def checkpoints(self) -> Path:
+        """The folder of this run's checkpoints."""
+        return self.path / "checkpoints"
+
+    def positions(self) -> dict[str, int]:
+        """Byte offsets of the logs now (flushed): where a resumed run continues them."""
+        events, telemetry = self._events, self._telemetry
+        if events is None or telemetry is None:
+            raise ConfigError(f"run directory {str(self.path)!r} is not open for writing")
+        events.flush()
+        telemetry.flush()
+        return {"events": events.tell(), "telemetry": telemetry.tell()}
+
+    @classmethod
+    def reopen(cls, path: str | os.PathLike[str], positions: Mapping[str, int]) -> RunDirectory:
+        """Open an unfinished run to continue it from a checkpoint's *positions*.
+
+        The logs are cut back to the checkpoint (lines written after it, before
+        the run stopped, are dropped: the resumed run writes them again) and
+        opened for appending.
+
+        Raises:
+            ConfigError: *path* holds no run, a finished one, or logs shorter
+                than the checkpoint says.
+        """
+        rundir = cls(path)
+        rundir.read_config()
+        if rundir.file("digest").exists():
+            raise ConfigError(f"run directory {str(rundir.path)!r} holds a finished run "
+                              f"({rundir.file('digest').name} exists); nothing to resume")
+        handles = []
+        try:
+            for role in ("events", "telemetry"):
+                where = rundir.file(role)
+                size = where.stat().st_size if where.exists() else -1
+                if size < positions[role]:
+                    raise ConfigError(
+                        f"{where}: {size} bytes, shorter than the {positions[role]} the "
+                        "checkpoint was taken at; the run directory was changed")
+                handle = where.open("r+", encoding="utf-8")
+                handle.truncate(positions[role])
+                handle.seek(positions[role])
+                handles.append(handle)
+        except BaseException:
+            for handle in handles:
+                handle.close()
+            raise
+        rundir._events, rundir._telemetry = handles
+        return rundir
+
+    def finish(self, digest: str, summary: Mapping[str, Any]) -> None:
+        """Write ``digest.txt`` and ``summary.json`` and close the logs."""
+        self.close()
+        self.file("digest").write_text(digest + "\n", encoding="utf-8")
+        self.file("summary").write_text(
+            json.dumps(dict(summary), indent=2, sort_keys=True, ensure_ascii=False) + "\n",
+            encoding="utf-8")
+
+    def close(self) -> None:
+        """Close the logs (idempotent)."""
+        for name in ("_events", "_telemetry"):
+            handle = getattr(self, name)
+            if handle is not None:
+                handle.close()
+                setattr(self, name, None)
+
+    # -- reading -------------------------------------------------------------------
+
+    def read_config(self) -> dict[str, Any]:
+        """The resolved config this run stored.
+
+        Raises:
+            ConfigError: The directory holds no run.
+        """
+        import yaml  # noqa: PLC0415  (lazy)
+
+        where = self.file("config")
+        if not where.is_file():
+            raise ConfigError(f"{str(self.path)!r} is not a run directory: no {where.name}")
+        with where.open(encoding="utf-8") as file:
+            data = yaml.safe_load(file)
+        if not isinstance(data, dict):
+            raise ConfigError(f"{where}: not a run config")
+        return data
+
+    def read_digest(self) -> str:
+        """The digest the run ended with.
+
+        Raises:
+            ConfigError: The run did not finish (no ``digest.txt``).
+        """
+        where = self.file("digest")
+        if not where.is_file():
+            raise ConfigError(f"{str(self.path)!r} has no {where.name}: the run did not finish")
+        return where.read_text(encoding="utf-8").strip()
+
+    def read_events(self) -> list[ActionEvent]:
+        """Every event of ``action_events.jsonl``, in order."""
+        with self.file("events").open(encoding="utf-8") as file:
+            return [ActionEvent.from_json(json.loads(line)) for line in file if line.strip()]
+
+    def read_summary(self) -> dict[str, Any]:
+        """``summary.json`` as a dict (empty if the run did not finish)."""
+        where = self.file("summary")
+        if not where.is_file():
+            return {}
+        data: dict[str, Any] = json.loads(where.read_text(encoding="utf-8"))
+        return data
+
+    def __enter__(self) -> RunDirectory:
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"RunDirectory({str(self.path)!r})"

@@ -1,0 +1,117 @@
+"""Checkpoint, crash, and ``simulacra run --resume`` in a new process: the uncut run's digest.
+
+Each engine (round-based and event-driven) runs the social world in a
+subprocess that writes a checkpoint every 2 steps and is killed (``os._exit``)
+after step 3; a second subprocess resumes it from the checkpoint of step 2.
+The resumed run must end with the digest of a run that was never interrupted,
+and its logs must equal that run's logs.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from simulacra import CheckpointError, ConfigError, resume_society
+
+ROOT = Path(__file__).resolve().parents[2]
+HERE = Path(__file__).resolve().parent
+
+
+def _config(tmp_path: Path, engine: str) -> Path:
+    path = tmp_path / f"{engine}.yaml"
+    path.write_text(f"""
+name: resume-{engine}
+seed: 3
+sim:
+  steps: 6
+  agents: 16
+  world:
+    factory: {HERE / "_crashing.py"}:build
+    feed_size: 6
+    follows: 3
+  engine:
+    step:
+      built_in: {engine}
+    mode: threads
+    concurrency: 8
+run:
+  checkpoint_every: 2
+""", encoding="utf-8")
+    return path
+
+
+def _simulacra(*args: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+    return subprocess.run([sys.executable, "-m", "simulacra", *args], capture_output=True,
+                          text=True, timeout=240, check=False, env=env)
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("engine", ["round", "async_event"])
+def test_a_crashed_run_resumes_to_the_uncut_digest(tmp_path: Path, engine: str) -> None:
+    config = _config(tmp_path, engine)
+    whole, cut = tmp_path / "whole", tmp_path / "cut"
+
+    done = _simulacra("run", str(config), "--out", str(whole), "--no-progress")
+    assert done.returncode == 0, done.stderr
+    crashed = _simulacra("run", str(config), "sim.world.crash_at=3", "--out", str(cut),
+                         "--no-progress")
+    assert crashed.returncode == 9, crashed.stderr  # killed mid-run, after step 3
+    assert not (cut / "digest.txt").exists()
+    assert [p.name for p in (cut / "checkpoints").iterdir()] == ["checkpoint-000002.ckpt"]
+    assert (cut / "action_events.jsonl").stat().st_size > 0
+
+    # The crash happened after step 3 was logged: resume cuts that back to step 2.
+    (cut / "config.yaml").write_text(
+        (cut / "config.yaml").read_text().replace("crash_at: 3", "crash_at: null"))
+    resumed = _simulacra("run", "--resume", str(cut), "--no-progress")
+
+    assert resumed.returncode == 0, resumed.stderr
+    expected = (whole / "digest.txt").read_text()
+    assert (cut / "digest.txt").read_text() == expected
+    logged = (cut / "action_events.jsonl").read_bytes()
+    assert logged == (whole / "action_events.jsonl").read_bytes()
+    assert expected.strip() in resumed.stdout
+
+
+def test_resume_errors_name_the_problem(tmp_path: Path) -> None:
+    config = _config(tmp_path, "round")
+    done = _simulacra("run", str(config), "--out", str(tmp_path / "whole"), "--no-progress")
+    assert done.returncode == 0, done.stderr
+
+    with pytest.raises(ConfigError, match="holds a finished run; nothing to resume"):
+        resume_society(tmp_path / "whole")
+    with pytest.raises(ConfigError, match="is not a run directory"):
+        resume_society(tmp_path / "nowhere")
+
+    (tmp_path / "whole" / "digest.txt").unlink()
+    shutil_target = tmp_path / "whole" / "checkpoints"
+    for file in shutil_target.iterdir():
+        file.unlink()
+    with pytest.raises(CheckpointError, match="has no checkpoint to resume from"):
+        resume_society(tmp_path / "whole")
+
+
+@pytest.mark.timeout(300)
+def test_a_corrupted_checkpoint_changes_nothing(tmp_path: Path) -> None:
+    config = _config(tmp_path, "round")
+    cut = tmp_path / "cut"
+    crashed = _simulacra("run", str(config), "sim.world.crash_at=3", "--out", str(cut),
+                         "--no-progress")
+    assert crashed.returncode == 9
+    checkpoint = cut / "checkpoints" / "checkpoint-000002.ckpt"
+    data = bytearray(checkpoint.read_bytes())
+    data[-5] ^= 0x55
+    checkpoint.write_bytes(bytes(data))
+    before = {p.name: p.read_bytes() for p in cut.iterdir() if p.is_file()}
+
+    resumed = _simulacra("run", "--resume", str(cut), "--no-progress")
+
+    assert resumed.returncode != 0
+    assert "corrupted or truncated checkpoint" in resumed.stderr
+    assert {p.name: p.read_bytes() for p in cut.iterdir() if p.is_file()} == before
