@@ -246,6 +246,11 @@ class Model:
         return self._seed
 
     @property
+    def world(self) -> Mapping[str, Any] | None:
+        """The shared world every agent reads (``ctx.world``), or None; a private copy."""
+        return self._world
+
+    @property
     def agent_ids(self) -> tuple[AgentId, ...]:
         """The ids of the agents added so far, sorted."""
         return tuple(sorted(self._ids))  # one type: int or str

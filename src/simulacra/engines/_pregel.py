@@ -490,7 +490,7 @@ class PregelBackend(BackendBase):
         """
         phases = Sequence.of(program).phases
         # Model keeps its world private; this module is part of the same package.
-        self.start(model.specs, model.seed, model._world)
+        self.start(model.specs, model.seed, model.world)
         counts: list[int] = []
         aggregates: list[Mapping[str, Any]] = []
         state_digests: list[str] = []
