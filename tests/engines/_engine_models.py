@@ -221,6 +221,33 @@ class Hoarder(Agent):
         Hoarder.kept.send(self.id, "late", None)
 
 
+class Keeper(Agent):
+    """Every third agent keeps its Context; the others do not. Then all report what they see."""
+
+    def __init__(self, id: Any) -> None:
+        super().__init__(id)
+        self.kept: Any = None
+        self.seen: list[Any] = []
+
+    def keep(self, ctx: Context) -> None:
+        self.seen.append(ctx.id)
+        ctx.send(self.id, "self", ctx.step)
+        if self.id % 3 == 0:
+            self.kept = ctx
+
+    def report(self, ctx: Context) -> None:
+        self.seen.append(ctx.id)
+        self.seen.append(list(ctx.payloads("self")))
+        if self.kept is not None:
+            self.seen.append(self.kept.id)  # a kept context still knows its own agent
+
+    def late(self, ctx: Context) -> None:
+        self.kept.send(self.id, "late", None)
+
+    def state(self) -> dict[str, Any]:
+        return {"seen": self.seen}
+
+
 class Drawer(Agent):
     """Draws from ctx.rng in one phase and records the draws."""
 

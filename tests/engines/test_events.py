@@ -311,3 +311,17 @@ def test_a_blocking_agent_that_raises_fails_its_turn_and_retires() -> None:
     assert result.turns == 2
     with pytest.raises(ConfigError, match="blocking agent 'a' needs a model"):
         EventEngine(world, [BlockingAgent("a", broken)])
+
+
+def test_rebuilding_a_world_from_its_log_is_idempotent() -> None:
+    events: list[ActionEvent] = []
+    engine = _engine("threads", True, on_event=events.append)
+    result = engine.run(max_turns=3)
+    fresh, _ = social.build(agents=30, seed=SeedTree(7), llm={})
+
+    assert fresh.replay(events[:40]) == 40
+    assert fresh.replay(events[20:]) == len(events) - 40  # the overlap is applied once
+    assert fresh.replay(events) == 0
+    assert fresh.state_digest() == result.world_digest
+    with pytest.raises(ConfigError, match=r"cannot follow event #-1: the log has a gap"):
+        social.build(agents=30, seed=SeedTree(7), llm={})[0].replay(events[1:])

@@ -130,6 +130,24 @@ def test_a_context_refuses_to_send_after_its_action_returned() -> None:
     assert info.value.phase == "Hoarder.reuse"
 
 
+def test_contexts_are_fresh_for_agents_that_keep_them() -> None:
+    """A context one agent kept is closed and keeps its identity; the others are not mixed up."""
+    model = Model(seed=0)
+    model.add_many(models.Keeper, range(7))
+    result = model.run(Sequence(models.Keeper.keep, models.Keeper.report), steps=2)
+
+    for i in range(7):
+        seen = result.state(i)["seen"]
+        if i % 3 == 0:
+            assert seen == [i, i, [0], i, i, i, [1], i]
+        else:
+            assert seen == [i, i, [0], i, i, [1]]
+    with pytest.raises(AgentActionError) as info:
+        model.run(Sequence(models.Keeper.keep, models.Keeper.late), steps=1)
+    assert isinstance(info.value.__cause__, ContextClosed)
+    assert info.value.agent == 0
+
+
 def test_phases_run_on_the_class_that_defines_the_action_unless_told_otherwise() -> None:
     model = Model(seed=0)
     model.add(models.Probe, "p", peers=["p"])

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import sys
+import sysconfig
 import threading
 from collections.abc import Awaitable, Callable, Coroutine, Iterable, Mapping
 from collections.abc import Sequence as AbstractSequence
@@ -21,6 +23,12 @@ from simulacra.errors import AgentActionError, ConfigError, KernelBug, UnknownRe
 
 from ._agent import Agent, AgentId, AgentSpec, check_id, private_copy
 from ._context import _CLOSED, Context, Entry, Frame, Message, expand_entries
+
+#: Reference counts tell whether an action kept its Context (see Population.run_entries).
+_refcount = sys.getrefcount
+#: Reuse contexts nobody kept: only where reference counts are exact (not free-threaded).
+_REUSE_CONTEXTS = not sysconfig.get_config_var("Py_GIL_DISABLED")
+
 
 if TYPE_CHECKING:
     from simulacra.rng import SeedTree
@@ -260,24 +268,37 @@ class Population:
         get_inbox = self._inbox_getter()
         new = object.__new__
         agent_id: AgentId = 0
+        # Inlines agents._context.new_context. A context nobody kept after its
+        # action returned (its reference count is back to what it was) is reused
+        # for the next agent; one that was kept is closed -- so using it later
+        # raises ContextClosed -- and replaced. Where reference counts cannot be
+        # trusted for this (free-threaded builds), every agent gets a new one.
+        ctx: Context = new(Context)
+        ctx._frame = frame
+        ctx._out = out
+        alone = _refcount(ctx) if _REUSE_CONTEXTS else -1
         try:
             for agent_id, agent in pairs:
-                # Inlines agents._context.new_context: one Context per agent per phase.
-                ctx: Context = new(Context)
-                ctx._frame = frame
                 ctx._id = agent_id
                 ctx._inbox = get_inbox(agent_id)
-                ctx._out = out
                 ctx._rng = None
                 ctx._seq = 0
                 result = action(agent, ctx)
-                if result is not None and isinstance(result, Awaitable):
-                    run_awaitable(result)  # an async def action: run it to its end here
-                ctx._out = _CLOSED
+                if result is not None:
+                    if isinstance(result, Awaitable):
+                        run_awaitable(result)  # an async def action: run it to its end here
+                    result = None
+                if _refcount(ctx) != alone:
+                    ctx._out = _CLOSED
+                    ctx = new(Context)
+                    ctx._frame = frame
+                    ctx._out = out
         except UnknownRecipient:
             raise
         except Exception as exc:
             raise self._failure(agent_id, phase, step, exc) from exc
+        finally:
+            ctx._out = _CLOSED
         return out
 
     async def run_async(self, phase: Phase, step: int, phase_index: int,

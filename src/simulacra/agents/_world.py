@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import hashlib
 import threading
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar, Final, Protocol, final, runtime_checkable
 
@@ -316,6 +316,29 @@ class World:
     def apply(self, event: ActionEvent) -> None:
         """Change the state as *event* says (also when rebuilding from a log)."""
         self.events = event.index + 1
+
+    def replay(self, events: Iterable[ActionEvent]) -> int:
+        """Apply logged events in order, skipping those already applied; return how many applied.
+
+        Idempotent: replaying a log (``action_events.jsonl``) twice, or a log
+        that overlaps what the world has already applied, applies each event
+        once -- events are numbered, and an event whose index is below
+        :attr:`events` is skipped.
+
+        Raises:
+            ConfigError: The log has a gap (an event's index is past the next one).
+        """
+        applied = 0
+        for event in events:
+            if event.index < self.events:
+                continue
+            if event.index != self.events:
+                raise ConfigError(
+                    f"event #{event.index} cannot follow event #{self.events - 1}: the log "
+                    "has a gap")
+            self.apply(event)
+            applied += 1
+        return applied
 
     def resolve(self, agent_id: AgentId, action: Any, *, step: int,
                 time: float | None = None) -> list[ActionEvent]:

@@ -201,11 +201,12 @@ class _TurnModel:
 class _AgentState:
     """The engine's book-keeping for one agent (all of it plain data, for checkpoints)."""
 
-    __slots__ = ("busy", "key", "pending", "turns", "wakes")
+    __slots__ = ("busy", "key", "pending", "resolved", "turns", "wakes")
 
     def __init__(self, key: str) -> None:
         self.key = key
         self.turns = 0      # turns started
+        self.resolved = 0   # turns resolved (a turn resolves once: idempotent)
         self.wakes = 0      # wake entries pushed (the identity of the next one)
         self.busy = False   # a turn is in flight or waiting to resolve
         self.pending: tuple[str, int] | None = None  # a coalesced wake: (reason, chain)
@@ -569,6 +570,10 @@ class EventEngine:
     def _resolve(self, agent_id: AgentId, when: float, spec: ActionSpec,
                  outcome: tuple[bool, Any, float], chain: int) -> None:
         ok, action, duration = outcome
+        book = self._book[agent_id]
+        if spec.step < book.resolved:  # resolved already: resolution is idempotent
+            return
+        book.resolved = spec.step + 1
         world = self._world
         failure: BaseException | None = None if ok else action
         if failure is not None and isinstance(failure, self._fatal):
@@ -659,7 +664,7 @@ class EventEngine:
         return {
             "scheme": EVENTS_SCHEME, "now": self._now, "started": self._started,
             "queue": list(self._queue), "parked": list(self._parked),
-            "book": {book.key: (book.turns, book.wakes, book.busy, book.pending)
+            "book": {book.key: (book.turns, book.wakes, book.busy, book.pending, book.resolved)
                      for book in self._book.values()},
             "agents": {str(agent_id): agent.get_state()
                        for agent_id, agent in self._agents.items()},
@@ -692,9 +697,10 @@ class EventEngine:
         self._queue = list(state["queue"])
         heapq.heapify(self._queue)
         self._parked = list(state["parked"])
-        for key, (turns, wakes, busy, pending) in state["book"].items():
+        for key, (turns, wakes, busy, pending, resolved) in state["book"].items():
             book = self._book[self._by_key[key]]
             book.turns, book.wakes, book.busy, book.pending = turns, wakes, busy, pending
+            book.resolved = resolved
         for key, agent_state in state["agents"].items():
             self._agents[self._by_key[key]].set_state(agent_state)
         self._world.set_state(state["world"])
