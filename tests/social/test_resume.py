@@ -115,3 +115,24 @@ def test_a_corrupted_checkpoint_changes_nothing(tmp_path: Path) -> None:
     assert resumed.returncode != 0
     assert "corrupted or truncated checkpoint" in resumed.stderr
     assert {p.name: p.read_bytes() for p in cut.iterdir() if p.is_file()} == before
+
+
+def test_checkpoints_every_t_units_of_virtual_time(tmp_path: Path) -> None:
+    from simulacra import load_config, run_society
+
+    base = ["sim.engine.step.built_in=async_event", "sim.engine.step.options.window=0.5",
+            "sim.steps=6"]
+    config = load_config(_config(tmp_path, "async_event"),
+                         [*base, "run.checkpoint_every=null", "run.checkpoint_every_time=1.0"])
+    run_society(config, out=tmp_path / "timed")
+    names = [p.name for p in sorted((tmp_path / "timed" / "checkpoints").iterdir())]
+    assert names == ["checkpoint-000002.ckpt", "checkpoint-000004.ckpt"]  # t = 1.0 and 2.0
+
+    odd = load_config(_config(tmp_path, "async_event"),
+                      [*base, "run.checkpoint_every=null", "run.checkpoint_every_time=0.75"])
+    with pytest.raises(ConfigError, match=r"whole number of steps of 0\.5 units"):
+        run_society(odd, out=tmp_path / "odd")
+    assert not (tmp_path / "odd").exists()  # refused before anything was written
+    both = load_config(_config(tmp_path, "async_event"), [*base, "run.checkpoint_every_time=1"])
+    with pytest.raises(ConfigError, match="both set"):
+        run_society(both, out=tmp_path / "both")

@@ -63,7 +63,8 @@ DEFAULTS: Final[Mapping[str, Any]] = {
                         "noise_sigma": 0.1, "min_duration": 0.1},
         },
     },
-    "run": {"out": None, "record": True, "checkpoint_every": None},
+    "run": {"out": None, "record": True, "checkpoint_every": None,
+            "checkpoint_every_time": None},
 }
 
 
@@ -125,6 +126,7 @@ def _schema() -> Any:
         out: str | None = None
         record: bool = True
         checkpoint_every: int | None = Field(default=None, ge=1)
+        checkpoint_every_time: float | None = Field(default=None, gt=0.0)
 
     class Document(_Strict):
         name: str = "run"

@@ -291,6 +291,7 @@ def run_society(config: RunConfig | Mapping[str, Any], *,
     if not isinstance(config, RunConfig):
         config = parse_config(config)
     _step_engine(config.sim.engine.step.built_in)  # fail before anything is written
+    _checkpoint_steps(config)
     target = out if out is not None else config.run.out if write else None
     rundir = RunDirectory.create(target, config.data) if target is not None else None
     return _execute(config, rundir, model, on_step, on_turn, fatal=fatal, resume=None)
@@ -399,13 +400,40 @@ def _execute(config: RunConfig, rundir: RunDirectory | None, model: LanguageMode
                       llm)
 
 
+def _checkpoint_steps(config: RunConfig) -> int | None:
+    """Steps between checkpoints, from ``run.checkpoint_every`` or ``checkpoint_every_time``.
+
+    A time is divided by the virtual time of one step: 1.0 for rounds, the
+    window of the event-driven engine.
+
+    Raises:
+        ConfigError: Both are set, or the time is not a whole number of steps.
+    """
+    run = config.run
+    every: int | None = run.checkpoint_every
+    period: float | None = run.checkpoint_every_time
+    if period is None:
+        return every
+    if every is not None:
+        raise ConfigError("run.checkpoint_every and run.checkpoint_every_time are both set; "
+                          "set one")
+    step = config.sim.engine.step
+    width = float(step.options.get("window", 1.0)) if step.built_in == "async_event" else 1.0
+    steps = period / width
+    if steps < 1 or abs(steps - round(steps)) > 1e-9:
+        raise ConfigError(
+            f"run.checkpoint_every_time must be a whole number of steps of {width} units of "
+            f"virtual time, got {period}")
+    return round(steps)
+
+
 def _drive(engine: StepEngine, config: RunConfig, rundir: RunDirectory | None,
            agents: list[Actor], first: int) -> RoundResult:
     """Run steps *first* .. ``sim.steps``, writing a checkpoint every ``run.checkpoint_every``."""
     from ._checkpoint import write_checkpoint  # noqa: PLC0415
 
     total = config.sim.steps
-    every = config.run.checkpoint_every if rundir is not None else None
+    every = _checkpoint_steps(config) if rundir is not None else None
     step = first
     calls, wall = 0, 0.0
     result = engine.run(0)
