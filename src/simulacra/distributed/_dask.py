@@ -44,18 +44,22 @@ import os
 import pickle
 import uuid
 from collections.abc import Iterable, Mapping
-from types import MappingProxyType
 from typing import Any, Final, NoReturn, final
 
 from simulacra.agents import AgentId, AgentSpec, Message, Phase, freeze_world, sorted_ids
-from simulacra.engines import PARTITIONS, AgentSnapshot, BackendBase, partition_ids
+from simulacra.engines import (
+    PARTITIONS,
+    AgentSnapshot,
+    BackendBase,
+    error_rank,
+    partition_ids,
+    plain_world,
+    unpack_error,
+)
 from simulacra.errors import (
-    AgentActionError,
     BackendUnavailable,
     ConfigError,
     KernelBug,
-    RemoteError,
-    UnknownRecipient,
     WorkerLost,
 )
 from simulacra.rng import SeedTree
@@ -92,67 +96,7 @@ def _available_cpus() -> int:
         return os.cpu_count() or 1
 
 
-def _plain(value: object) -> object:
-    """A picklable copy of a frozen world (read-only mappings become dicts)."""
-    if isinstance(value, MappingProxyType | dict):
-        return {key: _plain(item) for key, item in value.items()}
-    if isinstance(value, tuple):
-        return tuple(_plain(item) for item in value)
-    if isinstance(value, frozenset):
-        return frozenset(_plain(item) for item in value)
-    return value
-
-
 # --------------------------------------------------------------------------- errors
-
-
-class _RemoteTraceback(Exception):
-    """The traceback of an exception on a Dask worker, shown as its cause."""
-
-    def __init__(self, text: str) -> None:
-        super().__init__(text)
-        self.text = text
-
-    def __str__(self) -> str:
-        return "\n\n" + self.text
-
-
-_RemoteTraceback.__module__ = "simulacra.distributed"
-_RemoteTraceback.__qualname__ = _RemoteTraceback.__name__ = "WorkerTraceback"
-
-
-def _unpack_exception(info: tuple[bytes | None, str, str, str]) -> BaseException:
-    blob, type_name, text, tb = info
-    exc: BaseException | None = None
-    if blob is not None:
-        with contextlib.suppress(Exception):
-            exc = pickle.loads(blob)  # noqa: S301  (made by our own worker task)
-        if not isinstance(exc, BaseException):
-            exc = None
-    if exc is None:
-        exc = RemoteError(f"{type_name}: {text}")
-    exc.__cause__ = _RemoteTraceback(tb)
-    return exc
-
-
-def _unpack_error(packed: tuple[Any, ...]) -> BaseException:
-    if packed[0] == "agent":
-        _, agent, phase, step, text, cause_info = packed
-        error = AgentActionError(text)
-        error.agent, error.phase, error.step = agent, phase, step
-        error.remote_traceback = cause_info[3]
-        error.__cause__ = _unpack_exception(cause_info)
-        return error
-    return _unpack_exception(packed[1])
-
-
-def _error_rank(exc: BaseException) -> tuple[int, Any]:
-    """Order concurrent failures: the lowest agent id first (the one the reference hits)."""
-    if isinstance(exc, AgentActionError) and exc.agent is not None:
-        return (0, exc.agent)
-    if isinstance(exc, UnknownRecipient) and exc.sender is not None:
-        return (0, exc.sender)
-    return (1, 0)
 
 
 # --------------------------------------------------------------------------- the backend
@@ -358,7 +302,7 @@ class DaskBackend(BackendBase):
         """
         specs = list(specs)
         ids = sorted_ids([spec.id for spec in specs], "agent ids")
-        plain_world = _plain(freeze_world(world))  # checked here, frozen again on each worker
+        world_data = plain_world(freeze_world(world))  # checked here, frozen again on each worker
         self._started = False
         previous = self._workers
         workers = self._choose_workers(len(ids))
@@ -369,7 +313,7 @@ class DaskBackend(BackendBase):
         self._sizes = [len(part) for part in parts]
         self._owner = {agent_id: k for k, part in enumerate(parts) for agent_id in part}
         self._phase_keys = {}
-        self._queued = [[("start", [by_id[i] for i in part], seed, plain_world, ids)]
+        self._queued = [[("start", [by_id[i] for i in part], seed, world_data, ids)]
                         for part in parts]
         self._drop([address for address in previous if address not in workers])
         self._exchange("starting")
@@ -532,11 +476,11 @@ class DaskBackend(BackendBase):
             if status == "ok":
                 results[index] = reply[1]
             elif status == "error":
-                errors.append(_unpack_error(reply[1]))
+                errors.append(unpack_error(reply[1]))
             else:
                 self._lost(index, doing, reply[1])
         if errors:
-            raise min(errors, key=_error_rank)
+            raise min(errors, key=error_rank)
         return results
 
     def _lost(self, index: int, doing: str, how: str,

@@ -21,13 +21,13 @@ import functools
 import gc
 import pickle
 import threading
-import traceback
 from typing import Any, Final, final
 
 from simulacra.agents import Message, Phase, Population
-from simulacra.errors import AgentActionError, KernelBug
+from simulacra.engines import pack_failure
+from simulacra.errors import KernelBug
 
-__all__ = ["pack_error", "run_commands"]
+__all__ = ["run_commands"]
 
 _PROTOCOL: Final = 5
 
@@ -52,31 +52,6 @@ class _Partition:
 #: process (``LocalCluster(processes=False)``) share this dict, hence the lock.
 _HELD: dict[tuple[str, str], _Partition] = {}
 _LOCK: Final = threading.Lock()
-
-
-def _pack_exception(exc: BaseException) -> tuple[bytes | None, str, str, str]:
-    """(pickled exception or None, type name, message, traceback text)."""
-    text = "".join(traceback.format_exception(exc))
-    blob: bytes | None
-    try:
-        blob = pickle.dumps(exc, _PROTOCOL)
-        pickle.loads(blob)  # noqa: S301  (our own bytes; checks the round trip)
-    except Exception:
-        blob = None
-    return blob, type(exc).__qualname__, str(exc), text
-
-
-def pack_error(exc: BaseException) -> tuple[Any, ...]:
-    """An exception as plain data that survives any trip back to the client.
-
-    ``("agent", id, phase, step, message, cause)`` for an
-    :class:`~simulacra.AgentActionError` with its cause, else
-    ``("plain", exception)``; each exception as (pickle or None, type name,
-    message, traceback text).
-    """
-    if isinstance(exc, AgentActionError) and exc.__cause__ is not None:
-        return ("agent", exc.agent, exc.phase, exc.step, str(exc), _pack_exception(exc.__cause__))
-    return ("plain", _pack_exception(exc))
 
 
 def held_count() -> int:
@@ -118,7 +93,7 @@ def run_commands(address: str, token: str, generation: int, commands: bytes) -> 
         try:
             return pickle.dumps(reply, _PROTOCOL)
         except BaseException as exc:  # e.g. agent state that cannot be pickled
-            return pickle.dumps(("error", pack_error(exc)), _PROTOCOL)
+            return pickle.dumps(("error", pack_failure(exc)), _PROTOCOL)
     finally:
         gc.set_threshold(*threshold)
 
@@ -164,8 +139,5 @@ def _run(address: str, token: str, generation: int, data: bytes) -> tuple[Any, .
                 raise KernelBug(f"a Dask worker got an unknown command {op!r}")
         return ("ok", result)
     except BaseException as exc:
-        try:
-            return ("error", pack_error(exc))
-        except BaseException as inner:  # e.g. an exception whose str() raises
-            return ("error", ("plain", _pack_exception(inner)))
+        return ("error", pack_failure(exc))
 

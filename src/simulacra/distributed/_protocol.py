@@ -38,22 +38,18 @@ the emulator and the tests drive :class:`WorkerState` without ``mcp``.
 from __future__ import annotations
 
 import base64
-import contextlib
 import functools
 import os
 import pickle
-import traceback
 from collections.abc import Mapping
-from types import MappingProxyType
 from typing import Any, Final, final
 
 from simulacra.agents import Message, Phase, Population
+from simulacra.engines import error_rank, pack_failure, unpack_error
+from simulacra.engines import plain_world as plain
 from simulacra.errors import (
-    AgentActionError,
     BackendError,
     KernelBug,
-    RemoteError,
-    UnknownRecipient,
 )
 
 __all__ = [
@@ -89,87 +85,7 @@ def decode(text: str) -> Any:
     return pickle.loads(base64.b64decode(text))  # noqa: S301  (authenticated peer only)
 
 
-def plain(value: object) -> object:
-    """A picklable copy of a frozen world (read-only mappings become dicts)."""
-    if isinstance(value, MappingProxyType | dict):
-        return {key: plain(item) for key, item in value.items()}
-    if isinstance(value, tuple):
-        return tuple(plain(item) for item in value)
-    if isinstance(value, frozenset):
-        return frozenset(plain(item) for item in value)
-    return value
-
-
 # --------------------------------------------------------------------------- errors as data
-
-
-def _pack_exception(exc: BaseException) -> tuple[bytes | None, str, str, str]:
-    """(pickled exception or None, type name, message, traceback text)."""
-    text = "".join(traceback.format_exception(exc))
-    blob: bytes | None
-    try:
-        blob = pickle.dumps(exc, _PICKLE)
-        pickle.loads(blob)  # noqa: S301  (our own bytes; checks the round trip)
-    except Exception:
-        blob = None
-    return blob, type(exc).__qualname__, str(exc), text
-
-
-def pack_error(exc: BaseException) -> tuple[Any, ...]:
-    """An exception as plain data that survives any transport."""
-    if isinstance(exc, AgentActionError) and exc.__cause__ is not None:
-        return ("agent", exc.agent, exc.phase, exc.step, str(exc), _pack_exception(exc.__cause__))
-    return ("plain", _pack_exception(exc))
-
-
-class _RemoteTraceback(Exception):
-    """The traceback of an exception in a worker, shown as its cause."""
-
-    def __init__(self, text: str) -> None:
-        super().__init__(text)
-        self.text = text
-
-    def __str__(self) -> str:
-        return "\n\n" + self.text
-
-
-_RemoteTraceback.__module__ = "simulacra.distributed"
-_RemoteTraceback.__qualname__ = _RemoteTraceback.__name__ = "WorkerTraceback"
-
-
-def _unpack_exception(info: tuple[bytes | None, str, str, str]) -> BaseException:
-    blob, type_name, text, tb = info
-    exc: BaseException | None = None
-    if blob is not None:
-        with contextlib.suppress(Exception):
-            exc = pickle.loads(blob)  # noqa: S301  (from an authenticated worker)
-        if not isinstance(exc, BaseException):
-            exc = None
-    if exc is None:
-        exc = RemoteError(f"{type_name}: {text}")
-    exc.__cause__ = _RemoteTraceback(tb)
-    return exc
-
-
-def unpack_error(packed: tuple[Any, ...]) -> BaseException:
-    """Rebuild the exception :func:`pack_error` packed (a RemoteError if it cannot be)."""
-    if packed[0] == "agent":
-        _, agent, phase, step, text, cause_info = packed
-        error = AgentActionError(text)
-        error.agent, error.phase, error.step = agent, phase, step
-        error.remote_traceback = cause_info[3]
-        error.__cause__ = _unpack_exception(cause_info)
-        return error
-    return _unpack_exception(packed[1])
-
-
-def error_rank(exc: BaseException) -> tuple[int, Any]:
-    """Order concurrent failures: the lowest agent id first (the one the reference hits)."""
-    if isinstance(exc, AgentActionError) and exc.agent is not None:
-        return (0, exc.agent)
-    if isinstance(exc, UnknownRecipient) and exc.sender is not None:
-        return (0, exc.sender)
-    return (1, 0)
 
 
 # --------------------------------------------------------------------------- the worker
@@ -202,10 +118,7 @@ class WorkerState:
         try:
             return encode(("ok", self._dispatch(tool, arguments or {})))
         except BaseException as exc:
-            try:
-                return encode(("error", pack_error(exc)))
-            except BaseException as inner:  # e.g. an attribute that cannot be pickled
-                return encode(("error", ("plain", _pack_exception(inner))))
+            return encode(("error", pack_failure(exc)))
 
     def _dispatch(self, tool: str, arguments: Mapping[str, Any]) -> object:
         pending = arguments.get("deliver")

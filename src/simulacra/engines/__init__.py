@@ -98,6 +98,13 @@ from ._rundir import default_run_dir as default_run_dir
 from ._settings import Settings as Settings
 from ._settings import load_settings as load_settings
 from ._settings import parse_settings as parse_settings
+from ._wire import WorkerTraceback as WorkerTraceback
+from ._wire import error_rank as error_rank
+from ._wire import pack_error as pack_error
+from ._wire import pack_exception as pack_exception
+from ._wire import pack_failure as pack_failure
+from ._wire import plain_world as plain_world
+from ._wire import unpack_error as unpack_error
 
 __all__ = [
     # running models
@@ -108,7 +115,10 @@ __all__ = [
     "ProcessPoolBackend", "partition_ids", "PARTITIONS", "START_METHODS",
     # by name, and from settings files
     "get_backend", "register_backend", "unregister_backend", "backend_names",
-    "backend_options", "RESERVED_BACKENDS", "PLUGIN_BACKENDS", "Settings", "load_settings",
+    "backend_options", "RESERVED_BACKENDS", "PLUGIN_BACKENDS",
+    # errors and worlds as data, for backends that run agents elsewhere
+    "pack_error", "pack_exception", "pack_failure", "unpack_error", "error_rank", "plain_world",
+    "WorkerTraceback", "Settings", "load_settings",
     "parse_settings",
     # Pregel: supersteps, vote to halt, combiners, aggregators (docs/pregel.md)
     "PregelBackend", "PregelResult", "run_pregel", "Reducer", "REDUCERS", "PREGEL_SCHEME",

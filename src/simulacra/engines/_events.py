@@ -49,9 +49,9 @@ from simulacra.agents import ActionEvent, ActionSpec, Actor, AgentId, LLMAgent, 
 from simulacra.agents import canonical_line as _canonical_line
 from simulacra.errors import AgentActionError, CheckpointError, ConfigError, InvalidAction
 from simulacra.rng import SeedTree, as_seed_tree
-from simulacra.trace import canonical
 
 from ._events_blocking import BlockingAgent
+from ._rounds import agents_digest, index_agents
 
 if TYPE_CHECKING:
     from simulacra.llm import CallSite, Completion, CompletionRequest, LanguageModel
@@ -330,22 +330,8 @@ class EventEngine:
         self._fatal = tuple(fatal)
         self._seed = as_seed_tree(seed)
         self._key = self._seed.child("simulacra.engines.events").seed.to_bytes(16, "big")
-        by_id: dict[AgentId, Actor] = {}
-        kind: type | None = None
-        for agent in agents:
-            agent_id = getattr(agent, "id", None)
-            if isinstance(agent_id, bool) or not isinstance(agent_id, int | str):
-                raise ConfigError(f"agent id must be an int or a str, got {agent_id!r}")
-            if kind is not None and type(agent_id) is not kind:
-                raise ConfigError("agent ids must all be ints or all be strs")
-            kind = type(agent_id)
-            if agent_id in by_id:
-                raise ConfigError(f"duplicate agent id {agent_id!r}")
-            by_id[agent_id] = agent
-        if not by_id:
-            raise ConfigError("agents: expected at least one agent, got none")
-        self._ids: list[AgentId] = sorted(by_id)
-        self._agents = {agent_id: by_id[agent_id] for agent_id in self._ids}
+        self._agents: dict[AgentId, Actor] = index_agents(agents)
+        self._ids: list[AgentId] = list(self._agents)
         self._by_key = {str(agent_id): agent_id for agent_id in self._ids}
         self._book = {agent_id: _AgentState(str(agent_id)) for agent_id in self._ids}
         self._choosers: dict[AgentId, Callable[[float, random.Random], float | None]] = {}
@@ -720,11 +706,7 @@ class EventEngine:
 
     def agents_digest(self) -> str:
         """SHA-256 over every agent's ``get_state()``, in id order."""
-        h = hashlib.sha256((EVENTS_SCHEME + ":agents\n").encode("ascii"))
-        for agent_id, agent in self._agents.items():
-            h.update(_canonical_line([agent_id, type(agent).__qualname__,
-                                      canonical(agent.get_state())]))
-        return h.hexdigest()
+        return agents_digest(EVENTS_SCHEME, self._agents)
 
     def _result(self, wall: float, calls: int) -> EventResult:
         world_digest = self._world.state_digest()

@@ -35,10 +35,8 @@ import os
 import pickle
 import signal
 import sys
-import traceback
 from collections.abc import Iterable, Mapping
 from multiprocessing.process import BaseProcess
-from types import MappingProxyType
 from typing import Any, Final, final
 
 from simulacra.agents import (
@@ -52,18 +50,16 @@ from simulacra.agents import (
     sorted_ids,
 )
 from simulacra.errors import (
-    AgentActionError,
     BackendUnavailable,
     ConfigError,
     KernelBug,
-    RemoteError,
-    UnknownRecipient,
     WorkerLost,
 )
 from simulacra.rng import SeedTree
 
 from ._base import AgentSnapshot, BackendBase
 from ._local import check_max_workers
+from ._wire import error_rank, pack_failure, plain_world, unpack_error
 
 __all__ = ["PARTITIONS", "START_METHODS", "ProcessPoolBackend", "partition_ids"]
 
@@ -111,36 +107,7 @@ def partition_ids(ids: list[AgentId], workers: int,
     return parts
 
 
-def _plain(value: object) -> object:
-    """A picklable copy of a frozen world (read-only mappings become dicts)."""
-    if isinstance(value, MappingProxyType | dict):
-        return {key: _plain(item) for key, item in value.items()}
-    if isinstance(value, tuple):
-        return tuple(_plain(item) for item in value)
-    if isinstance(value, frozenset):
-        return frozenset(_plain(item) for item in value)
-    return value
-
-
 # --------------------------------------------------------------------------- worker side
-
-
-def _pack_exception(exc: BaseException) -> tuple[bytes | None, str, str, str]:
-    """(pickled exception or None, type name, message, traceback text)."""
-    text = "".join(traceback.format_exception(exc))
-    blob: bytes | None
-    try:
-        blob = pickle.dumps(exc, _PROTOCOL)
-        pickle.loads(blob)  # noqa: S301  (our own bytes; checks the round trip)
-    except Exception:
-        blob = None
-    return blob, type(exc).__qualname__, str(exc), text
-
-
-def _pack_error(exc: BaseException) -> tuple[Any, ...]:
-    if isinstance(exc, AgentActionError) and exc.__cause__ is not None:
-        return ("agent", exc.agent, exc.phase, exc.step, str(exc), _pack_exception(exc.__cause__))
-    return ("plain", _pack_exception(exc))
 
 
 def _worker_main(conn: mpc.Connection) -> None:
@@ -193,10 +160,7 @@ def _worker_main(conn: mpc.Connection) -> None:
                     raise KernelBug(f"worker got an unknown command {op!r}")
             reply = pickle.dumps(("ok", result), _PROTOCOL)
         except BaseException as exc:
-            try:
-                reply = pickle.dumps(("error", _pack_error(exc)), _PROTOCOL)
-            except BaseException as inner:  # e.g. an unpicklable exception attribute
-                reply = pickle.dumps(("error", ("plain", _pack_exception(inner))), _PROTOCOL)
+            reply = pickle.dumps(("error", pack_failure(exc)), _PROTOCOL)
         try:
             conn.send_bytes(reply)
         except (EOFError, OSError):
@@ -206,57 +170,6 @@ def _worker_main(conn: mpc.Connection) -> None:
 
 
 # --------------------------------------------------------------------------- parent side
-
-
-class _RemoteTraceback(Exception):
-    """The traceback of an exception in a worker process, shown as its cause."""
-
-    def __init__(self, text: str) -> None:
-        super().__init__(text)
-        self.text = text
-
-    def __str__(self) -> str:
-        return "\n\n" + self.text
-
-
-# Shown in tracebacks as the cause of a worker's exception: no private module path there.
-_RemoteTraceback.__module__ = "simulacra.engines"
-_RemoteTraceback.__qualname__ = _RemoteTraceback.__name__ = "WorkerTraceback"
-
-
-def _unpack_exception(info: tuple[bytes | None, str, str, str]) -> BaseException:
-    blob, type_name, text, tb = info
-    exc: BaseException | None = None
-    if blob is not None:
-        with contextlib.suppress(Exception):
-            exc = pickle.loads(blob)  # noqa: S301  (from our worker process)
-        if not isinstance(exc, BaseException):
-            exc = None
-    if exc is None:
-        exc = RemoteError(f"{type_name}: {text}")
-    exc.__cause__ = _RemoteTraceback(tb)
-    return exc
-
-
-def _unpack_error(packed: tuple[Any, ...]) -> BaseException:
-    if packed[0] == "agent":
-        _, agent, phase, step, text, cause_info = packed
-        cause = _unpack_exception(cause_info)
-        error = AgentActionError(text)
-        error.agent, error.phase, error.step = agent, phase, step
-        error.remote_traceback = cause_info[3]
-        error.__cause__ = cause
-        return error
-    return _unpack_exception(packed[1])
-
-
-def _error_rank(exc: BaseException) -> tuple[int, Any]:
-    """Order concurrent failures: the lowest agent id first (the one the reference hits)."""
-    if isinstance(exc, AgentActionError) and exc.agent is not None:
-        return (0, exc.agent)
-    if isinstance(exc, UnknownRecipient) and exc.sender is not None:
-        return (0, exc.sender)
-    return (1, 0)
 
 
 @final
@@ -364,7 +277,7 @@ class ProcessPoolBackend(BackendBase):
         """Partition the agents, start (or reuse) the workers and build the agents there."""
         specs = list(specs)
         ids = sorted_ids([spec.id for spec in specs], "agent ids")
-        plain_world = _plain(freeze_world(world))  # checked here, frozen again in each worker
+        world_data = plain_world(freeze_world(world))  # checked here, frozen again in each worker
         count = max(1, min(self._max_workers or available_cpus(), len(ids)))
         self._started = False
         if len(self._workers) != count or not all(w.process.is_alive() for w in self._workers):
@@ -375,7 +288,7 @@ class ProcessPoolBackend(BackendBase):
         self._owner = {agent_id: k for k, part in enumerate(parts) for agent_id in part}
         self._phase_keys = {}
         for worker, part in zip(self._workers, parts, strict=True):
-            worker.queued = [("start", [by_id[i] for i in part], seed, plain_world, ids)]
+            worker.queued = [("start", [by_id[i] for i in part], seed, world_data, ids)]
             worker.size = len(part)
         self._exchange(self._workers, "starting")
         self._started = True
@@ -506,13 +419,13 @@ class ProcessPoolBackend(BackendBase):
                 if status == "ok":
                     results[workers.index(worker)] = value
                 else:
-                    errors.append(_unpack_error(value))
+                    errors.append(unpack_error(value))
             if not ready:
                 for worker in waiting.values():
                     if not worker.process.is_alive() and not worker.conn.poll(0):
                         self._lost(worker, doing)
         if errors:
-            raise min(errors, key=_error_rank)
+            raise min(errors, key=error_rank)
         return results
 
     def _lost(self, worker: _Worker, doing: str) -> Any:

@@ -235,21 +235,8 @@ class RoundEngine:
         rate: object = participation
         if isinstance(rate, bool) or not isinstance(rate, int | float) or not 0.0 < rate <= 1.0:
             raise ConfigError(f"participation must be a number in (0, 1], got {rate!r}")
-        by_id: dict[AgentId, Actor] = {}
-        kind: type | None = None
-        for agent in agents:
-            agent_id = getattr(agent, "id", None)
-            if isinstance(agent_id, bool) or not isinstance(agent_id, int | str):
-                raise ConfigError(f"agent {agent!r} must have an int or str id, got {agent_id!r}")
-            if kind is None:
-                kind = type(agent_id)
-            elif type(agent_id) is not kind:
-                raise ConfigError(f"agent ids must all be int or all str, got {agent_id!r} too")
-            if agent_id in by_id:
-                raise ConfigError(f"two agents have the id {agent_id!r}")
-            by_id[agent_id] = agent
-        self._ids: list[AgentId] = sorted(by_id)
-        self._agents: dict[AgentId, Actor] = {i: by_id[i] for i in self._ids}
+        self._agents: dict[AgentId, Actor] = index_agents(agents)
+        self._ids: list[AgentId] = list(self._agents)
         self._world = world
         self._meter = None if model is None else _Metered(model)
         if self._meter is not None:
@@ -538,10 +525,7 @@ class RoundEngine:
 
     def agents_digest(self) -> str:
         """SHA-256 over every agent's ``get_state()``, in id order."""
-        h = hashlib.sha256((ROUNDS_SCHEME + ":agents\n").encode("ascii"))
-        for agent_id, agent in self._agents.items():
-            h.update(_line([agent_id, type(agent).__qualname__, agent.get_state()]))
-        return h.hexdigest()
+        return agents_digest(ROUNDS_SCHEME, self._agents)
 
     def _result(self, wall: float, calls: int) -> RoundResult:
         world_digest = self._world.state_digest()
@@ -556,6 +540,39 @@ class RoundEngine:
     def __repr__(self) -> str:
         return (f"<RoundEngine: {len(self._ids)} agents, {self._mode}, step {self._step}, "
                 f"{self._events} events>")
+
+
+def index_agents(agents: Iterable[Actor]) -> dict[AgentId, Actor]:
+    """The agents by id, in id order; every engine of observe/act agents takes them so.
+
+    Raises:
+        ConfigError: An id is not an int or a str, ids mix the two, or two agents
+            share an id.
+    """
+    by_id: dict[AgentId, Actor] = {}
+    kind: type | None = None
+    for agent in agents:
+        agent_id = getattr(agent, "id", None)
+        if isinstance(agent_id, bool) or not isinstance(agent_id, int | str):
+            raise ConfigError(f"agent {agent!r} must have an int or str id, got {agent_id!r}")
+        if kind is None:
+            kind = type(agent_id)
+        elif type(agent_id) is not kind:
+            raise ConfigError(f"agent ids must all be int or all str, got {agent_id!r} too")
+        if agent_id in by_id:
+            raise ConfigError(f"two agents have the id {agent_id!r}")
+        by_id[agent_id] = agent
+    if not by_id:
+        raise ConfigError("agents: expected at least one agent, got none")
+    return {agent_id: by_id[agent_id] for agent_id in sorted(by_id)}
+
+
+def agents_digest(scheme: str, agents: Mapping[AgentId, Actor]) -> str:
+    """SHA-256 over every agent's ``get_state()``, in the order of *agents* (id order)."""
+    h = hashlib.sha256((scheme + ":agents\n").encode("ascii"))
+    for agent_id, agent in agents.items():
+        h.update(_line([agent_id, type(agent).__qualname__, agent.get_state()]))
+    return h.hexdigest()
 
 
 def _action_error(agent_id: AgentId, step: int, exc: BaseException,
