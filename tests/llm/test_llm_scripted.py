@@ -242,6 +242,8 @@ def test_social_replies_are_valid_actions(
         assert target is None
     if action in ("post", "reply"):
         assert text.strip()
+    elif action == "follow":
+        assert re.fullmatch(r"@\w+( @\w+)?", text)  # whom to follow
     else:
         assert text == ""
     if action == "reply":

@@ -51,11 +51,11 @@ __all__ = [
 SCRIPTED_TAG = "simulacra.llm.scripted.v1"
 """The path element under the seed that scripted replies are derived from."""
 
-SOCIAL_ACTIONS = ("post", "reply", "like", "idle")
+SOCIAL_ACTIONS = ("post", "reply", "like", "follow", "idle")
 """The actions of the social prompt convention."""
 
 SOCIAL_TASK = (
-    'TASK: choose one action. Reply with JSON: {"action": "post"|"reply"|"like"|"idle", '
+    'TASK: choose one action. Reply with JSON: {"action": "post"|"reply"|"like"|"follow"|"idle", '
     '"text": str, "target": int|null}'
 )
 """The last line of a social prompt; :func:`social_rules` matches ``TASK: choose one action``."""
@@ -463,8 +463,12 @@ def _social_reply(request: CompletionRequest, rng: random.Random) -> str:
         elif draw < 0.65:
             post = rng.choice(others)
             action, text, target = "reply", _social_text_reply(rng, social, post), post[0]
-        elif draw < 0.85:
+        elif draw < 0.82:
             action, target = "like", rng.choice(others)[0]
+        elif draw < 0.87:
+            whom = _mention(rng, social, exclude=(me,))
+            if whom:
+                action, text = "follow", whom
     elif rng.random() < 0.7:
         action, text = "post", _social_text_post(rng, social)
     return json.dumps({"action": action, "text": text, "target": target}, ensure_ascii=False)
@@ -480,7 +484,8 @@ def social_rules() -> list[ScriptedRule]:
     A prompt containing ``TASK: choose one action`` gets a JSON object
     ``{"action": ..., "text": ..., "target": ...}``: with a mention in the
     feed, a reply to it (probability 0.8); otherwise a post (0.35), a reply to
-    a feed post (0.30), a like (0.20) or idle (0.15). Posts and replies are
+    a feed post (0.30), a like (0.17), a follow of an ``@name`` from AGENTS
+    (0.05, ``text`` is the name) or idle (0.13). Posts and replies are
     template sentences built from the persona's interests, and often mention
     one or two ``@names`` from AGENTS (a reply starts with its target's
     author). ``target`` is a post id from the FEED, by another agent, for a
