@@ -7,7 +7,11 @@ Low-level extension API, for layer-2 resources and nothing else: every event in
 the hot loop is an :class:`Event`; a resource marks its own events by setting
 the ``_owner`` slot to itself and keeps per-event data in ``_data``. An owner
 may define ``_exit_request(event, exc_type)``, which ``with event:`` calls on
-exit. Events are made with ``Sim.event()`` and triggered with ``succeed``; on
+exit -- except for an owner with a ``_marker`` event (a Resource), whose
+release at the end of ``with res.request()`` the kernel inlines: such an owner
+keeps granted requests in ``users`` and busy time in ``_busy``, cancels a
+waiting request with ``_cancel(request, now)``, and has its ``_marker``
+scheduled as the release event (see ``Event.__exit__``). Events are made with ``Sim.event()`` and triggered with ``succeed``; on
 hot paths a resource may instead set ``_value``/``_ok`` and call
 ``sim._now_append(event)`` itself, which is exactly what ``succeed`` does.
 For ``simulacra.parallel`` (conservative PDES), a keyed Sim also offers

@@ -338,6 +338,28 @@ class Event(Generic[T]):
 
     def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
         try:
+            owner = self._owner
+            marker = owner._marker
+        except AttributeError:
+            marker = None
+        if marker is not None and exc_type is not GeneratorExit:
+            # The end of `with res.request()`, one per customer in queueing
+            # models: Resource._exit_request inlined. An owner with a `_marker`
+            # (simulacra.resources.Resource) keeps its granted requests in
+            # `users` and the busy time in `_busy`, cancels a waiting request
+            # with `_cancel(request, now)`, and schedules `_marker` as the
+            # release event.
+            sim = self.sim
+            try:
+                owner.users.remove(self)
+            except ValueError:
+                if self._value is PENDING:
+                    owner._cancel(self, sim.now)
+            else:
+                owner._busy += sim.now
+            sim._now_append(marker)
+            return
+        try:
             self._owner._exit_request(self, exc_type)
         except AttributeError:
             if hasattr(getattr(self, "_owner", None), "_exit_request"):
@@ -987,15 +1009,14 @@ class Sim:
                     heappush(self._heap, (when, self._keyed_normal(), event))
                     return event
                 # Inlines Sim._at: one entry per distinct time, in scheduling order.
-                buckets = self._buckets
-                bucket = buckets.get(when)
-                if bucket is None:
-                    buckets[when] = event
+                # One hash of *when* in the common case (a new time).
+                bucket = self._buckets.setdefault(when, event)
+                if bucket is event:
                     heappush(self._times, when)
                 elif type(bucket) is list:
                     bucket.append(event)
                 else:
-                    buckets[when] = [bucket, event]
+                    self._buckets[when] = [bucket, event]
                 return event
             if delay >= 0:  # zero, or too small to move a clock this large
                 self._now_append(event)
@@ -1430,7 +1451,8 @@ class Sim:
                 self._process_failed(event, waiter, cbs)
                 continue
             if waiter is not None:
-                if type(cbs) is tuple:  # an owner's callbacks: they subscribed before the waiter
+                # An owner's callbacks (a tuple): they subscribed before the waiter.
+                if cbs is not None and type(cbs) is tuple:
                     for callback in cbs:
                         callback(event)
                     cbs = None

@@ -201,8 +201,9 @@ class Resource:
             req._value = PENDING
             queue.append(req)
             self._qarea -= now
-            self._qmax = max(self._qmax, len(queue))
-            if len(self.users) < self._capacity:
+            if len(queue) > self._qmax:  # noqa: PLR1730 - cheaper than a max() call
+                self._qmax = len(queue)
+            if len(users) < self._capacity:
                 # SimPy tries the head of the queue, which may be older than *req*.
                 self._grant_head(now)
         return req
@@ -227,8 +228,27 @@ class Resource:
         # The callback of a processed release event: try the head of the queue.
         if release is self._marker:
             release._cbs = self._release_cbs  # re-arm the shared marker
-        if self.queue and len(self.users) < self._capacity:
-            self._grant_head(self.sim.now)
+        queue = self.queue
+        if queue and len(self.users) < self._capacity:
+            # Inlines _grant_head and _grant: one per customer that waited.
+            req = queue.popleft()
+            sim = self.sim
+            now = sim.now
+            self._qarea += now
+            self.users.append(req)
+            wait = now - req._data
+            if wait > 0.0:
+                self._wsum += wait
+                if wait > self._wmax:  # noqa: PLR1730 - cheaper than a max() call
+                    self._wmax = wait
+            req._data = now
+            self._grants += 1
+            self._busy -= now
+            if req._value is not PENDING:
+                req.succeed()  # raises AlreadyTriggered, as SimPy does
+            req._ok = True  # Inlines req.succeed()
+            req._value = None
+            sim._now_append(req)
 
     def release(self, request: Event[Any]) -> Event[None]:
         """Give back the slot of *request*; an event that succeeds at once.
@@ -727,10 +747,24 @@ class Store(_PutGetResource, Generic[T]):
         event._data = item
         if self.put_queue:
             return self._submit(event, self.put_queue, True)
-        self._do_put(event)  # SimPy appends, then tries the head: this put
-        if event._value is PENDING:
+        # SimPy appends, then tries the head: this put. Inlines _do_put (a
+        # new event has no queueing time to count).
+        items = self.items
+        level = len(items)
+        sim = self.sim
+        if level < self._capacity:
+            now = sim.now
+            self._larea += level * (now - self._last)
+            self._last = now
+            items.append(item)
+            if level >= self._lmax:
+                self._lmax = level + 1
+            self._puts += 1
+            event._value = None
+            sim._now_append(event)
+        else:
             self.put_queue.append(event)
-            self._waiting[event] = self.sim.now
+            self._waiting[event] = sim.now
         return event
 
     def get(self) -> Event[T]:
@@ -745,10 +779,19 @@ class Store(_PutGetResource, Generic[T]):
         event._data = None
         if self.get_queue:
             return self._submit(event, self.get_queue, False)
-        self._do_get(event)  # SimPy appends, then tries the head: this get
-        if event._value is PENDING:
+        # SimPy appends, then tries the head: this get. Inlines _do_get.
+        items = self.items
+        sim = self.sim
+        if items:
+            now = sim.now
+            self._larea += len(items) * (now - self._last)
+            self._last = now
+            self._gets += 1
+            event._value = items.pop(0)
+            sim._now_append(event)
+        else:
             self.get_queue.append(event)
-            self._waiting[event] = self.sim.now
+            self._waiting[event] = sim.now
         return event
 
     def _do_put(self, event: Event[Any]) -> bool:
@@ -834,6 +877,15 @@ class PriorityStore(Store[T]):
     """
 
     __slots__ = ()
+
+    # Store's put and get inline Store's _do_put and _do_get: take the generic path.
+    def put(self, item: T) -> Event[None]:
+        """Add *item*; an event that succeeds once there is room."""
+        return self._submit(self._event(item, self._put_cbs), self.put_queue, True)
+
+    def get(self) -> Event[T]:
+        """An event that succeeds with the item of the lowest priority once there is one."""
+        return self._submit(self._event(None, self._get_cbs), self.get_queue, False)
 
     def _do_put(self, event: Event[Any]) -> bool:
         if len(self.items) < self._capacity:
