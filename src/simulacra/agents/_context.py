@@ -305,31 +305,26 @@ class Context:
         """
         frame = self._frame
         recipients: tuple[AgentId, ...]
-        if to is None:
-            recipients = frame.all_ids
-        elif type(to) is tuple and frame.known.get(id(to)) is to:
+        if type(to) is tuple and frame.known.get(id(to)) is to:
             recipients = to  # this very tuple was checked before in this run
+        elif to is None:
+            recipients = frame.all_ids
         else:
             recipients = self._recipients(to)
         if type(topic) is not str:
             _bad_topic(topic)
-        seq = self._seq
-        count = len(recipients)
         if type(payload) in _SCALARS or is_immutable(payload):
-            # One fan-out entry stands for the count messages (seq, seq + 1, ...), one
-            # per recipient in order; inboxes hold it as it is and Messages are built
-            # only when someone asks for them (see expand_entries).
-            if count:
+            # One fan-out entry stands for the len(recipients) messages (seq, seq + 1,
+            # ...), one per recipient in order; inboxes hold it as it is and Messages
+            # are built only when someone asks for them (see expand_entries).
+            if recipients:
+                seq = self._seq
                 self._out.append((frame.phase_index, self._id, seq, recipients, topic, payload))
+                self._seq = seq + len(recipients)
             else:
                 self._out.extend(())  # a closed context still refuses
         else:
-            index, sender, deepcopy = frame.phase_index, self._id, copy.deepcopy
-            self._out.extend([
-                _new_message(Message, (index, sender, n, recipient, topic, deepcopy(payload)))
-                for n, recipient in enumerate(recipients, seq)
-            ])
-        self._seq = seq + count
+            _send_copies(self, recipients, topic, payload)
 
     def _recipients(self, to: Iterable[AgentId]) -> tuple[AgentId, ...]:
         """Check the recipients of a broadcast; return them as a tuple (cached if *to* is one)."""
@@ -493,6 +488,22 @@ def _messages_for(me: AgentId, entries: Iterable[Entry]) -> list[Message]:
         else:
             out.append(entry)  # type: ignore[arg-type]  # a Message
     return out
+
+
+def _send_copies(ctx: Context, recipients: tuple[AgentId, ...], topic: str,
+                 payload: Any) -> None:
+    """The messages of a broadcast of a mutable *payload*: one deep copy per recipient.
+
+    (Not inlined in :meth:`Context.broadcast`: the comprehension would make its
+    arguments closure cells, which costs every call, not just this rare one.)
+    """
+    seq = ctx._seq
+    index, sender, deepcopy = ctx._frame.phase_index, ctx._id, copy.deepcopy
+    ctx._out.extend([
+        _new_message(Message, (index, sender, n, recipient, topic, deepcopy(payload)))
+        for n, recipient in enumerate(recipients, seq)
+    ])
+    ctx._seq = seq + len(recipients)
 
 
 def _bad_topic(topic: object) -> NoReturn:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import operator
 import sys
 import sysconfig
 import threading
@@ -21,7 +22,7 @@ from typing import TYPE_CHECKING, Any, final
 
 from simulacra.errors import AgentActionError, ConfigError, KernelBug, UnknownRecipient
 
-from ._agent import Agent, AgentId, AgentSpec, check_id, private_copy
+from ._agent import Agent, AgentId, AgentSpec, check_id, is_immutable, private_copy
 from ._context import _CLOSED, Context, Entry, Frame, Message, expand_entries
 
 #: Reference counts tell whether an action kept its Context (see Population.run_entries).
@@ -38,6 +39,13 @@ if TYPE_CHECKING:
 __all__ = ["Population", "freeze_world", "sorted_ids"]
 
 _PLAIN_SCALARS = (type(None), bool, int, float, complex, str, bytes)
+#: The same as a set: a state value of one of these types is copied as it is.
+_SCALAR_TYPES: frozenset[type] = frozenset(_PLAIN_SCALARS)
+_INT: set[type] = {int}
+_TUPLE: set[type] = {tuple}
+#: An entry's recipient field: an id (a Message) or a tuple of ids (a fan-out).
+_RECIPIENTS = operator.itemgetter(3)
+_STR: set[type] = {str}
 
 
 def freeze_world(world: Mapping[str, Any] | None) -> Mapping[str, Any] | None:
@@ -96,8 +104,15 @@ def sorted_ids(ids: Iterable[object], field: str = "ids") -> list[AgentId]:
         ConfigError: An id is not an int or a str, ids mix the two types, or an
             id repeats.
     """
-    checked = [check_id(i, f"{field}[{n}]") for n, i in enumerate(ids)]
-    kinds = {type(i) for i in checked}
+    checked: list[Any] = list(ids)
+    kinds = set(map(type, checked))
+    if kinds in (_INT, _STR):  # plain ints or strs: check_id keeps them as they are
+        checked.sort()
+        if not any(map(operator.eq, checked, itertools.islice(checked, 1, None))):
+            return checked
+    else:
+        checked = [check_id(i, f"{field}[{n}]") for n, i in enumerate(checked)]
+        kinds = set(map(type, checked))
     if len(kinds) > 1:
         first = checked[0]
         other = next(i for i in checked if type(i) is not type(first))
@@ -175,8 +190,10 @@ class Population:
         else:
             ids = frozenset(everyone)
         self._world = freeze_world(world)
-        by_id = {spec.id: spec for spec in specs}
-        self._agents = {agent_id: by_id[agent_id].build() for agent_id in held}
+        if [spec.id for spec in specs] != held:  # not added in id order
+            by_id = {spec.id: spec for spec in specs}
+            specs = [by_id[agent_id] for agent_id in held]
+        self._agents = {spec.id: spec.build() for spec in specs}
         self._ids = ids
         self._all_ids = tuple(everyone)
         self._start = ids.start if isinstance(ids, range) and len(held) == len(everyone) else None
@@ -265,8 +282,16 @@ class Population:
         frame = self._frame(phase, step, phase_index)
         out: list[Entry] = []
         action = phase.action
-        get_inbox = self._inbox_getter()
+        inboxes = self._inboxes
+        # Each pair with its inbox: by position when the pairs are every agent in id
+        # order and the inboxes a list by position (no lookup per agent), else by id.
+        boxes: Iterable[list[Entry] | tuple[()]]
+        if type(inboxes) is list and len(pairs) == len(inboxes) and ids is None:
+            boxes = inboxes
+        else:
+            boxes = map(self._inbox_getter(), [pair[0] for pair in pairs])
         new = object.__new__
+        refcount = _refcount
         agent_id: AgentId = 0
         # Inlines agents._context.new_context. A context nobody kept after its
         # action returned (its reference count is back to what it was) is reused
@@ -276,11 +301,11 @@ class Population:
         ctx: Context = new(Context)
         ctx._frame = frame
         ctx._out = out
-        alone = _refcount(ctx) if _REUSE_CONTEXTS else -1
+        alone = refcount(ctx) if _REUSE_CONTEXTS else -1
         try:
-            for agent_id, agent in pairs:
+            for (agent_id, agent), inbox in zip(pairs, boxes, strict=True):
                 ctx._id = agent_id
-                ctx._inbox = get_inbox(agent_id)
+                ctx._inbox = inbox
                 ctx._rng = None
                 ctx._seq = 0
                 result = action(agent, ctx)
@@ -288,7 +313,7 @@ class Population:
                     if isinstance(result, Awaitable):
                         run_awaitable(result)  # an async def action: run it to its end here
                     result = None
-                if _refcount(ctx) != alone:
+                if refcount(ctx) != alone:
                     ctx._out = _CLOSED
                     ctx = new(Context)
                     ctx._frame = frame
@@ -414,9 +439,22 @@ class Population:
     def _deliver_to_list(self, messages: Iterable[Entry], start: int) -> int:
         """:meth:`deliver` for consecutive int ids, all held here: inboxes by position."""
         size = len(self._all_ids)
-        boxes: list[list[Entry]] = [[] for _ in range(size)]
+        boxes: list[list[Entry]] = [[] for _ in itertools.repeat(None, size)]
+        entries = messages if type(messages) is list else list(messages)
+        targets: list[Any] = list(map(_RECIPIENTS, entries))
+        if not start and set(map(type, targets)) <= _TUPLE:
+            # Only fan-outs (a model that only broadcasts immutable payloads): their
+            # recipients were checked against the model's ids when they were sent
+            # (Context.broadcast), and the ids are exactly 0..size-1, so they are
+            # positions. One loop of appends, as a hand-written model would have.
+            fanout: Any
+            for fanout in entries:
+                for recipient in fanout[3]:
+                    boxes[recipient].append(fanout)
+            self._inboxes = boxes
+            return sum(map(len, targets))
         count = 0
-        for message in messages:
+        for message in entries:
             recipients: Any = message[3]
             if type(recipients) is tuple:
                 # A fan-out's recipients were checked against the model's ids when it
@@ -444,11 +482,18 @@ class Population:
         Each state value is copied by the no-sharing rule (immutable values as
         they are, the rest deep-copied), so the snapshot never changes later.
         """
-        return {
-            agent_id: (type(agent).__qualname__,
-                       {key: private_copy(value) for key, value in vars(agent).items()})
-            for agent_id, agent in self._agents.items()
-        }
+        scalars = _SCALAR_TYPES
+        out: dict[AgentId, tuple[str, dict[str, Any]]] = {}
+        for agent_id, agent in self._agents.items():
+            state = vars(agent)
+            for value in state.values():
+                if type(value) not in scalars and not is_immutable(value):
+                    state = {key: private_copy(value) for key, value in state.items()}
+                    break
+            else:
+                state = state.copy()  # every value immutable: a shallow copy is a private one
+            out[agent_id] = (type(agent).__qualname__, state)
+        return out
 
     def __repr__(self) -> str:
         return f"<Population of {len(self._agents)} agents>"

@@ -11,9 +11,9 @@ exit -- except for an owner with a ``_marker`` event (a Resource), whose
 release at the end of ``with res.request()`` the kernel inlines: such an owner
 keeps granted requests in ``users`` and busy time in ``_busy``, cancels a
 waiting request with ``_cancel(request, now)``, and has its ``_marker``
-scheduled as the release event (see ``Event.__exit__``). Events are made with ``Sim.event()`` and triggered with ``succeed``; on
-hot paths a resource may instead set ``_value``/``_ok`` and call
-``sim._now_append(event)`` itself, which is exactly what ``succeed`` does.
+scheduled as the release event (see ``Event.__exit__``). Events are made
+with ``Sim.event()`` and triggered with ``succeed``; on hot paths a resource
+may instead set ``_value``/``_ok`` and call ``sim._now_append(event)`` itself, which is exactly what ``succeed`` does.
 For ``simulacra.parallel`` (conservative PDES), a keyed Sim also offers
 ``sim._next_key()`` (reserve the key of the next normal event of the current
 origin), ``sim._schedule_keyed(event, when, key)`` (schedule a triggered

@@ -294,10 +294,14 @@ class Model:
                 an int or str, has another type than the model's other ids, or
                 is taken, or *state* does not fit ``cls.__init__``.
         """
-        ref = self._ref(cls)
-        _check_arguments(cls, id, state)
-        agent_id = self._claim(id, "id")
-        self._specs.append(AgentSpec(ref, agent_id, state))
+        ref = self._refs.get(cls) or self._ref(cls)
+        if (cls, tuple(state)) not in _BINDS:
+            _check_arguments(cls, id, state)
+        if type(id) is self._id_type and id not in self._ids:
+            self._ids.add(id)  # what _claim does for an id of the model's (exact) type
+        else:
+            id = self._claim(id, "id")
+        self._specs.append(AgentSpec(ref, id, state))
 
     def add_many(self, cls: type[Agent], ids: Iterable[AgentId], /, **state: Any) -> None:
         """Add one agent of class *cls* per id, all with the same initial *state*.
