@@ -13,7 +13,8 @@ keeps granted requests in ``users`` and busy time in ``_busy``, cancels a
 waiting request with ``_cancel(request, now)``, and has its ``_marker``
 scheduled as the release event (see ``Event.__exit__``). Events are made
 with ``Sim.event()`` and triggered with ``succeed``; on hot paths a resource
-may instead set ``_value``/``_ok`` and call ``sim._now_append(event)`` itself, which is exactly what ``succeed`` does.
+may instead set ``_value``/``_ok`` and call ``sim._now_append(event)``
+itself, which is exactly what ``succeed`` does.
 For ``simulacra.parallel`` (conservative PDES), a keyed Sim also offers
 ``sim._next_key()`` (reserve the key of the next normal event of the current
 origin), ``sim._schedule_keyed(event, when, key)`` (schedule a triggered
