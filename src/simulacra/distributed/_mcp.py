@@ -39,6 +39,7 @@ from urllib.parse import urlsplit
 from simulacra.agents import AgentId, AgentSpec, Message, Phase, freeze_world, sorted_ids
 from simulacra.engines import PARTITIONS, AgentSnapshot, BackendBase, partition_ids
 from simulacra.errors import BackendError, BackendUnavailable, ConfigError, WorkerLost
+from simulacra.executors import available_cpus
 from simulacra.rng import SeedTree
 
 from ._mcp_worker import DEFAULT_TOKEN_ENV, READY_PREFIX, is_loopback
@@ -50,13 +51,6 @@ __all__ = ["MCPBackend", "MCPConfig", "WorkerProcesses", "spawn_workers"]
 _POLL_S: Final = 0.1
 #: Seconds a worker gets to leave politely on close before it is terminated.
 _CLOSE_S: Final = 3.0
-
-
-def _cpus() -> int:
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # not on Linux
-        return os.cpu_count() or 1
 
 
 # --------------------------------------------------------------------------- configuration
@@ -707,7 +701,7 @@ class MCPBackend(RemoteBackend):
         if config.urls:
             self._token = config.bearer_token()
             return [(url, None) for url in config.urls]
-        self._spawned = spawn_workers(config.workers or _cpus(), host=config.host,
+        self._spawned = spawn_workers(config.workers or available_cpus(), host=config.host,
                                       allow_remote=config.allow_remote,
                                       start_timeout=config.start_timeout)
         self._token = self._spawned.token
