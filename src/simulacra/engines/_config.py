@@ -24,6 +24,8 @@ from typing import Any, Final, final
 
 from simulacra.errors import ConfigError
 
+from ._settings import describe_error
+
 __all__ = ["DEFAULTS", "STEP_ENGINES_BUILT_IN", "RunConfig", "apply_overrides", "load_config",
            "parse_config"]
 
@@ -135,19 +137,6 @@ def _schema() -> Any:
         run: Run = Field(default_factory=Run)
 
     return Document
-
-
-def _describe_error(error: Mapping[str, Any]) -> str:
-    where = ".".join(str(part) for part in error["loc"]) or "(top level)"
-    if error["type"] in ("model_type", "model_attributes_type", "dict_type"):
-        message = "must be a mapping"
-    elif error["type"] == "extra_forbidden":
-        message = "is not a known setting"
-    else:
-        message = str(error["msg"]).replace("Input should", "should")
-    shown = repr(error.get("input"))
-    shown = shown if len(shown) <= 60 else shown[:57] + "..."
-    return f"{where} {message} (got {shown})"
 
 
 def _merge(base: dict[str, Any], layer: Mapping[str, Any]) -> dict[str, Any]:
@@ -274,7 +263,7 @@ def parse_config(data: object, source: str | None = None,
     try:
         doc = _schema().model_validate(merged)
     except ValidationError as exc:
-        problems = "; ".join(_describe_error(e) for e in exc.errors())
+        problems = "; ".join(describe_error(e, "must be a mapping") for e in exc.errors())
         raise ConfigError(f"{label}: {problems}") from None
     return RunConfig(doc, doc.model_dump(mode="json"), source)
 

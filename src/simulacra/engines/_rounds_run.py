@@ -52,6 +52,14 @@ class StepEngine(Protocol):
         """Run *steps* steps; return the result so far."""
         ...
 
+    def state(self) -> dict[str, Any]:
+        """Everything a resumed run needs, as data (checkpoints)."""
+        ...
+
+    def restore(self, state: Mapping[str, Any]) -> None:
+        """Continue from :meth:`state`."""
+        ...
+
 
 #: ``factory(world, agents, *, model, seed, config, on_step, on_turn, fatal) -> StepEngine``
 StepEngineFactory = Callable[..., StepEngine]
@@ -371,7 +379,7 @@ def _execute(config: RunConfig, rundir: RunDirectory | None, model: LanguageMode
         first = 0
         if resume is not None:
             first, engine_state = resume
-            engine.restore(engine_state)  # type: ignore[attr-defined]
+            engine.restore(engine_state)
         result = _drive(engine, config, rundir, agents, first)
         summary = world.summary()
         llm = {"provider": config.sim.llm.provider, "model": config.sim.llm.model,
@@ -446,7 +454,7 @@ def _drive(engine: StepEngine, config: RunConfig, rundir: RunDirectory | None,
         if every is not None and rundir is not None and step % every == 0 and step < total:
             write_checkpoint(rundir.checkpoints, step, config.sim.engine.step.built_in, {
                 "step": step, "files": rundir.positions(),
-                "engine": engine.state(),  # type: ignore[attr-defined]
+                "engine": engine.state(),
                 "llm_position": {str(a.id): getattr(a, "calls", 0) for a in agents}})
     return dataclasses.replace(result, llm_calls=calls, wall_s=wall)
 

@@ -81,10 +81,12 @@ def _schema() -> Any:
     return Document
 
 
-def _describe_error(error: Mapping[str, Any]) -> str:
+def describe_error(error: Mapping[str, Any],
+                   mapping: str = "must be a mapping (a JSON object, a TOML table)") -> str:
+    """One pydantic validation error as ``dotted.field message (got value)``."""
     where = ".".join(str(part) for part in error["loc"]) or "(top level)"
     if error["type"] in ("model_type", "model_attributes_type", "dict_type"):
-        message = "must be a mapping (a JSON object, a TOML table)"
+        message = mapping
     elif error["type"] == "extra_forbidden":
         message = "is not a known setting"
     else:
@@ -111,7 +113,7 @@ def parse_settings(data: object, source: str = "<settings>") -> Settings:
     try:
         document = _schema().model_validate(data)
     except ValidationError as exc:
-        problems = "; ".join(_describe_error(e) for e in exc.errors())
+        problems = "; ".join(describe_error(e) for e in exc.errors())
         raise ConfigError(f"{source}: {problems}") from None
     orchestration = document.orchestration
     mode: str = orchestration.mode

@@ -724,18 +724,30 @@ class OpenAICompatible:
                     outcome = _Attempt(None, exc)
                 finally:
                     self._leave()
-            try:
-                completion, delay, error = self._judge(outcome, attempt, request)
-            except BaseException:
-                self._account(None, attempt)
-                raise
+            completion, delay = self._settle(outcome, attempt, request)
             if completion is not None:
-                self._account(completion, attempt)
                 return completion
-            if error is not None:
-                self._account(None, attempt)
-                raise error from outcome.error
-            time.sleep(delay or 0.0)
+            time.sleep(delay)
+
+    def _settle(self, outcome: _Attempt, attempt: int,
+                request: CompletionRequest) -> tuple[Completion | None, float]:
+        """Judge one attempt and account for it: the completion, or the delay before a retry.
+
+        Raises:
+            ProviderError: The attempt failed for good (the cause is chained).
+        """
+        try:
+            completion, delay, error = self._judge(outcome, attempt, request)
+        except BaseException:
+            self._account(None, attempt)
+            raise
+        if completion is not None:
+            self._account(completion, attempt)
+            return completion, 0.0
+        if error is not None:
+            self._account(None, attempt)
+            raise error from outcome.error
+        return None, delay or 0.0
 
     # -- async -------------------------------------------------------------
 
@@ -791,18 +803,10 @@ class OpenAICompatible:
             finally:
                 self._leave()
                 state.slots.put_nowait(shard)
-            try:
-                completion, delay, error = self._judge(outcome, attempt, request)
-            except BaseException:
-                self._account(None, attempt)
-                raise
+            completion, delay = self._settle(outcome, attempt, request)
             if completion is not None:
-                self._account(completion, attempt)
                 return completion
-            if error is not None:
-                self._account(None, attempt)
-                raise error from outcome.error
-            await asyncio.sleep(delay or 0.0)
+            await asyncio.sleep(delay)
 
     # -- closing -----------------------------------------------------------
 
