@@ -51,7 +51,7 @@ from simulacra.errors import AgentActionError, CheckpointError, ConfigError, Inv
 from simulacra.rng import SeedTree, as_seed_tree
 
 from ._events_blocking import BlockingAgent
-from ._rounds import agents_digest, index_agents
+from ._rounds import _check_int, agents_digest, index_agents
 
 if TYPE_CHECKING:
     from simulacra.llm import CallSite, Completion, CompletionRequest, LanguageModel
@@ -232,12 +232,6 @@ def _mix64(x: int) -> int:
     x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & _MASK64
     x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & _MASK64
     return x ^ (x >> 31)
-
-
-def _check_int(name: str, value: object, low: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < low:
-        raise ConfigError(f"{name} must be an int >= {low}, got {type(value).__name__} {value!r}")
-    return value
 
 
 def _check_float(name: str, value: object, *, positive: bool) -> float:
