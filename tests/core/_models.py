@@ -17,6 +17,10 @@ identical logs.
 Op reference (each op is a tuple, first item the kind):
 
 * ``("delay", d, value)``: yield a timeout.
+* ``("sleep", d, value)``: yield a timeout made in the ``yield`` itself and never held,
+  which the kernel may elide (the process waits in the timeout's place).
+* ``("peek", target, keep)``: read another process's ``target`` (an elided timeout's
+  event comes back); with *keep* it becomes the event a later ``reyield`` waits on.
 * ``("use", r, hold, priority, preempt, mode, patience)``: request resource *r* in a
   ``with`` block, hold it for *hold*. *mode* is ``"with"``, ``"explicit"`` (also yield
   ``release(req)`` inside the block), ``"manual"`` (no ``with``; cancel on interrupt) or
@@ -397,6 +401,25 @@ class Ctx:
                 ev = self.label(a.timeout(env, op[1], op[2]), f"p{pid}.d{n[0]}")
                 last = ev
                 yield from self.wait(pid, ev, "delay")
+            elif kind == "sleep":
+                # Yielded at once and never held: the kernel may elide the event.
+                try:
+                    v = yield a.timeout(env, op[1], op[2])
+                except a.Interrupt as e:
+                    self.emit(pid, "sleep!int", self.norm(e.cause))
+                else:
+                    self.emit(pid, "sleep", self.norm(v))
+            elif kind == "peek":
+                # Another process's target, which is an elided delay's event if any.
+                t = op[1] % len(self.procs)
+                other = self.procs[t]
+                if t == pid or not self.started[t] or not other.is_alive:
+                    self.emit(pid, "peek-skip", t)
+                else:
+                    target = other.target
+                    self.emit(pid, "peek", (t, target.triggered, target.processed))
+                    if op[2]:
+                        last = target
             elif kind == "use":
                 ev = yield from self.use(pid, op, n)
                 if ev is not None:
@@ -643,7 +666,8 @@ def programs(
 
     It ends with a ``raise`` with probability ``1 / raise_odds``.
     """
-    kinds = ["delay"] * 4 + ["cond"] * 2 + ["join", "reyield", "wait", "wait"]
+    kinds = ["delay"] * 4 + ["sleep"] * 3 + ["peek"] + ["cond"] * 2
+    kinds += ["join", "reyield", "wait", "wait"]
     kinds += ["interrupt", "interrupt"]
     kinds += ["succeed", "succeed", "fail", "renew"]
     if shape["resources"]:
@@ -663,6 +687,11 @@ def programs(
         kind = draw(st.sampled_from(kinds))
         if kind == "delay":
             ops.append(("delay", draw(st.sampled_from(DELAYS)), draw(st.sampled_from(VALUES))))
+        elif kind == "sleep":
+            value = draw(st.sampled_from((None, None, None, "v")))
+            ops.append(("sleep", draw(st.sampled_from(DELAYS)), value))
+        elif kind == "peek":
+            ops.append(("peek", draw(st.integers(0, 7)), draw(st.booleans())))
         elif kind == "use":
             r = draw(st.integers(0, len(shape["resources"]) - 1))
             ops.append(

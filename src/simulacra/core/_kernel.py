@@ -22,10 +22,14 @@ handles crashes :meth:`Sim.run`. What differs is how the work is laid out:
 * **No sequence numbers in the default ordering.** SimPy's order is
   ``(time, priority, sequence)``. The kernel keeps a heap of the *distinct*
   future times, a dict from each time to its events in scheduling order, and,
-  for the current time, one deque of urgent and one of normal events. Events
-  in a list or deque are in scheduling order by construction, so that layout
-  *is* the total order, with no per-event key or tuple: ties cost O(1)
-  and the heap compares plain floats.
+  for the current time, one deque of urgent events, one of normal events
+  scheduled in advance and one of normal events scheduled now. Events in a
+  list or deque are in scheduling order by construction, so that layout *is*
+  the total order, with no per-event key or tuple: ties cost O(1) and the
+  heap compares plain floats.
+* **Elided delays.** A process that yields a fresh ``sim.delay(d)`` nothing
+  else holds takes the event's place in the schedule, and the event is freed
+  (see ``_ELIDE_REFS`` and ``_unelide``): 88 bytes less per waiting process.
 * **Keyed ordering** uses one heap of ``(time, key, event)`` where the key is
   ``(priority, origin, n)``: who scheduled the event and how many it had
   scheduled before (see ``docs/design.md``).
@@ -36,6 +40,7 @@ takes no locks.
 
 from __future__ import annotations
 
+import sys
 import threading
 from collections import deque
 from collections.abc import Callable, Coroutine, Generator, Iterable, Iterator
@@ -86,6 +91,37 @@ NORMAL = 1
 
 # `object.__new__` bound once: `Event.__new__` is looked up on the type at every call.
 _new = object.__new__
+
+
+class _Bucket(list[Any]):
+    """The events of one future time once there are two or more, in scheduling order.
+
+    ``when`` is the time itself: a process whose delay was elided (see
+    ``Sim._run_fifo``) keeps it, so every process waiting for that time shares
+    one float.
+    """
+
+    __slots__ = ("when",)
+
+    def __init__(self, when: float, events: Iterable[Any] = ()) -> None:
+        super().__init__(events)
+        self.when = when
+
+
+#: The ``_cbs`` of a delay scheduled in the future (its ``_data`` is its time):
+#: "no callbacks" like None, and it tells the run loop the event may be elided.
+_FUTURE: tuple[()] = ()
+
+# Elided delays. A process that yields a fresh `sim.delay(d)` which nothing else
+# references can wait without the event: the process takes the event's place in
+# its time bucket and the event is freed (88 bytes less per waiting process).
+# "Nothing else references it" is a reference count: the bucket's, the run
+# loop's local and getrefcount's argument. Interpreters that may count
+# differently (borrowed references on the evaluation stack, no reference
+# counts at all) never elide.
+_ELIDE_REFS = (
+    3 if sys.implementation.name == "cpython" and (3, 11) <= sys.version_info[:2] <= (3, 13) else -1
+)
 
 ProcessGenerator = Generator["Event[Any]", Any, R]
 """The type of a generator process that returns *R*: ``Generator[Event[Any], Any, R]``."""
@@ -497,7 +533,7 @@ class _Condition:
 
 def _events_of(bucket: Any) -> list[Event[Any]]:
     """The events of a future-time bucket: a lone event or a list of them."""
-    return bucket if type(bucket) is list else [bucket]
+    return bucket if type(bucket) is _Bucket else [bucket]
 
 
 def _subscribe(event: Event[Any], callback: Callable[[Event[Any]], object]) -> None:
@@ -555,8 +591,9 @@ class Process(Event[R]):
     __slots__ = ("_gen", "_target")
 
     _gen: Generator[Any, Any, R] | Coroutine[Any, Any, R]
-    #: The event this process waits on (None once finished).
-    _target: Event[Any] | None
+    #: The event this process waits on (None before it starts and once finished),
+    #: or the time of its elided delay (see Sim._run_fifo and _unelide).
+    _target: Any
 
     def __init__(self, sim: Sim, generator: Generator[Any, Any, R] | Coroutine[Any, Any, R],
                  *, name: str | None = None) -> None:
@@ -596,7 +633,10 @@ class Process(Event[R]):
     @property
     def target(self) -> Event[Any] | None:
         """The event this process is waiting on; None before it starts and once it has finished."""
-        return self._target
+        target = self._target
+        if target is None or isinstance(target, Event):
+            return target
+        return _unelide(self)  # waiting on an elided delay: give it its event back
 
     @property
     def is_alive(self) -> bool:
@@ -656,7 +696,19 @@ def _deliver_interrupt(event: Event[Any]) -> None:
     if proc._value is not PENDING:
         return  # finished meanwhile: a second interrupt in the same instant
     target = proc._target
+    sim = proc.sim
+    if target is None and sim._keyed:
+        # Not started yet. In fifo order its start is always ahead of the
+        # interrupt (both urgent, the start scheduled first); keyed order sorts
+        # by who scheduled them, so put the interrupt right after the start, in
+        # the order the interrupts were made.
+        event._cbs = [_deliver_interrupt]
+        key = (URGENT, proc._data.ident, 0, sim._cur_key)
+        heappush(sim._heap, (sim.now, key, event))
+        return
     if target is not None:
+        if not isinstance(target, Event):
+            target = _unelide(proc)
         if target._waiter is proc:
             target._waiter = None
         else:
@@ -666,10 +718,36 @@ def _deliver_interrupt(event: Event[Any]) -> None:
                     if getattr(cb, "__self__", None) is proc:
                         del cbs[index]
                         break
-    sim = proc.sim
     if sim._tracer is not None:
         sim._tracer.record(sim.now, "interrupt", proc.who, event._value.cause)
     _resume(sim, proc, event)
+
+
+def _unelide(proc: Process[Any]) -> Event[Any]:
+    """Give *proc*'s elided delay back its event, in the schedule where the process stood.
+
+    Whatever needs the event itself (``proc.target``, an interrupt) calls this
+    first; from then on the wait is an ordinary one.
+    """
+    sim = proc.sim
+    when = proc._target
+    event: Event[Any] = _new(Event)
+    event.sim = sim
+    event._value = None
+    event._ok = True
+    event._waiter = proc
+    event._cbs = _FUTURE
+    event._data = when
+    bucket = sim._buckets.get(when)
+    if bucket is proc:
+        sim._buckets[when] = event
+    elif type(bucket) is _Bucket:
+        bucket[bucket.index(proc)] = event
+    else:  # its time has come: it is queued to run now
+        timedq = sim._timedq
+        timedq[timedq.index(proc)] = event
+    proc._target = event
+    return event
 
 
 def _resume(sim: Sim, proc: Process[Any], event: Event[Any]) -> None:
@@ -754,6 +832,7 @@ class Sim:
         "_root_ident",
         "_running",
         "_streams",
+        "_timedq",
         "_times",
         "_tracer",
         "_ubuckets",
@@ -787,7 +866,9 @@ class Sim:
         self._ubuckets: dict[float, list[Event[Any]]] = {}
         #: Urgent events at the current time (process starts, interrupts).
         self._urgentq: deque[Event[Any]] = deque()
-        #: Normal events at the current time.
+        #: Normal events scheduled in advance for the current time (a bucket's).
+        self._timedq: deque[Event[Any]] = deque()
+        #: Normal events scheduled at the current time: all after the timed ones.
         self._nowq: deque[Event[Any]] = deque()
         #: The keyed ordering's schedule: (time, key, event).
         self._heap: list[tuple[float, Any, Event[Any]]] = []
@@ -834,7 +915,8 @@ class Sim:
     def _pending_count(self) -> int:
         future = sum(len(_events_of(b)) for b in self._buckets.values())
         future += sum(map(len, self._ubuckets.values()))
-        return len(self._heap) + len(self._urgentq) + len(self._nowq) + future
+        queued = len(self._urgentq) + len(self._timedq) + len(self._nowq)
+        return len(self._heap) + queued + future
 
     # -- random streams -------------------------------------------------------
 
@@ -922,16 +1004,16 @@ class Sim:
             return
         buckets = self._buckets
         if when not in buckets:
-            buckets[when] = []
+            buckets[when] = _Bucket(when)
             heappush(self._times, when)
         if urgent:
             self._ubuckets.setdefault(when, []).append(event)
         else:
             bucket = buckets[when]
-            if type(bucket) is list:
+            if type(bucket) is _Bucket:
                 bucket.append(event)
             else:
-                buckets[when] = [bucket, event]
+                buckets[when] = _Bucket(when, (bucket, event))
 
     def _advance(self) -> bool:
         """Move the clock to the next future time; False if there is none (fifo ordering)."""
@@ -941,10 +1023,10 @@ class Sim:
         when = heappop(times)
         self.now = when
         bucket = self._buckets.pop(when)
-        if type(bucket) is list:
-            self._nowq.extend(bucket)
+        if type(bucket) is _Bucket:
+            self._timedq.extend(bucket)
         else:
-            self._nowq.append(bucket)
+            self._timedq.append(bucket)
         if self._ubuckets:
             urgent = self._ubuckets.pop(when, None)
             if urgent:
@@ -1000,25 +1082,29 @@ class Sim:
         event._value = value
         event._ok = True
         event._waiter = None
-        event._cbs = None
         now = self.now
         try:
             when = now + delay
             if when > now:
                 if self._keyed:
+                    event._cbs = None
                     heappush(self._heap, (when, self._keyed_normal(), event))
                     return event
+                # Tagged so that the run loop can elide it (see _ELIDE_REFS).
+                event._cbs = _FUTURE
+                event._data = when
                 # Inlines Sim._at: one entry per distinct time, in scheduling order.
                 # One hash of *when* in the common case (a new time).
                 bucket = self._buckets.setdefault(when, event)
                 if bucket is event:
                     heappush(self._times, when)
-                elif type(bucket) is list:
+                elif type(bucket) is _Bucket:
                     bucket.append(event)
                 else:
-                    self._buckets[when] = [bucket, event]
+                    self._buckets[when] = _Bucket(when, (bucket, event))
                 return event
             if delay >= 0:  # zero, or too small to move a clock this large
+                event._cbs = None
                 self._now_append(event)
                 return event
         except TypeError:
@@ -1216,7 +1302,7 @@ class Sim:
         """The time of the next event, or ``inf`` if none is scheduled."""
         if self._keyed:
             return self._heap[0][0] if self._heap else float("inf")
-        if self._urgentq or self._nowq:
+        if self._urgentq or self._timedq or self._nowq:
             return self.now
         return self._times[0] if self._times else float("inf")
 
@@ -1258,10 +1344,10 @@ class Sim:
                 return False
             self.now, key, event = heappop(self._heap)
         else:
-            while not (self._urgentq or self._nowq):
+            while not (self._urgentq or self._timedq or self._nowq):
                 if not self._advance():
                     return False
-            event = (self._urgentq or self._nowq).popleft()
+            event = (self._urgentq or self._timedq or self._nowq).popleft()
         if event._value is PENDING:  # a process waiting to start
             self._cur_key = key  # keyed: its start key (URGENT, ident, 0); None in fifo
             _resume(self, cast("Process[Any]", event), _START)
@@ -1405,21 +1491,39 @@ class Sim:
         ``_resume`` / ``_wait_on``, which the tests run on the same models.
         """
         urgentq = self._urgentq
+        timedq = self._timedq
         nowq = self._nowq
         times = self._times
         buckets = self._buckets
+        ubuckets = self._ubuckets
         pop_urgent = urgentq.popleft
+        pop_timed = timedq.popleft
         pop_now = nowq.popleft
         append_now = nowq.append
         done = _DONE
         start = _START
+        future = _FUTURE
+        elide_refs = _ELIDE_REFS
+        refcount = sys.getrefcount
         waiter: Process[Any] | None
         event: Event[Any]
         while True:
             if urgentq:
                 event = pop_urgent()
                 if event._value is PENDING:  # a process waiting to start
-                    waiter = cast("Process[Any]", event)
+                    waiter = event  # type: ignore[assignment]  # (no cast(): a call per event)
+                    event = start
+                    cbs = None
+                else:
+                    waiter = event._waiter
+                    cbs = event._cbs
+                    event._cbs = done
+            elif timedq:
+                # Scheduled in advance for now: delays, and processes whose
+                # delay was elided (still pending: they wait in its place).
+                event = pop_timed()
+                if event._value is PENDING:
+                    waiter = event  # type: ignore[assignment]
                     event = start
                     cbs = None
                 else:
@@ -1432,19 +1536,29 @@ class Sim:
                 cbs = event._cbs
                 event._cbs = done
             elif times:
-                # Inlines Sim._advance.
+                # Inlines Sim._advance; a time with one event and nothing urgent
+                # (most times of a continuous model) is processed right here.
                 when = heappop(times)
                 self.now = when
-                bucket = buckets.pop(when)
-                if type(bucket) is list:
-                    nowq.extend(bucket)
-                else:
-                    append_now(bucket)
-                if self._ubuckets:
-                    urgent = self._ubuckets.pop(when, None)
+                entry = buckets.pop(when)
+                if type(entry) is _Bucket or (ubuckets and when in ubuckets):
+                    if type(entry) is _Bucket:
+                        timedq.extend(entry)
+                    else:
+                        timedq.append(entry)
+                    urgent = ubuckets.pop(when, None)
                     if urgent:
                         urgentq.extend(urgent)
-                continue
+                    continue
+                event = entry
+                if event._value is PENDING:
+                    waiter = event  # type: ignore[assignment]
+                    event = start
+                    cbs = None
+                else:
+                    waiter = event._waiter
+                    cbs = event._cbs
+                    event._cbs = done
             else:
                 break
             if not event._ok:
@@ -1476,8 +1590,27 @@ class Sim:
                     except AttributeError:
                         fast = False
                     if fast:
-                        nxt._waiter = waiter
-                        waiter._target = nxt
+                        if (cbs_next is future and refcount(nxt) == elide_refs
+                                and nxt._value is None):
+                            # Elide the delay: the process takes its place in the
+                            # bucket and keeps the (shared) time in `_target`.
+                            when = nxt._data
+                            try:
+                                bucket = buckets[when]
+                            except KeyError:  # its time has come: it is in nowq
+                                bucket = None
+                            if bucket is nxt:
+                                buckets[when] = waiter
+                                waiter._target = when
+                            elif type(bucket) is _Bucket and bucket[-1] is nxt:
+                                bucket[-1] = waiter
+                                waiter._target = bucket.when
+                            else:
+                                nxt._waiter = waiter
+                                waiter._target = nxt
+                        else:
+                            nxt._waiter = waiter
+                            waiter._target = nxt
                     else:
                         again = self._wait_on(waiter, nxt)
                         if again is not None:
@@ -1521,16 +1654,31 @@ class Sim:
             raise KernelBug("the time heap and the buckets disagree")
         if not set(self._ubuckets) <= set(self._buckets):
             raise KernelBug("an urgent bucket has no time in the heap")
-        queued = [*self._urgentq, *self._nowq]
+        queued = [*self._urgentq, *self._timedq, *self._nowq]
         for bucket in self._buckets.values():
             queued.extend(_events_of(bucket))
         for bucket in self._ubuckets.values():
             queued.extend(bucket)
         for event in queued:
-            if type(event) is Process and event._target is None and event.is_alive:
-                continue  # queued to start
+            if type(event) is Process and event.is_alive:
+                target = event._target
+                if target is None:
+                    continue  # queued to start
+                if not isinstance(target, Event):
+                    continue  # waiting on an elided delay (checked below)
             if event._value is PENDING or event._cbs is _DONE:
                 raise KernelBug(f"queued event {event!r} is pending or already processed")
+        for when, bucket in self._buckets.items():
+            for event in _events_of(bucket):
+                # A live process in a bucket waits there on an elided delay.
+                if type(event) is Process and event.is_alive and event._target != when:
+                    raise KernelBug(
+                        f"{event!r} waits in the bucket of {when}, its elided delay is "
+                        f"for {event._target!r}"
+                    )
+        waiting = [e for e in queued if type(e) is Process and e.is_alive]
+        if len(waiting) != len(set(map(id, waiting))):
+            raise KernelBug("a process is queued twice")
         if self._running and self.active_process is not None:
             return
         if self.active_process is not None:
