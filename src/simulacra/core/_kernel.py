@@ -1583,34 +1583,33 @@ class Sim:
                     exc.__traceback__ = tb.tb_next if tb is not None else None
                     waiter._finish(False, exc)
                 else:
+                    # The next event's callbacks if the fast paths may take it
+                    # (no waiter yet, this Sim's), else `done` (the general path).
                     try:
-                        fast = nxt._waiter is None and nxt.sim is self and (
-                            (cbs_next := nxt._cbs) is None or type(cbs_next) is tuple
-                        )
-                    except AttributeError:
-                        fast = False
-                    if fast:
-                        if (cbs_next is future and refcount(nxt) == elide_refs
-                                and nxt._value is None):
-                            # Elide the delay: the process takes its place in the
-                            # bucket and keeps the (shared) time in `_target`.
-                            when = nxt._data
-                            try:
-                                bucket = buckets[when]
-                            except KeyError:  # its time has come: it is in nowq
-                                bucket = None
-                            if bucket is nxt:
-                                buckets[when] = waiter
-                                waiter._target = when
-                            elif type(bucket) is _Bucket and bucket[-1] is nxt:
-                                bucket[-1] = waiter
-                                waiter._target = bucket.when
-                            else:
-                                nxt._waiter = waiter
-                                waiter._target = nxt
+                        cbs_next = nxt._cbs if nxt._waiter is None and nxt.sim is self else done
+                    except AttributeError:  # not an event: _wait_on says so
+                        cbs_next = done
+                    if cbs_next is future and refcount(nxt) == elide_refs and nxt._value is None:
+                        # A fresh delay nobody else holds: elide it. The process
+                        # takes its place in the bucket and keeps the (shared)
+                        # time in `_target` (see _ELIDE_REFS and _unelide).
+                        when = nxt._data
+                        try:
+                            bucket = buckets[when]
+                        except KeyError:  # its time has come: it is in timedq
+                            bucket = None
+                        if bucket is nxt:
+                            buckets[when] = waiter
+                            waiter._target = when
+                        elif type(bucket) is _Bucket and bucket[-1] is nxt:
+                            bucket[-1] = waiter
+                            waiter._target = bucket.when
                         else:
                             nxt._waiter = waiter
                             waiter._target = nxt
+                    elif cbs_next is None or type(cbs_next) is tuple:
+                        nxt._waiter = waiter
+                        waiter._target = nxt
                     else:
                         again = self._wait_on(waiter, nxt)
                         if again is not None:
