@@ -38,9 +38,7 @@ from __future__ import annotations
 import concurrent.futures as cf
 import contextlib
 import functools
-import importlib
 import itertools
-import os
 import pickle
 import uuid
 from collections.abc import Iterable, Mapping
@@ -62,6 +60,7 @@ from simulacra.errors import (
     KernelBug,
     WorkerLost,
 )
+from simulacra.executors import available_cpus, import_distributed, local_dask_client
 from simulacra.rng import SeedTree
 
 from ._dask_worker import run_commands
@@ -77,23 +76,6 @@ _POLL_S: Final = 0.5
 _CONNECT_S: Final = 30.0
 #: Seconds given to dropping partitions and closing the client and cluster.
 _CLOSE_S: Final = 10.0
-
-
-def _import_distributed() -> Any:
-    try:
-        return importlib.import_module("distributed")
-    except ImportError as exc:
-        raise BackendUnavailable(
-            f"backend 'dask' needs dask.distributed, which cannot be imported ({exc}): "
-            "pip install 'simulacra[dask]'"
-        ) from exc
-
-
-def _available_cpus() -> int:
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # not on Linux
-        return os.cpu_count() or 1
 
 
 # --------------------------------------------------------------------------- errors
@@ -174,7 +156,7 @@ class DaskBackend(BackendBase):
                 f"{type(timeout).__name__} {timeout!r}"
             )
         self._timeout = float(connect_timeout)
-        self._distributed = _import_distributed()
+        self._distributed = import_distributed()
         self._address = scheduler_address
         self._n_workers = n_workers
         self._partition = partition
@@ -229,22 +211,9 @@ class DaskBackend(BackendBase):
             return self._client
         distributed = self._distributed
         if self._address is None:
-            cluster = distributed.LocalCluster(
-                n_workers=self._n_workers or _available_cpus(),
-                threads_per_worker=1,
-                processes=True,
-                host="127.0.0.1",
-                # No dashboard; the scheduler's HTTP server (health, metrics) still
-                # starts, on a free port rather than 8787, which another cluster may hold.
-                dashboard_address=None,
-                scheduler_kwargs={"dashboard_address": "127.0.0.1:0"},
+            self._cluster, self._client = local_dask_client(
+                distributed, self._n_workers or available_cpus()
             )
-            try:
-                self._client = distributed.Client(cluster, set_as_default=False)
-            except BaseException:
-                cluster.close()
-                raise
-            self._cluster = cluster
         else:
             try:
                 self._client = distributed.Client(self._address, set_as_default=False,
@@ -270,7 +239,7 @@ class DaskBackend(BackendBase):
         client = self._connect()
         wanted = self._n_workers
         if self._cluster is not None:
-            wanted = self._n_workers or _available_cpus()
+            wanted = self._n_workers or available_cpus()
         if wanted is not None:
             try:
                 client.wait_for_workers(wanted, timeout=self._timeout)

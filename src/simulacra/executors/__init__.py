@@ -19,6 +19,8 @@ from ._base import Lost as Lost
 from ._base import Raised as Raised
 from ._base import available_cpus as available_cpus
 from ._dask import DaskExecutor as DaskExecutor
+from ._dask import import_distributed as import_distributed
+from ._dask import local_dask_client as local_dask_client
 from ._pool import START_METHODS as START_METHODS
 from ._pool import InterpreterExecutor as InterpreterExecutor
 from ._pool import ProcessExecutor as ProcessExecutor
@@ -52,6 +54,8 @@ __all__ = [
     "resolve_callable",
     "available_cpus",
     "free_threaded",
+    "import_distributed",
+    "local_dask_client",
 ]
 
 claim_public_module(__name__, globals())

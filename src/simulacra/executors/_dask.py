@@ -15,10 +15,11 @@ from simulacra.errors import BackendUnavailable, ConfigError
 from ._base import check_retries, check_workers
 from ._pool import _FuturesExecutor
 
-__all__ = ["DaskExecutor"]
+__all__ = ["DaskExecutor", "import_distributed", "local_dask_client"]
 
 
-def _import_distributed() -> Any:
+def import_distributed() -> Any:
+    """The ``distributed`` module, or BackendUnavailable saying how to install it."""
     try:
         return importlib.import_module("distributed")
     except ImportError as exc:
@@ -26,6 +27,30 @@ def _import_distributed() -> Any:
             f"backend 'dask' needs dask.distributed, which cannot be imported ({exc}): "
             "pip install 'simulacra[dask]'"
         ) from exc
+
+
+def local_dask_client(distributed: Any, n_workers: int) -> tuple[Any, Any]:
+    """Start a ``LocalCluster`` of *n_workers* single-threaded processes on loopback.
+
+    Returns ``(cluster, client)``; the cluster is closed again if the client
+    cannot be made.
+    """
+    cluster = distributed.LocalCluster(
+        n_workers=n_workers,
+        threads_per_worker=1,
+        processes=True,
+        host="127.0.0.1",
+        # No dashboard; the scheduler's HTTP server (health, metrics) still
+        # starts, on a free port rather than 8787, which another cluster may hold.
+        dashboard_address=None,
+        scheduler_kwargs={"dashboard_address": "127.0.0.1:0"},
+    )
+    try:
+        client = distributed.Client(cluster, set_as_default=False)
+    except BaseException:
+        cluster.close()
+        raise
+    return cluster, client
 
 
 def _is_address(value: object) -> bool:
@@ -76,26 +101,12 @@ class DaskExecutor(_FuturesExecutor):
                 f"got {type(address).__name__} {address!r}"
             )
         retries = check_retries(retries)
-        distributed = _import_distributed()
+        distributed = import_distributed()
         self._distributed = distributed
         self._cluster: Any = None
         if address is None:
             workers = check_workers(max_workers)
-            self._cluster = distributed.LocalCluster(
-                n_workers=workers,
-                threads_per_worker=1,
-                processes=True,
-                host="127.0.0.1",
-                # No dashboard; the scheduler's HTTP server (health, metrics) still
-                # starts, on a free port rather than 8787, which another cluster may hold.
-                dashboard_address=None,
-                scheduler_kwargs={"dashboard_address": "127.0.0.1:0"},
-            )
-            try:
-                self._client: Any = distributed.Client(self._cluster, set_as_default=False)
-            except BaseException:
-                self._cluster.close()
-                raise
+            self._cluster, self._client = local_dask_client(distributed, workers)
         else:
             try:
                 self._client = distributed.Client(address, set_as_default=False, timeout=30)
