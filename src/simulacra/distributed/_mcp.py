@@ -25,7 +25,6 @@ import contextlib
 import os
 import secrets
 import selectors
-import signal
 import subprocess
 import sys
 import threading
@@ -37,7 +36,13 @@ from typing import Any, ClassVar, Final, final
 from urllib.parse import urlsplit
 
 from simulacra.agents import AgentId, AgentSpec, Message, Phase, freeze_world, sorted_ids
-from simulacra.engines import PARTITIONS, AgentSnapshot, BackendBase, partition_ids
+from simulacra.engines import (
+    PARTITIONS,
+    AgentSnapshot,
+    BackendBase,
+    describe_exit,
+    partition_ids,
+)
 from simulacra.errors import BackendError, BackendUnavailable, ConfigError, WorkerLost
 from simulacra.executors import available_cpus
 from simulacra.rng import SeedTree
@@ -373,7 +378,7 @@ class _Link:
             if future.done():
                 return future.result()
             if self.process is not None and self.process.poll() is not None:
-                raise _Lost(_describe_exit(self.process))
+                raise _Lost(describe_exit(self.process.returncode))
             if owner.done():
                 raise _Lost("closed its connection")
             if loop.time() > deadline:
@@ -385,18 +390,6 @@ def _describe(exc: BaseException) -> str:
         exc = exc.exceptions[0]
     text = str(exc)
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
-
-
-def _describe_exit(process: subprocess.Popen[bytes]) -> str:
-    code = process.returncode
-    if code is None:
-        return "stopped answering"
-    if code < 0:
-        try:
-            return f"was killed by {signal.Signals(-code).name}"
-        except ValueError:
-            return f"was killed by signal {-code}"
-    return f"exited with code {code}"
 
 
 class _Loop:
@@ -645,7 +638,7 @@ class RemoteBackend(BackendBase):
                 with contextlib.suppress(subprocess.TimeoutExpired):
                     link.process.wait(0.5)  # a dropped connection often means a dead process
                 if link.process.returncode is not None:
-                    how = _describe_exit(link.process)
+                    how = describe_exit(link.process.returncode)
             lost = WorkerLost(
                 f"{self._kind} {link.index} at {link.label}"
                 f"{f' (pid {link.pid})' if link.pid is not None else ''} "

@@ -99,6 +99,7 @@ from ._settings import Settings as Settings
 from ._settings import load_settings as load_settings
 from ._settings import parse_settings as parse_settings
 from ._wire import WorkerTraceback as WorkerTraceback
+from ._wire import describe_exit as describe_exit
 from ._wire import error_rank as error_rank
 from ._wire import pack_error as pack_error
 from ._wire import pack_exception as pack_exception
@@ -118,6 +119,7 @@ __all__ = [
     "backend_options", "RESERVED_BACKENDS", "PLUGIN_BACKENDS",
     # errors and worlds as data, for backends that run agents elsewhere
     "pack_error", "pack_exception", "pack_failure", "unpack_error", "error_rank", "plain_world",
+    "describe_exit",
     "WorkerTraceback", "Settings", "load_settings",
     "parse_settings",
     # Pregel: supersteps, vote to halt, combiners, aggregators (docs/pregel.md)

@@ -59,7 +59,7 @@ from simulacra.rng import SeedTree
 
 from ._base import AgentSnapshot, BackendBase
 from ._local import check_max_workers
-from ._wire import error_rank, pack_failure, plain_world, unpack_error
+from ._wire import describe_exit, error_rank, pack_failure, plain_world, unpack_error
 
 __all__ = ["PARTITIONS", "START_METHODS", "ProcessPoolBackend", "partition_ids"]
 
@@ -187,18 +187,6 @@ class _Worker:
         self.queued: list[tuple[Any, ...]] = []
         #: How many agents it holds.
         self.size = 0
-
-
-def _describe_exit(process: BaseProcess) -> str:
-    code = process.exitcode
-    if code is None:
-        return "stopped answering"
-    if code < 0:
-        try:
-            return f"was killed by {signal.Signals(-code).name}"
-        except ValueError:
-            return f"was killed by signal {-code}"
-    return f"exited with code {code}"
 
 
 @final
@@ -430,7 +418,7 @@ class ProcessPoolBackend(BackendBase):
 
     def _lost(self, worker: _Worker, doing: str) -> Any:
         worker.process.join(0.5)
-        how = _describe_exit(worker.process)
+        how = describe_exit(worker.process.exitcode)
         self.close()
         error = WorkerLost(
             f"worker {worker.index} of ProcessPoolBackend (pid {worker.pid}) {how} while "

@@ -22,14 +22,15 @@ from __future__ import annotations
 
 import contextlib
 import pickle
+import signal
 import traceback
 from types import MappingProxyType
 from typing import Any, Final
 
 from simulacra.errors import AgentActionError, RemoteError, UnknownRecipient
 
-__all__ = ["WorkerTraceback", "error_rank", "pack_error", "pack_exception", "pack_failure",
-           "plain_world", "unpack_error"]
+__all__ = ["WorkerTraceback", "describe_exit", "error_rank", "pack_error", "pack_exception",
+           "pack_failure", "plain_world", "unpack_error"]
 
 _PROTOCOL: Final = 5
 
@@ -127,3 +128,15 @@ def plain_world(value: object) -> object:
     if isinstance(value, frozenset):
         return frozenset(plain_world(item) for item in value)
     return value
+
+
+def describe_exit(code: int | None) -> str:
+    """How a worker process ended, from its exit code (None: it is still running)."""
+    if code is None:
+        return "stopped answering"
+    if code < 0:
+        try:
+            return f"was killed by {signal.Signals(-code).name}"
+        except ValueError:
+            return f"was killed by signal {-code}"
+    return f"exited with code {code}"
