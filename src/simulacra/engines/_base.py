@@ -4,15 +4,46 @@ from __future__ import annotations
 
 import abc
 from collections.abc import Iterable, Mapping
-from types import TracebackType
+from types import MappingProxyType, TracebackType
 from typing import Any, Protocol, TypeAlias, runtime_checkable
 
-from simulacra.agents import AgentId, AgentSpec, Message, Phase
+from simulacra.agents import AgentId, AgentSpec, Message, Phase, state_digest
+from simulacra.errors import ConfigError
 from simulacra.rng import SeedTree
 
-__all__ = ["AgentSnapshot", "BackendBase", "ExecutionBackend"]
+__all__ = ["AgentSnapshot", "AgentStates", "BackendBase", "ExecutionBackend"]
 
 AgentSnapshot: TypeAlias = dict[AgentId, tuple[str, dict[str, Any]]]
+
+
+class AgentStates:
+    """The final agent states of a run result: ``agents``, ``state(id)`` and their digest."""
+
+    __slots__ = ("_final", "agents")
+
+    agents: Mapping[AgentId, tuple[str, dict[str, Any]]]
+
+    def __init__(self, agents: AgentSnapshot) -> None:
+        self.agents = MappingProxyType(agents)
+        self._final: str | None = None
+
+    def state(self, agent_id: AgentId) -> dict[str, Any]:
+        """The final ``vars()`` of agent *agent_id*.
+
+        Raises:
+            ConfigError: The model has no such agent.
+        """
+        try:
+            return self.agents[agent_id][1]
+        except KeyError:
+            raise ConfigError(f"agent_id {agent_id!r} is not an agent of this model") from None
+
+    @property
+    def final_state_digest(self) -> str:
+        """The state digest of :attr:`agents` (computed on first use)."""
+        if self._final is None:
+            self._final = state_digest(self.agents)
+        return self._final
 """``{agent id: (class qualname, state)}``: agent states, for digests and results."""
 
 

@@ -9,7 +9,6 @@ import hashlib
 import inspect
 import os
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from types import MappingProxyType
 from typing import Any, Final, final
 
 from simulacra.agents import (
@@ -30,7 +29,7 @@ from simulacra.agents import (
 from simulacra.errors import ConfigError
 from simulacra.rng import SeedTree, as_seed_tree
 
-from ._base import AgentSnapshot, ExecutionBackend
+from ._base import AgentSnapshot, AgentStates, ExecutionBackend
 from ._registry import ensure_buildable, get_backend
 from ._settings import Settings, load_settings, parse_settings
 
@@ -62,7 +61,7 @@ def _full_collections_deferred(enabled: bool) -> Iterator[None]:
 
 
 @final
-class RunResult:
+class RunResult(AgentStates):
     """What one run of a :class:`Model` gives.
 
     Attributes:
@@ -78,39 +77,20 @@ class RunResult:
             vars)}``, in id order.
     """
 
-    __slots__ = ("_digest", "_final", "agents", "backend", "message_counts", "message_digests",
-                 "seed", "state_digests", "steps")
+    __slots__ = ("_digest", "backend", "message_counts", "message_digests", "seed",
+                 "state_digests", "steps")
 
     def __init__(self, *, seed: SeedTree, backend: str, steps: int,
                  state_digests: tuple[str, ...], message_digests: tuple[str, ...],
                  message_counts: tuple[int, ...], agents: AgentSnapshot) -> None:
+        super().__init__(agents)
         self.seed = seed
         self.backend = backend
         self.steps = steps
         self.state_digests = state_digests
         self.message_digests = message_digests
         self.message_counts = message_counts
-        self.agents: Mapping[AgentId, tuple[str, dict[str, Any]]] = MappingProxyType(agents)
-        self._final: str | None = None
         self._digest: str | None = None
-
-    def state(self, agent_id: AgentId) -> dict[str, Any]:
-        """The final ``vars()`` of agent *agent_id*.
-
-        Raises:
-            ConfigError: The model has no such agent.
-        """
-        try:
-            return self.agents[agent_id][1]
-        except KeyError:
-            raise ConfigError(f"agent_id {agent_id!r} is not an agent of this model") from None
-
-    @property
-    def final_state_digest(self) -> str:
-        """The state digest of :attr:`agents` (computed on first use)."""
-        if self._final is None:
-            self._final = state_digest(self.agents)
-        return self._final
 
     @property
     def digest(self) -> str:

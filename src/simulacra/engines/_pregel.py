@@ -65,7 +65,7 @@ from simulacra.agents import (
 from simulacra.errors import AgentActionError, ConfigError, KernelBug, UnknownRecipient
 from simulacra.rng import SeedTree
 
-from ._base import AgentSnapshot, BackendBase
+from ._base import AgentSnapshot, AgentStates, BackendBase
 
 if TYPE_CHECKING:
     from ._model import Model
@@ -537,7 +537,7 @@ def _fold(reduce: Callable[[Any, Any], Any], values: list[Any], kind: str, name:
 
 
 @final
-class PregelResult:
+class PregelResult(AgentStates):
     """What a Pregel run gives (:func:`run_pregel`, and the vectorised path's arrays aside).
 
     Attributes:
@@ -553,7 +553,6 @@ class PregelResult:
 
     __slots__ = (
         "_digest",
-        "agents",
         "aggregates",
         "halted",
         "message_counts",
@@ -566,30 +565,14 @@ class PregelResult:
                  aggregates: tuple[Mapping[str, Any], ...], message_counts: tuple[int, ...],
                  state_digests: tuple[str, ...] = (),
                  message_digests: tuple[str, ...] = ()) -> None:
+        super().__init__(agents)
         self.supersteps = supersteps
         self.halted = halted
-        self.agents: Mapping[AgentId, tuple[str, dict[str, Any]]] = MappingProxyType(agents)
         self.aggregates = aggregates
         self.message_counts = message_counts
         self.state_digests = state_digests
         self.message_digests = message_digests
         self._digest: str | None = None
-
-    def state(self, agent_id: AgentId) -> dict[str, Any]:
-        """The final ``vars()`` of agent *agent_id*.
-
-        Raises:
-            ConfigError: The model has no such agent.
-        """
-        try:
-            return self.agents[agent_id][1]
-        except KeyError:
-            raise ConfigError(f"agent_id {agent_id!r} is not an agent of this model") from None
-
-    @property
-    def final_state_digest(self) -> str:
-        """The state digest of :attr:`agents`."""
-        return state_digest(self.agents)
 
     @property
     def digest(self) -> str:
