@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import multiprocessing
 import os
 import sys
 import threading
@@ -37,6 +38,7 @@ from simulacra.executors import (  # noqa: E402
     callable_ref,
     free_threaded,
     get_executor,
+    process_pool,
     resolve_callable,
 )
 
@@ -251,6 +253,28 @@ def test_a_unit_that_always_kills_its_worker_is_lost_and_innocents_finish() -> N
     assert lost.crashes == 3  # the first run plus two retries
     assert "BrokenProcessPool" in lost.reason
     assert outcomes == {i: Done(i) for i in (0, 1, 3, 4)}
+
+
+@pytest.mark.parametrize("start_method", ["spawn", "forkserver"])
+def test_a_process_pool_starts_every_worker_at_its_first_submit(start_method: str) -> None:
+    # A submit() that starts a worker races, on Python 3.11, with the manager
+    # thread of a pool that a killed worker just broke ("dictionary changed size
+    # during iteration" in that thread). With every worker started at once, no
+    # later submit() starts one, so there is nothing to race with.
+    before = {p.pid for p in multiprocessing.active_children()}
+    pool = process_pool(3, start_method)
+    try:
+        first = pool.submit(units.pid, None)
+        started = {p.pid for p in multiprocessing.active_children()} - before
+        if start_method == "forkserver":
+            started -= {p.pid for p in multiprocessing.active_children() if "forkserver" in p.name}
+        assert len(started) == 3, f"the first submit started {len(started)} of 3 workers"
+        pids = {first.result(timeout=60)} | {
+            f.result(timeout=60) for f in [pool.submit(units.pid, None) for _ in range(12)]
+        }
+        assert pids <= started  # no worker was started after the first submit
+    finally:
+        pool.shutdown(wait=True)
 
 
 def test_with_no_retries_a_crash_is_lost_at_once() -> None:

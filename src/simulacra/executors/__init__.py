@@ -26,6 +26,7 @@ from ._pool import InterpreterExecutor as InterpreterExecutor
 from ._pool import ProcessExecutor as ProcessExecutor
 from ._pool import SequentialExecutor as SequentialExecutor
 from ._pool import ThreadExecutor as ThreadExecutor
+from ._pool import process_pool as process_pool
 from ._refs import callable_ref as callable_ref
 from ._refs import resolve_callable as resolve_callable
 from ._registry import EXECUTOR_NAMES as EXECUTOR_NAMES
@@ -56,6 +57,7 @@ __all__ = [
     "free_threaded",
     "import_distributed",
     "local_dask_client",
+    "process_pool",
 ]
 
 claim_public_module(__name__, globals())

@@ -22,6 +22,7 @@ import sys
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures.process import BrokenProcessPool
+from multiprocessing.context import BaseContext
 from typing import Any, ClassVar, TypeVar, final
 
 from simulacra.errors import BackendUnavailable, ConfigError
@@ -36,6 +37,7 @@ __all__ = [
     "ProcessExecutor",
     "SequentialExecutor",
     "ThreadExecutor",
+    "process_pool",
 ]
 
 U = TypeVar("U")
@@ -45,6 +47,39 @@ R = TypeVar("R")
 #: that runs threads (the pool's own manager thread, a progress bar, Dask), which
 #: can deadlock the child, and it lets a worker see state the model never sent.
 START_METHODS = ("spawn", "forkserver")
+
+
+class _EagerProcessPool(cf.ProcessPoolExecutor):
+    """A ``ProcessPoolExecutor`` that starts all its workers at its first submit.
+
+    With the "spawn" and "forkserver" start methods, CPython starts workers one
+    by one from ``submit()``. On Python 3.11 the pool's manager thread marks a
+    broken pool without the lock that ``submit()`` holds, then walks the pool's
+    process table while a racing ``submit()`` adds a worker to it: the manager
+    thread dies with "dictionary changed size during iteration" and the broken
+    pool is never cleaned up (fixed in 3.12, where both sides take the lock).
+    A killed worker is exactly when this happens, so the pools here launch every
+    worker at once, the way CPython's "fork" pools do, before the manager thread
+    starts, and no later ``submit()`` ever touches the process table. Workers
+    are never replaced one by one: a broken pool is replaced whole.
+    """
+
+    def __init__(self, workers: int, context: BaseContext) -> None:
+        super().__init__(workers, mp_context=context)
+        # The switch CPython itself uses for "fork" (stable 3.11-3.14); where
+        # it is gone, the pool keeps its own behaviour.
+        if hasattr(self, "_safe_to_dynamically_spawn_children"):
+            self._safe_to_dynamically_spawn_children = False
+
+
+def process_pool(workers: int, start_method: str) -> cf.ProcessPoolExecutor:
+    """A process pool of *workers* processes, all started at the first submit.
+
+    The one way simulacra makes a ``ProcessPoolExecutor`` (replications, the
+    process executor and in-run offload): each pool gets its own
+    multiprocessing context, never the global one. See :class:`_EagerProcessPool`.
+    """
+    return _EagerProcessPool(workers, multiprocessing.get_context(start_method))
 
 
 class _Closable:
@@ -337,8 +372,7 @@ class ProcessExecutor(_FuturesExecutor):
         return self._start_method
 
     def _make_pool(self) -> cf.Executor:
-        context = multiprocessing.get_context(self._start_method)
-        return cf.ProcessPoolExecutor(self._workers, mp_context=context)
+        return process_pool(self._workers, self._start_method)
 
     def _is_lost(self, exc: BaseException) -> bool:
         return isinstance(exc, BrokenProcessPool)
@@ -347,10 +381,9 @@ class ProcessExecutor(_FuturesExecutor):
         return isinstance(exc, BrokenProcessPool)
 
     def _retire(self, pool: cf.Executor) -> None:
-        # CPython (3.11, 3.12) marks a pool broken without holding the lock that
-        # submit() takes, so a worker spawned by a submit racing with the break
-        # can miss the pool's terminate() sweep; the pool's manager thread then
-        # joins it forever, and the interpreter hangs at exit. Kill what is left.
+        # The pool's own terminate() sweep should have stopped every worker;
+        # kill whatever is still alive, so that no worker of a broken pool can
+        # keep the interpreter from exiting.
         processes = list((getattr(pool, "_processes", None) or {}).values())
         pool.shutdown(wait=False, cancel_futures=True)
         for process in processes:

@@ -52,7 +52,6 @@ from __future__ import annotations
 
 import inspect
 import math
-import multiprocessing
 import os
 import pickle
 import queue
@@ -73,6 +72,7 @@ from simulacra.errors import (
     OffloadTimeout,
     ThreadOwnershipError,
 )
+from simulacra.executors import process_pool
 
 __all__ = ["OFFLOAD_BACKENDS", "Offloader", "offload", "use_pool"]
 
@@ -307,12 +307,12 @@ class _ThreadBackend:
 class _ProcessBackend:
     def __init__(self, workers: int, start_method: str) -> None:
         self._workers = workers
-        self._context = multiprocessing.get_context(start_method)  # per pool, never global
+        self._start_method = start_method
         self._executor: ProcessPoolExecutor | None = None
 
     def submit(self, payload: bytes) -> Future[bytes]:
         if self._executor is None:
-            self._executor = ProcessPoolExecutor(self._workers, mp_context=self._context)
+            self._executor = process_pool(self._workers, self._start_method)
         return self._executor.submit(_execute, payload)
 
     def restart(self) -> None:
