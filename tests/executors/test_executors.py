@@ -41,6 +41,7 @@ from simulacra.executors import (  # noqa: E402
     process_pool,
     resolve_callable,
 )
+from simulacra.executors._subinterp import available as subinterp_available  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -124,8 +125,9 @@ def test_fork_is_refused_and_start_methods_are_checked() -> None:
 
 
 @pytest.mark.skipif(
-    hasattr(__import__("concurrent.futures").futures, "InterpreterPoolExecutor"),
-    reason="this Python has InterpreterPoolExecutor",
+    hasattr(__import__("concurrent.futures").futures, "InterpreterPoolExecutor")
+    or subinterp_available() is None,
+    reason="this Python has sub-interpreters (3.14's pool, or 3.13's _interpreters)",
 )
 def test_interpreters_say_why_they_are_unavailable() -> None:
     with pytest.raises(BackendUnavailable) as info:

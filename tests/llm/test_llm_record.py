@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import sqlite3
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -169,7 +170,7 @@ def test_store_refuses_foreign_files(tmp_path: Path) -> None:
     with pytest.raises(RecordingError, match="not a recording store"):
         RecordingStore(junk)
     other = tmp_path / "other.sqlite"
-    with sqlite3.connect(other) as db:
+    with contextlib.closing(sqlite3.connect(other)) as db, db:  # close, not only commit
         db.execute("CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)")
         db.execute("INSERT INTO meta VALUES ('format', 'someone.else.v9')")
     with pytest.raises(RecordingError, match=r"someone\.else\.v9"):

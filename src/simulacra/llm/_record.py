@@ -81,16 +81,29 @@ class RecordingStore:
         self.path = str(path)
         self.readonly = readonly
         self._lock = threading.Lock()
+        if readonly:
+            if not Path(self.path).exists():
+                raise RecordingError(f"recording store {self.path} does not exist")
+            target, uri = Path(self.path).resolve().as_uri() + "?mode=ro", True
+        else:
+            if self.path != ":memory:":
+                Path(self.path).parent.mkdir(parents=True, exist_ok=True)
+            target, uri = self.path, False
         try:
-            if readonly:
-                if not Path(self.path).exists():
-                    raise RecordingError(f"recording store {self.path} does not exist")
-                uri = Path(self.path).resolve().as_uri() + "?mode=ro"
-                self._db = sqlite3.connect(uri, uri=True, check_same_thread=False)
-            else:
-                if self.path != ":memory:":
-                    Path(self.path).parent.mkdir(parents=True, exist_ok=True)
-                self._db = sqlite3.connect(self.path, check_same_thread=False)
+            self._db = sqlite3.connect(target, uri=uri, check_same_thread=False)
+        except sqlite3.DatabaseError as exc:
+            raise RecordingError(f"{self.path} is not a recording store: {exc}") from exc
+        try:
+            self._open()
+        except BaseException:
+            self._db.close()  # a store that failed to open keeps no connection
+            raise
+        self._closed = False
+
+    def _open(self) -> None:
+        """Set up (or, read-only, only check) the schema of a fresh connection."""
+        try:
+            if not self.readonly:
                 self._db.execute("PRAGMA journal_mode=WAL")
                 self._db.execute("PRAGMA synchronous=NORMAL")
                 self._db.executescript(_SCHEMA)
@@ -102,10 +115,8 @@ class RecordingStore:
         except sqlite3.DatabaseError as exc:
             raise RecordingError(f"{self.path} is not a recording store: {exc}") from exc
         if row is None or row[0] != STORE_FORMAT:
-            self._db.close()
             found = None if row is None else row[0]
             raise RecordingError(f"{self.path} holds format {found!r}, expected {STORE_FORMAT!r}")
-        self._closed = False
 
     def __repr__(self) -> str:
         return f"RecordingStore({self.path!r})"
