@@ -41,7 +41,6 @@ from simulacra.executors import (  # noqa: E402
     process_pool,
     resolve_callable,
 )
-from simulacra.executors._subinterp import available as subinterp_available  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -124,11 +123,7 @@ def test_fork_is_refused_and_start_methods_are_checked() -> None:
         ProcessExecutor(1, retries=-1)
 
 
-@pytest.mark.skipif(
-    hasattr(__import__("concurrent.futures").futures, "InterpreterPoolExecutor")
-    or subinterp_available() is None,
-    reason="this Python has sub-interpreters (3.14's pool, or 3.13's _interpreters)",
-)
+@pytest.mark.without_subinterpreters
 def test_interpreters_say_why_they_are_unavailable() -> None:
     with pytest.raises(BackendUnavailable) as info:
         get_executor("interpreters")
@@ -268,8 +263,6 @@ def test_a_process_pool_starts_every_worker_at_its_first_submit(start_method: st
     try:
         first = pool.submit(units.pid, None)
         started = {p.pid for p in multiprocessing.active_children()} - before
-        if start_method == "forkserver":
-            started -= {p.pid for p in multiprocessing.active_children() if "forkserver" in p.name}
         assert len(started) == 3, f"the first submit started {len(started)} of 3 workers"
         pids = {first.result(timeout=60)} | {
             f.result(timeout=60) for f in [pool.submit(units.pid, None) for _ in range(12)]

@@ -31,7 +31,6 @@ from simulacra import (  # noqa: E402
     config_grid,
     derive_seed,
 )
-from simulacra.executors._subinterp import available as subinterp_available  # noqa: E402
 from simulacra.parallel import mean_interval, t_quantile  # noqa: E402
 
 pl = pytest.importorskip("polars")
@@ -481,11 +480,7 @@ def test_no_progress_bar_when_not_a_terminal(capsys: pytest.CaptureFixture[str])
     assert capsys.readouterr().err == ""
 
 
-@pytest.mark.skipif(
-    hasattr(__import__("concurrent.futures").futures, "InterpreterPoolExecutor")
-    or subinterp_available() is None,
-    reason="this Python has sub-interpreters (3.14's pool, or 3.13's _interpreters)",
-)
+@pytest.mark.without_subinterpreters
 def test_interpreters_backend_says_why_it_is_unavailable(tmp_path: Path) -> None:
     study = draws_study(spool_dir=tmp_path)
 
