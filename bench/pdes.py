@@ -140,12 +140,15 @@ def ceiling(pool: concurrent.futures.ProcessPoolExecutor) -> float:
     return inline / (time.perf_counter() - start)
 
 
-def prediction(scenario: Scenario, run_seconds: float, barrier: float) -> simulacra.SpeedupEstimate:
+def prediction(scenario: Scenario, run_seconds: float,
+               barrier: float) -> tuple[simulacra.SpeedupEstimate, int]:
+    """analyze()'s predicted run ratio, and the kernel events of the run (its tie counts)."""
     ref = UnshardedSim(pdes_models.build_grid, seed=SEED, config=scenario.grid, trace=True)
     ref.run(until=scenario.until)
     trace = ref.trace()
+    assert trace.ties is not None
     return analyze(trace, partition(scenario.grid), scenario.grid.transfer,
-                   wall_time=run_seconds, barrier_cost=barrier)
+                   wall_time=run_seconds, barrier_cost=barrier), trace.ties.events
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -215,11 +218,16 @@ def run_scenarios(
                   f"ceiling {ceilings[-1]:.2f}, load {os.getloadavg()[0]:.1f}", file=sys.stderr)
         run_ratios = [s / p for s, p in zip(seq_run, par_run, strict=True)]
         total_ratios = [s / p for s, p in zip(seq_total, par_total, strict=True)]
-        estimate = prediction(scenario, statistics.median(seq_run), barrier)
+        estimate, kernel_events = prediction(scenario, statistics.median(seq_run), barrier)
         rows.append({
             "scenario": scenario.name,
             "what": scenario.what,
             "events": seq_totals["served"],
+            "kernel_events": kernel_events,
+            # Events per second per core: the sequential run uses one core, the
+            # sharded run SHARDS (mature PDES engines plateau near 250k/s per core).
+            "seq_events_per_s": kernel_events / statistics.median(seq_run),
+            "pdes_events_per_s_per_core": kernel_events / statistics.median(par_run) / SHARDS,
             "sequential_run_s": statistics.median(seq_run),
             "pdes_run_s": statistics.median(par_run),
             "run_ratio": statistics.median(run_ratios),
@@ -254,9 +262,18 @@ def print_table(rows: list[dict[str, Any]]) -> None:
               f"{row['total_ratio_max']:.2f}] {row['ceiling']:>7.2f} "
               f"{row['rounds']:>8,} {row['messages']:>8,} "
               f"{row['predicted']:>8.2f}x")
+    print()
+    header = (f"{'scenario':<14} {'kernel events':>13} {'seq ev/s':>10} "
+              f"{'pdes ev/s/core':>14}")
+    print(header)
+    print("-" * len(header))
+    for row in rows:
+        print(f"{row['scenario']:<14} {row['kernel_events']:>13,} "
+              f"{row['seq_events_per_s']:>10,.0f} {row['pdes_events_per_s_per_core']:>14,.0f}")
     print("\nratio = sequential time / PDES time (above 1: PDES is faster); ceiling = the same "
           "ratio for\nembarrassingly parallel CPU work on 2 processes, per round (medians); "
-          "analyze() = predicted run ratio")
+          "analyze() = predicted run ratio;\nev/s = kernel events (from the traced run's tie "
+          f"counts) per second of the run; per core: divided by {SHARDS} shards")
     print(f"load average at end: {os.getloadavg()[0]:.1f}")
 
 

@@ -338,3 +338,14 @@ def test_fleet_matches_simpy(seed: int, params: dict[str, Any]) -> None:
     theirs.run(until=300.0)
     assert ours_fleet.served > 0
     assert _fleet_state(ours_fleet) == _fleet_state(theirs_fleet)
+
+
+def test_the_sharded_run_of_docs_parallel_runs_as_written(tmp_path: Path) -> None:
+    """The ShardedSim example of docs/parallel.md, saved as branches.py and run as a script."""
+    text = (Path(__file__).resolve().parents[1] / "docs" / "parallel.md").read_text()
+    start = text.index("```python", text.index("# Sharded runs")) + len("```python\n")
+    (tmp_path / "branches.py").write_text(text[start:text.index("```", start)])
+    done = subprocess.run([sys.executable, "branches.py"], cwd=tmp_path, capture_output=True,
+                          text=True, timeout=300, check=False)
+    assert done.returncode == 0, done.stderr
+    assert "'ties_across_shards'" in done.stdout

@@ -18,6 +18,7 @@ from .core import Event as Event
 from .core import Process as Process
 from .core import ProcessGenerator as ProcessGenerator
 from .core import Sim as Sim
+from .core import TieStats as TieStats
 from .core import Tracer as Tracer
 from .errors import AgentActionError as AgentActionError
 from .errors import AgentError as AgentError
@@ -189,6 +190,7 @@ if TYPE_CHECKING:  # the type checker sees every name; at run time they load laz
 __all__ = [
     # kernel
     "Sim", "Event", "Process", "ConditionValue", "ProcessGenerator", "Tracer", "NORMAL", "URGENT",
+    "TieStats",
     # resources
     "Resource", "PriorityResource", "PreemptiveResource", "Preempted", "ResourceStatistics",
     "Container", "ContainerStatistics", "Store", "FilterStore", "PriorityStore", "PriorityItem",

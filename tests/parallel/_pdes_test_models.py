@@ -143,7 +143,7 @@ def _note(sim: Sim, label: str) -> Generator[Event[Any], Any, None]:
 
 
 def _spawning_handler(me: Entity, payload: Any) -> None:
-    me.sim.spawn(_note, me.name)  # unnamed, from a callback: a root identity r/<n>
+    me.sim.spawn(_note, me.name)  # unnamed, from a callback: named after the event
 
 
 def build_handler_spawns(ctx: ShardContext) -> None:

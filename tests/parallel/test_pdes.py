@@ -11,7 +11,9 @@ of the sender's breaks it.
 
 from __future__ import annotations
 
+import math
 import sys
+from collections.abc import Generator
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +22,16 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import simulacra
-from simulacra import ShardedSim, Trace, UnshardedSim, assert_equivalent
+from simulacra import (
+    Entity,
+    Event,
+    ShardContext,
+    ShardedSim,
+    Sim,
+    Trace,
+    UnshardedSim,
+    assert_equivalent,
+)
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 if str(EXAMPLES) not in sys.path:  # worker processes inherit sys.path and import the models
@@ -279,14 +290,112 @@ def test_the_tie_model_lands_messages_exactly_on_horizons(monkeypatch: pytest.Mo
     assert len(on_edge) >= 10
 
 
-def test_unnamed_processes_spawned_by_message_handlers_are_refused_when_traced() -> None:
-    """A known kernel gap, made loud: an unnamed process spawned from an event callback
-    (not from a process) gets a root identity ``r/<n>`` that depends on the partition."""
+@pytest.mark.parametrize("mode", ["inline", "threads"])
+@pytest.mark.parametrize("partition", [{"a": 0, "b": 1, "c": 0, "d": 0},
+                                       {"a": 1, "b": 0, "c": 1, "d": 0}])
+def test_unnamed_processes_spawned_by_message_handlers_are_partition_invariant(
+        mode: str, partition: dict[str, int]) -> None:
+    """An unnamed process spawned from an event callback (an on_message handler) is named
+    after the event being processed, so its identity, and the trace, do not depend on
+    which processes the shard also runs."""
     import _pdes_test_models as models
 
-    with pytest.raises(simulacra.PartitionError, match="without a name outside any process"):
-        UnshardedSim(models.build_handler_spawns, trace=True).run()
-    partition = {"a": 0, "b": 1, "c": 0, "d": 0}
-    with ShardedSim(models.build_handler_spawns, shards=2, mode="inline", trace=True,
-                    partition=partition) as sim, pytest.raises(simulacra.PartitionError):
+    ref = UnshardedSim(models.build_handler_spawns, seed=3, trace=True)
+    ref.run()
+    spawned = [r[2] for r in ref.trace() if r[1] == "spawn" and "#" in r[2]]
+    assert len(spawned) == 6
+    assert all("#e:" in who for who in spawned), spawned  # not a per-Sim counter r/<n>
+    with ShardedSim(models.build_handler_spawns, shards=2, mode=mode, trace=True, seed=3,
+                    partition=partition) as sim:
         sim.run()
+        assert_equivalent(ref.trace(), sim.trace())
+
+
+# --------------------------------------------------------------------------- idle shards
+
+
+def _ticker(sim: Sim, me: Entity) -> Generator[Event[Any], Any, None]:
+    for _ in range(12):
+        yield sim.delay(1.0)
+        sim.record("tick", me.name, sim.now)
+
+
+def _late_sender(sim: Sim, me: Entity) -> Generator[Event[Any], Any, None]:
+    yield sim.delay(7.0)
+    me.send("late", "wake up", 2.0)
+
+
+def build_idle(ctx: ShardContext) -> None:
+    """'a' ticks; 'b' is never messaged; 'late' gets its only message at t=9."""
+    ctx.spawn_entity("a", _ticker)
+    ctx.add_entity("b")
+    ctx.spawn_entity("s", _late_sender)
+    ctx.add_entity("late")
+    ctx.channel("s", "late", 2.0)
+
+
+IDLE_PARTITIONS = {
+    "idle-b": {"a": 0, "b": 1, "s": 0, "late": 0},
+    "empty-shard": {"a": 0, "b": 0, "s": 0, "late": 0},
+    "late-alone": {"a": 0, "b": 0, "s": 0, "late": 2},
+    "all-apart": {"a": 0, "b": 1, "s": 2, "late": 3},
+}
+
+
+@pytest.mark.parametrize("mode", ["inline", "threads", "processes"])
+@pytest.mark.parametrize("name", sorted(IDLE_PARTITIONS))
+def test_idle_empty_and_late_shards_across_many_runs(name: str, mode: str) -> None:
+    """The issue's crash: a shard without work across two run(until=...) calls."""
+    partition = IDLE_PARTITIONS[name]
+    ref = UnshardedSim(build_idle, seed=5, trace=True)
+    with ShardedSim(f"{__name__}:build_idle", shards=4, partition=partition, mode=mode, seed=5,
+                    trace=True) as sim:
+        for until in (5.0, 10.0, 10.5, 11.0, 30.0, None):
+            ref.run(until=until)
+            sim.run(until=until)
+            assert sim.now == ref.now, until
+            assert sim.peek() == ref.peek(), until
+            assert_equivalent(ref.trace(), sim.trace())
+        assert any(r[1] == "recv" and r[2] == "late" for r in sim.trace())
+        assert sim.peek() == math.inf
+
+
+# --------------------------------------------------------------------------- ties
+
+
+def test_the_fleet_reneges_and_ties_across_shards() -> None:
+    """The fleet's patience reneging (req | sim.delay(patience)) is exercised, and its
+    sharded runs tie across shards: the test models attack what the merge must get right."""
+    ref = reference("fleet-L1")
+    kinds = {r[1] for r in ref}
+    assert "abandon" in kinds, sorted(kinds)
+    ties = sharded_trace("fleet-L1", 4, "inline").ties
+    assert ties is not None
+    assert ties.across_shards > 0
+    assert ties.ties >= ties.across_shards
+
+
+def test_tie_counts_of_one_sim_fifo_and_keyed() -> None:
+    """A traced Sim counts its events and the ties among them, in both orderings."""
+    for ordering in ("fifo", "keyed"):
+        sim = Sim(seed=1, trace=True, ordering=ordering)
+
+        def clock(sim: Sim, period: float) -> Generator[Event[Any], Any, None]:
+            for _ in range(6):
+                yield sim.delay(period)
+
+        for period in (1.0, 2.0, 3.0):
+            sim.spawn(clock, period)
+        sim.run(until=100)
+        # 3 starts at 0 (2 ties), timeouts at 1..6, 2..12 and 3..18: 18 of them, at
+        # the distinct instants 1-6, 8, 9, 10, 12, 15, 18 (12 instants).
+        ties = sim.ties
+        assert ties is not None, ordering
+        assert ties.events == 3 + 18 + 3, ordering  # starts, timeouts, exits
+        expected = 2 + (18 - 12) + 3  # a process's exit ties with its last timeout
+        assert ties.ties == expected, (ordering, ties)
+        assert ties.across_shards == 0
+        summary = simulacra.Trace.of(sim).summary()
+        assert summary["ties"] == expected
+        assert summary["events"] == ties.events
+    assert Sim(seed=1).ties is None

@@ -144,6 +144,41 @@ def test_partition_without_an_entity() -> None:
         ShardedSim(models.build_pair, shards=2, mode="inline", partition={"a": 0})
 
 
+@pytest.mark.parametrize("mode", ["inline", "processes"])
+def test_partition_naming_an_entity_that_does_not_exist(mode: str) -> None:
+    with pytest.raises(PartitionError) as info:
+        ShardedSim(models.build_pair, shards=2, mode=mode,
+                   partition={"a": 0, "b": 1, "bb": 1})
+    check(info.value, PartitionError, "'bb'", "does not declare", "'a', 'b'")
+
+
+@pytest.mark.parametrize("lookahead", [0, 0.0, -1.0, float("nan"), float("inf")])
+def test_a_channel_without_a_positive_lookahead_names_the_channel(lookahead: float) -> None:
+    def build(ctx: simulacra.ShardContext) -> None:
+        ctx.add_entity("north")
+        ctx.add_entity("south")
+        ctx.channel("north", "south", lookahead)
+
+    with pytest.raises(ConfigError) as info:
+        ShardedSim(build, shards=2, mode="inline")
+    check(info.value, ConfigError, "channel('north', 'south')", repr(lookahead), "> 0")
+
+
+@pytest.mark.parametrize("mode", ["inline", "threads"])
+def test_until_in_the_past_leaves_the_sharded_run_usable(mode: str) -> None:
+    ref = simulacra.UnshardedSim(models.build_pair, seed=1, trace=True)
+    ref.run(until=4.0)
+    ref.run(until=9.0)
+    with ShardedSim(models.build_pair, shards=2, mode=mode, seed=1, trace=True) as sim:
+        sim.run(until=4.0)
+        for bad in (4.0, 2.0):
+            with pytest.raises(simulacra.UntilInPast, match=f"until={bad!r}"):
+                sim.run(until=bad)
+        sim.run(until=9.0)
+        assert sim.trace() == ref.trace()
+        assert sim.now == ref.now == 9.0
+
+
 def test_partition_function_and_bad_partition_values() -> None:
     with ShardedSim(models.build_pair, shards=2, mode="processes",
                     partition=models.b_first) as sim:

@@ -32,6 +32,7 @@ from ._kernel import Event as Event
 from ._kernel import Process as Process
 from ._kernel import ProcessGenerator as ProcessGenerator
 from ._kernel import Sim as Sim
+from ._kernel import TieStats as TieStats
 from ._kernel import Tracer as Tracer
 
 __all__ = [
@@ -44,5 +45,6 @@ __all__ = [
     "Process",
     "ProcessGenerator",
     "Sim",
+    "TieStats",
     "Tracer",
 ]

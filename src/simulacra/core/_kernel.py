@@ -46,7 +46,17 @@ from collections import deque
 from collections.abc import Callable, Coroutine, Generator, Iterable, Iterator
 from heapq import heappop, heappush
 from types import GeneratorType
-from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar, cast, final, overload
+from typing import (
+    TYPE_CHECKING,
+    Any,
+    Generic,
+    NamedTuple,
+    Protocol,
+    TypeVar,
+    cast,
+    final,
+    overload,
+)
 
 from simulacra.errors import (
     AlreadyTriggered,
@@ -78,6 +88,7 @@ __all__ = [
     "Process",
     "ProcessGenerator",
     "Sim",
+    "TieStats",
     "Tracer",
 ]
 
@@ -158,6 +169,53 @@ class _StopRun(Exception):
 
 def _stop(_: Event[Any]) -> None:
     raise _StopRun
+
+
+#: The ``_owner`` of the stop event of ``run(until=<number>)``: not a model
+#: event, so pop observers (tie counts, PDES merge tags) skip it.
+_UNTIL: Any = type("_Until", (), {"__repr__": lambda self: "<run-until stop>"})()
+
+
+class TieStats(NamedTuple):
+    """How many events of a traced run shared their instant with the event before them.
+
+    Events at the same simulated time are ordered by the tie-break rule, not by
+    time: scheduling order (fifo) or model identity (keyed). A tie is an event
+    processed at the same instant as the event processed before it, so an
+    instant with *n* events holds *n - 1* ties. Ties are where an ordering rule,
+    not the model's timing, decides what happens first; in a sharded run,
+    ``across_shards`` counts those whose instant also had events on another
+    shard (there, the order of the shards' events came from their keys alone).
+    Counted for model events only (the stop events of ``run(until=...)`` are
+    not), so the counts of a partitioned run equal the unpartitioned run's
+    ``events`` and ``ties``.
+    """
+
+    #: Events processed (process starts, timeouts, triggered events, messages...).
+    events: int
+    #: Events processed at the same instant as the event before them.
+    ties: int
+    #: Of ``ties``, those at an instant that had events on more than one shard
+    #: (always 0 for one Sim).
+    across_shards: int = 0
+
+
+class _TieCounter:
+    """The pop observer of a traced Sim: counts events and same-instant ties."""
+
+    __slots__ = ("events", "last", "ties")
+
+    def __init__(self) -> None:
+        self.events = 0
+        self.ties = 0
+        self.last: float | None = None
+
+    def __call__(self, now: float, key: Any, event: Event[Any]) -> None:
+        self.events += 1
+        if now == self.last:
+            self.ties += 1
+        else:
+            self.last = now
 
 
 class Tracer(Protocol):
@@ -826,6 +884,7 @@ class Sim:
         "_nowq",
         "_npid",
         "_nroot",
+        "_on_pop",
         "_origin",
         "_owner_thread",
         "_plain",
@@ -908,6 +967,13 @@ class Sim:
         self._origin: Any = None
         #: Keyed ordering: the key of the event being processed (or last processed).
         self._cur_key: Any = None
+        #: Called as ``_on_pop(time, key, event)`` for every model event popped
+        #: by a traced or keyed Sim (not the stop events of run(until=...); never
+        #: on the untraced fifo fast path); a traced
+        #: Sim counts ties with it, PDES shards replace it (see simulacra.parallel).
+        self._on_pop: Callable[[float, Any, Event[Any]], None] | None = (
+            _TieCounter() if self._tracer is not None else None
+        )
 
     def __repr__(self) -> str:
         return f"<Sim now={self.now!r} pending={self._pending_count()}>"
@@ -954,6 +1020,18 @@ class Sim:
         """The in-memory trace of ``Sim(trace=True)``; None when records go elsewhere or nowhere."""
         tracer = self._tracer
         return tracer.records if isinstance(tracer, _ListTracer) else None
+
+    @property
+    def ties(self) -> TieStats | None:
+        """Events processed so far and how many shared their instant (see :class:`TieStats`).
+
+        None when tracing is off: only a traced Sim counts them.
+        """
+        counter = self._on_pop
+        if counter is None or not hasattr(counter, "ties"):
+            return None
+        return TieStats(counter.events, counter.ties,  # type: ignore[attr-defined]
+                        getattr(counter, "across_shards", 0))
 
     def record(self, kind: str, who: str, payload: object = None) -> None:
         """Add a model-level record to the trace (a no-op when tracing is off)."""
@@ -1239,6 +1317,13 @@ class Sim:
                 parent_info: _ProcessInfo = parent._data
                 parent_info.nspawn += 1
                 ident = f"{parent_info.ident}/{parent_info.nspawn}"
+            elif self._origin is not None:
+                # Spawned by the callbacks of an event (an on_message handler,
+                # say): named after that event, which is a property of the
+                # model, not of how it is partitioned.
+                origin = self._origin
+                origin[2] += 1
+                ident = f"{origin[0]}/{origin[2]}"
             else:
                 self._nroot += 1
                 ident = f"r/{self._nroot}"
@@ -1348,6 +1433,9 @@ class Sim:
                 if not self._advance():
                     return False
             event = (self._urgentq or self._timedq or self._nowq).popleft()
+        on_pop = self._on_pop
+        if on_pop is not None and getattr(event, "_owner", None) is not _UNTIL:
+            on_pop(self.now, key, event)
         if event._value is PENDING:  # a process waiting to start
             self._cur_key = key  # keyed: its start key (URGENT, ident, 0); None in fifo
             _resume(self, cast("Process[Any]", event), _START)
@@ -1357,7 +1445,8 @@ class Sim:
         event._cbs = _DONE
         if self._keyed:
             self._cur_key = key
-            self._origin = [f"e:{key[1]}@{key[2]}", 0]
+            # [identity, events scheduled, processes spawned] of the callbacks.
+            self._origin = [f"e:{key[1]}@{key[2]}", 0, 0]
         try:
             if waiter is not None:
                 if type(cbs) is tuple:  # an owner's callbacks: they subscribed before the waiter
@@ -1463,6 +1552,7 @@ class Sim:
             stop_event._ok = True
             stop_event._waiter = None
             stop_event._cbs = None
+            stop_event._owner = _UNTIL
             self._at(at, stop_event, urgent=True)
         _subscribe(stop_event, _stop)
         return stop_event

@@ -44,7 +44,7 @@ from simulacra.errors import ConfigError, PartitionError, ShardError, UntilInPas
 from simulacra.executors import START_METHODS, callable_ref, resolve_callable
 from simulacra.trace import Trace
 
-from ._pdes_model import Builder, Message, Partition, ShardRuntime, merge_records
+from ._pdes_model import Builder, Message, Partition, ShardRuntime, merge_records, merge_ties
 from ._pdes_workers import MODES, Transport, make_transport
 
 __all__ = ["PDESStats", "ShardedSim", "UnshardedSim"]
@@ -132,8 +132,24 @@ class UnshardedSim:
         return self._runtime.sim.now
 
     def run(self, until: float | None = None) -> None:
-        """Run until *until* (events at *until* stay unprocessed), or until no events remain."""
-        self._runtime.sim.run(until=until)
+        """Run until *until* (events at *until* stay unprocessed), or until no events remain.
+
+        Raises:
+            UntilInPast: *until* is not after :attr:`now`.
+        """
+        sim = self._runtime.sim
+        if until is None:
+            sim.run()
+            return
+        sim.run(until=until)
+        # The spent stop event of run(until=...) is left at the head of the
+        # schedule (SimPy semantics); it is not part of the model, so take it
+        # out, as every shard does: peek() is then the next model event.
+        sim.step()
+
+    def peek(self) -> float:
+        """The time of the model's next event, or ``inf`` if none is scheduled."""
+        return self._runtime.sim.peek()
 
     def call(self, fn: Callable[..., Any], *args: Any) -> list[Any]:
         """``[fn(state, *args)]``: the same shape as :meth:`ShardedSim.call`, one shard."""
@@ -147,7 +163,8 @@ class UnshardedSim:
         """
         if not self._trace:
             raise ConfigError("tracing is off: create the UnshardedSim with trace=True")
-        return Trace([r[:4] for r in self._runtime.records()])
+        return Trace([r[:4] for r in self._runtime.records()],
+                     ties=merge_ties([self._runtime.tie_counts()]))
 
 
 class ShardedSim:
@@ -344,10 +361,18 @@ class ShardedSim:
             target = max(self._now, *self._clock)
         behind = {s: ("advance", target) for s in shards if self._clock[s] < target}
         if behind:
-            self._request(behind)
-        for s in behind:
-            self._clock[s] = target
+            peeks = self._request(behind)
+            for s in behind:
+                self._clock[s] = target
+                self._peek[s] = float(peeks[s])
         self._now = target
+
+    def peek(self) -> float:
+        """The time of the model's next event (a shard's, or an undelivered message's), or inf."""
+        return min(
+            min(self._peek[s], self._pending[s][0][0][0] if self._pending[s] else math.inf)
+            for s in range(self.shards)
+        )
 
     def call(self, fn: Callable[..., Any] | str, *args: Any) -> list[Any]:
         """``fn(state, *args)`` on every shard, where *state* is what its builder returned.
@@ -370,4 +395,6 @@ class ShardedSim:
         if not self._trace:
             raise ConfigError("tracing is off: create the ShardedSim with trace=True")
         replies = self._request(dict.fromkeys(range(self.shards), ("records",)))
-        return Trace(merge_records([replies[s] for s in range(self.shards)]))
+        ordered = [replies[s] for s in range(self.shards)]
+        return Trace(merge_records([records for records, _ in ordered]),
+                     ties=merge_ties([ties for _, ties in ordered]))

@@ -19,7 +19,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeAlias
 
-from simulacra.core import Event, Process, Sim
+from simulacra.core import Event, Process, Sim, TieStats
 from simulacra.errors import (
     ConfigError,
     InvalidDelay,
@@ -113,32 +113,43 @@ def entity_of(who: str) -> str:
 class _TagTracer:
     """Records ``(time, kind, who, canonical payload, tag)``; the tag orders shards' records.
 
-    Payloads are encoded when recorded (a snapshot), and the tag is the key of
-    the event being processed, so the records of all shards can be merged into
-    the order one Sim would have produced.
+    Payloads are encoded when recorded (a snapshot). The tag of a record made
+    while the model runs is ``(1, time, key)``, where *key* is the largest key
+    of the events this shard has processed at that instant so far, the silent
+    ones included (see :meth:`pop` and :func:`merge_records`). It also counts
+    the shard's events, their same-instant ties and the instants it had events.
     """
 
-    __slots__ = ("build_tag", "records", "sim")
+    __slots__ = ("build_tag", "events", "instants", "last", "max_key", "records", "ties")
 
     def __init__(self) -> None:
         self.records: list[TaggedRecord] = []
-        self.sim: Sim | None = None
         #: Set while entities are spawned at the end of build; None once running.
         #: (0, -1) while build() itself runs: a record then is an error.
         self.build_tag: tuple[Any, ...] | None = (0, -1)
+        #: The time of the last event processed, and the largest key at that time.
+        self.last: float | None = None
+        self.max_key: Any = None
+        self.events = 0
+        self.ties = 0
+        #: The distinct times at which this shard processed events, in order.
+        self.instants: list[float] = []
+
+    def pop(self, now: float, key: Any, event: object) -> None:
+        """The Sim's pop observer: called for every model event this shard processes."""
+        self.events += 1
+        if now == self.last:
+            self.ties += 1
+            self.max_key = max(self.max_key, key)
+        else:
+            self.last = now
+            self.max_key = key
+            self.instants.append(now)
 
     def record(self, time: float, kind: str, who: str, payload: object) -> None:
         tag = self.build_tag
         if tag is None:
-            sim = self.sim
-            assert sim is not None  # noqa: S101
-            tag = (1, time, sim._cur_key)
-            if kind == "spawn" and who.partition("#")[2].startswith("r/"):
-                raise PartitionError(
-                    f"process {who!r} was spawned without a name outside any process (from an "
-                    "event callback, such as an on_message handler): its identity counts such "
-                    "spawns per Sim, so it depends on the partition; give it a name"
-                )
+            tag = (1, time, self.max_key)
         elif tag[1] == -1:
             if kind == "spawn":
                 raise PartitionError(
@@ -490,6 +501,17 @@ def _owners(entities: list[Entity], partition: Partition, shards: int) -> list[i
             f"partition: expected a mapping, a function, 'blocks' or 'round_robin', "
             f"got {partition!r}"
         )
+    if isinstance(partition, Mapping):
+        known = {entity.name for entity in entities}
+        unknown = sorted(str(name) for name in partition if name not in known)
+        if unknown:
+            raise PartitionError(
+                f"the partition names {len(unknown)} entit{'y' if len(unknown) == 1 else 'ies'} "
+                f"the model does not declare: {', '.join(map(repr, unknown[:5]))}"
+                f"{', ...' if len(unknown) > 5 else ''} (declared: "
+                f"{', '.join(repr(e.name) for e in entities[:8])}"
+                f"{', ...' if len(entities) > 8 else ''})"
+            )
     owners: list[int] = []
     for entity in entities:
         if isinstance(partition, Mapping):
@@ -536,7 +558,7 @@ class ShardRuntime:
         self.sim = Sim(seed=seed, trace=self.tracer if self.tracer is not None else False,
                        ordering="keyed")
         if self.tracer is not None:
-            self.tracer.sim = self.sim
+            self.sim._on_pop = self.tracer.pop
         #: Messages to other shards since the last window.
         self.outbox: list[Message] = []
         ctx = self.ctx = ShardContext(self, self.sim, config, shard, shards)
@@ -695,29 +717,77 @@ class ShardRuntime:
                 )
         return out, sim.peek(), sim.now
 
-    def advance(self, until: float) -> None:
-        """Move the clock to *until* (every event before it has been processed)."""
+    def advance(self, until: float) -> float:
+        """Move the clock to *until* (every event before it has been processed).
+
+        Returns:
+            The time of the next event (``peek()``), as after a window.
+        """
         sim = self.sim
         if sim.peek() < until:
             raise KernelBug(f"shard {self.shard} has an event at {sim.peek()} before {until}")
         if until > sim.now:
             sim.run(until=until)
+            # As in window(): process the spent stop event, so that peek() is
+            # the next real event and a later advance finds nothing before it.
+            sim.step()
+        return sim.peek()
 
     def records(self) -> list[TaggedRecord]:
         """The tagged trace records so far."""
         return [] if self.tracer is None else list(self.tracer.records)
 
+    def tie_counts(self) -> tuple[int, int, list[float]]:
+        """``(events, ties, instants)`` of this shard so far (see :class:`_TagTracer`)."""
+        tracer = self.tracer
+        if tracer is None:
+            return 0, 0, []
+        return tracer.events, tracer.ties, list(tracer.instants)
+
+
+def merge_ties(per_shard: list[tuple[int, int, list[float]]]) -> TieStats:
+    """The tie counts of the whole model from each shard's ``tie_counts()``.
+
+    An instant with *n* events in all holds *n - 1* ties, whichever shards ran
+    them: the ties within each shard, plus, for each instant that *k* shards had
+    events at, *k - 1* more. Those are the ties across shards.
+    """
+    events = sum(count[0] for count in per_shard)
+    within = sum(count[1] for count in per_shard)
+    spans = sum(len(count[2]) for count in per_shard)
+    distinct = 0
+    last: float | None = None
+    for when in heapq.merge(*(count[2] for count in per_shard)):
+        if when != last:
+            distinct += 1
+            last = when
+    across = spans - distinct
+    return TieStats(events, within + across, across)
+
 
 def merge_records(per_shard: list[list[TaggedRecord]]) -> list[tuple[float, str, str, object]]:
     """Merge the shards' tagged records into the order one Sim would have produced.
 
-    Each shard's records are in its own execution order. One Sim pops, at every
-    step, the smallest (time, key) of the events it has; since shards only
-    affect each other after a positive lookahead, that is always the smallest
-    *next* event of some shard. So the merge repeatedly takes the record whose
-    tag is the smallest among the shards' next records (a greedy k-way merge,
-    not a sort: a shard's own sequence need not be sorted by key, because an
-    urgent event created while processing an event comes after it).
+    **What one Sim does.** A keyed Sim pops, at every step, the smallest
+    ``(time, key)`` in its heap, and every record belongs to the pop during
+    which it was made. Its pops form one sequence; each shard's pops are the
+    subsequence of the events its entities own, in the same relative order
+    (shards affect one another only through messages, which arrive at least a
+    positive lookahead later, and carry the key their sender reserved). The
+    global heap is the union of the shards' heaps, so at every step one Sim
+    pops the smallest of the shards' *next* pops: its pop sequence is the
+    greedy k-way merge of the shards' pop sequences on ``(time, key)``.
+
+    **Why prefix maxima.** A shard's own sequence is not sorted (processing
+    an event can schedule one with a smaller key at the same instant, such as
+    the condition a timeout triggers), and most pops record nothing. The
+    greedy merge of such sequences equals the plain merge of the sequences of
+    their running maxima: an element smaller than the one before it is always
+    taken right after it, because everything the other shards offered then was
+    larger still (keys are unique across shards). So each shard tags a record
+    with the largest ``(time, key)`` it has popped so far, silent pops
+    included, which makes every shard's tags sorted; sorting all records by
+    ``(tag, shard, position)`` is then the merge, and equals one Sim's order.
     """
     heads = [(records[0][4], index, 0) for index, records in enumerate(per_shard) if records]
     heapq.heapify(heads)

@@ -6,7 +6,8 @@ command tuple to some shards and waits for all their replies (a barrier):
 * ``("build", builder, shard, shards, partition, seed, config, trace)`` ->
   ``(peek, lookahead_out, fingerprint)``
 * ``("window", horizon, inbound, exact)`` -> ``(outbound, peek, clock)``
-* ``("advance", until)``, ``("records",)``, ``("call", fn, args)``, ``("ping",)``
+* ``("advance", until)`` -> ``peek``; ``("records",)`` -> ``(records, tie counts)``
+* ``("call", fn, args)``, ``("ping",)``
 
 A reply is ``("ok", value)`` or ``("err", error)``. Worker processes are
 persistent: each builds its shard once and keeps it across rounds, so only
@@ -69,10 +70,9 @@ class _ShardHost:
         if op == "window":
             return runtime.window(cmd[1], cmd[2], cmd[3])
         if op == "advance":
-            runtime.advance(cmd[1])
-            return None
+            return runtime.advance(cmd[1])
         if op == "records":
-            return runtime.records()
+            return runtime.records(), runtime.tie_counts()
         if op == "call":
             fn = cmd[1]
             if isinstance(fn, str):

@@ -42,6 +42,24 @@ class HasTraceRecords(Protocol):
         ...
 
 
+class TieCounts(Protocol):
+    """A run's event and tie counts, such as :class:`simulacra.TieStats`."""
+
+    @property
+    def events(self) -> int: ...
+    @property
+    def ties(self) -> int: ...
+    @property
+    def across_shards(self) -> int: ...
+
+
+def _tie_counts(value: object) -> TieCounts | None:
+    if all(isinstance(getattr(value, name, None), int)
+           for name in ("events", "ties", "across_shards")):
+        return cast("TieCounts", value)
+    return None
+
+
 _MISSING = object()
 
 
@@ -62,7 +80,7 @@ class Trace:
         ConfigError: *records* is not iterable.
     """
 
-    __slots__ = ("_digest", "_lines", "_records")
+    __slots__ = ("_digest", "_lines", "_records", "ties")
 
     #: The validated records, in order.
     _records: tuple[TraceRecord, ...]
@@ -71,8 +89,13 @@ class Trace:
     _lines: tuple[bytes, ...]
     #: The hex digest, computed on first use.
     _digest: str | None
+    #: How many events the run processed and how many tied (see
+    #: :class:`~simulacra.TieStats`), when the trace came from a traced run
+    #: (``Trace.of(sim)``, ``ShardedSim.trace()``); None otherwise. Not part of
+    #: equality or the digest.
+    ties: TieCounts | None
 
-    def __init__(self, records: Iterable[TraceRecord]) -> None:
+    def __init__(self, records: Iterable[TraceRecord], *, ties: TieCounts | None = None) -> None:
         try:
             iterator = iter(records)
         except TypeError:
@@ -92,6 +115,7 @@ class Trace:
         self._records = tuple(checked)
         self._lines = tuple(lines)
         self._digest = None
+        self.ties = ties
 
     @classmethod
     def _make(cls, records: tuple[TraceRecord, ...], lines: tuple[bytes, ...]) -> Trace:
@@ -100,6 +124,7 @@ class Trace:
         self._records = records
         self._lines = lines
         self._digest = None
+        self.ties = None
         return self
 
     @classmethod
@@ -144,7 +169,8 @@ class Trace:
         if records is not _MISSING:
             if isinstance(records, Trace):
                 return records
-            return cls(cast("Iterable[TraceRecord]", records))
+            return cls(cast("Iterable[TraceRecord]", records),
+                       ties=_tie_counts(getattr(source, "ties", None)))
         if isinstance(source, str | bytes | bytearray) or not isinstance(source, Iterable):
             raise ConfigError(
                 "expected a Trace, an object with trace_records (a Sim created with "
@@ -202,6 +228,31 @@ class Trace:
                 sha.update(b"\n")
             self._digest = sha.hexdigest()
         return self._digest
+
+    def summary(self) -> dict[str, object]:
+        """What the trace holds, in a few numbers (plain data, for JSON).
+
+        Returns:
+            ``records`` (how many), ``digest``, ``kinds`` (records per kind, in
+            kind order), and, when the trace came from a traced run (see
+            :attr:`ties`), ``events`` (events processed), ``ties`` (events at
+            the same instant as the event before them: the order there came
+            from the tie-break rule) and ``ties_across_shards`` (of those, the
+            ones at an instant with events on more than one shard).
+        """
+        kinds: dict[str, int] = {}
+        for _, kind, _, _ in self._records:
+            kinds[kind] = kinds.get(kind, 0) + 1
+        out: dict[str, object] = {
+            "records": len(self._records),
+            "digest": self.digest(),
+            "kinds": dict(sorted(kinds.items())),
+        }
+        if self.ties is not None:
+            out["events"] = self.ties.events
+            out["ties"] = self.ties.ties
+            out["ties_across_shards"] = self.ties.across_shards
+        return out
 
     def filter(self, kinds: Iterable[str] | None = None, who: str | None = None) -> Trace:
         """Return the records of the given kinds and/or actor, in their original order.
