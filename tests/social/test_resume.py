@@ -136,3 +136,54 @@ def test_checkpoints_every_t_units_of_virtual_time(tmp_path: Path) -> None:
     both = load_config(_config(tmp_path, "async_event"), [*base, "run.checkpoint_every_time=1"])
     with pytest.raises(ConfigError, match="both set"):
         run_society(both, out=tmp_path / "both")
+
+
+def _recorded_calls(run_dir: Path) -> int:
+    import sqlite3
+
+    with sqlite3.connect(run_dir / "llm_recordings.sqlite") as db:
+        return int(db.execute("SELECT COUNT(*) FROM completions").fetchone()[0])
+
+
+def _telemetry_totals(run_dir: Path) -> dict[str, int]:
+    import json
+
+    lines = [json.loads(line) for line in
+             (run_dir / "telemetry.jsonl").read_text().splitlines()]
+    return {key: sum(int(line[key]) for line in lines)
+            for key in ("llm_calls", "prompt_tokens", "completion_tokens", "failed")}
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("engine", ["round", "async_event"])
+def test_calls_and_tokens_are_counted_once_across_a_resume(tmp_path: Path, engine: str) -> None:
+    """The issue's overcount: summary.json, telemetry and the recordings agree, for the
+    whole run, whether it ran in one go or crashed and resumed."""
+    import json
+
+    config = _config(tmp_path, engine)
+    whole, cut = tmp_path / "whole", tmp_path / "cut"
+    assert _simulacra("run", str(config), "--out", str(whole), "--no-progress").returncode == 0
+    assert _simulacra("run", str(config), "sim.world.crash_at=3", "--out", str(cut),
+                      "--no-progress").returncode == 9
+    (cut / "config.yaml").write_text(
+        (cut / "config.yaml").read_text().replace("crash_at: 3", "crash_at: null"))
+    resumed = _simulacra("run", "--resume", str(cut), "--no-progress")
+    assert resumed.returncode == 0, resumed.stderr
+
+    for run_dir in (whole, cut):
+        llm = json.loads((run_dir / "summary.json").read_text())["llm"]
+        telemetry = _telemetry_totals(run_dir)
+        recorded = _recorded_calls(run_dir)
+        assert recorded > 0
+        assert llm["calls"] == telemetry["llm_calls"] == recorded, (run_dir.name, llm)
+        assert llm["prompt_tokens"] == telemetry["prompt_tokens"] > 0
+        assert llm["completion_tokens"] == telemetry["completion_tokens"] > 0
+    uncut = json.loads((whole / "summary.json").read_text())["llm"]
+    again = json.loads((cut / "summary.json").read_text())["llm"]
+    assert again["calls"] == uncut["calls"]
+    # Before and after the resume: the first session up to its checkpoint at step 2.
+    assert [s["from_step"] for s in again["sessions"]] == [0, 2]
+    assert sum(s["calls"] for s in again["sessions"]) == again["calls"]
+    assert 0 < again["sessions"][0]["calls"] < again["calls"]
+    assert f"{uncut['calls']} (" in resumed.stdout  # the resumed table has the calls row

@@ -124,8 +124,50 @@ def test_a_replay_of_a_tampered_run_names_the_first_difference(tmp_path: Path) -
     lines[3] = json.dumps(event)
     (folder / "action_events.jsonl").write_text("\n".join(lines) + "\n")
     (folder / "digest.txt").write_text("0" * 64 + "\n")
-    with pytest.raises(simulacra.DeterminismError, match="event 3: recorded"):
+    with pytest.raises(simulacra.DeterminismError, match=r"event 3 \(line 4 of action_events"):
         replay_run(folder)
+
+
+def _truncate(lines: list[str]) -> list[str]:
+    return lines[:-3]
+
+
+def _swap(lines: list[str]) -> list[str]:
+    return [lines[1], lines[0], *lines[2:]]
+
+
+def _edit_text(lines: list[str]) -> list[str]:
+    event = json.loads(lines[-1])
+    event["data"]["text"] = event["data"].get("text", "") + "!"
+    return [*lines[:-1], json.dumps(event, sort_keys=True, separators=(",", ":"))]
+
+
+def _cut_mid_line(lines: list[str]) -> list[str]:
+    return [*lines[:-1], lines[-1][:20]]
+
+
+@pytest.mark.parametrize("engine", ["round", "async_event"])
+@pytest.mark.parametrize("damage", [_truncate, _swap, _edit_text, _cut_mid_line])
+def test_a_replay_checks_every_event_of_the_log_not_only_the_digest(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], engine: str, damage: Any) -> None:
+    """The digest is untouched: only action_events.jsonl was cut, reordered or edited,
+    and the replay must say so (exit 1), naming the first event that differs."""
+    folder = tmp_path / "run"
+    run_society(_config("sim.agents=8", "sim.steps=3", f"sim.engine.step.built_in={engine}"),
+                out=folder)
+    log = folder / "action_events.jsonl"
+    assert main(["replay", str(folder), "--no-progress"]) == 0
+    lines = log.read_text().splitlines()
+    assert f"all {len(lines)} events of action_events.jsonl match" in capsys.readouterr().out
+    log.write_text("\n".join(damage(lines)) + "\n")
+
+    assert main(["replay", str(folder), "--no-progress"]) == 1
+    err = capsys.readouterr().err
+    assert "event log mismatch" in err
+    assert err.count("\n") == 1, err  # one line
+    with pytest.raises(simulacra.DeterminismError, match=r"but action_events\.jsonl does not"):
+        replay_run(folder)
+    assert not replay_run(folder, check=False).matches
 
 
 def test_a_replay_that_misses_the_recordings_names_the_call_site(tmp_path: Path) -> None:

@@ -39,13 +39,20 @@ def is_config_target(target: str) -> bool:
 
 
 class _Progress:
-    """A rich progress bar on stderr counting turns (or nothing, when disabled)."""
+    """A rich progress bar on stderr counting turns (or nothing, when disabled).
 
-    def __init__(self, enabled: bool, total: int, label: str) -> None:
+    The round engine has a known number of turns (agents x steps). The
+    event-driven engine does not (an agent may act several times in a window,
+    or not at all), so its bar counts windows of virtual time instead.
+    """
+
+    def __init__(self, enabled: bool, total: int, label: str, *, unit: str = "turns") -> None:
         self._bar: Any = None
         self._task: Any = None
         self._lock = threading.Lock()
         self._done = 0
+        #: "turns" counts turns; "steps" or "windows" counts steps (report.step + 1).
+        self._windows = unit != "turns"
         if not enabled:
             return
         try:
@@ -60,18 +67,20 @@ class _Progress:
         except ImportError:  # pragma: no cover (rich is a dependency)
             return
         self._bar = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                             TextColumn("turns"), TimeElapsedColumn(),
+                             TextColumn(unit),
+                             TimeElapsedColumn(),
                              console=Console(stderr=True), transient=False)
         self._task = self._bar.add_task(label, total=total)
 
     def turn(self) -> None:
-        if self._bar is not None:
+        if self._bar is not None and not self._windows:
             self._bar.advance(self._task)
 
     def step(self, report: Any) -> None:
         if self._bar is not None:
             with self._lock:
-                self._done += report.participants
+                self._done = report.step + 1 if self._windows else (
+                    self._done + report.participants)
             self._bar.update(self._task, completed=self._done,
                              description=f"step {report.step + 1}")
 
@@ -82,6 +91,13 @@ class _Progress:
             return
         with self._bar:
             yield
+
+
+def _progress(enabled: bool, config: Any, label: str) -> _Progress:
+    sim = config.sim
+    if sim.engine.step.built_in == "round":
+        return _Progress(enabled, sim.steps * sim.agents, label)
+    return _Progress(enabled, sim.steps, label, unit="windows")
 
 
 def _print_summary(title: str, rows: Mapping[str, Any], out: Any) -> None:
@@ -123,8 +139,7 @@ def run_config(target: str, overrides: Sequence[str], *, seed: int | None, out: 
 
     where = out or config.run.out or str(default_run_dir(config.name, config.seed))
     sim = config.sim
-    bar = _Progress(progress, sim.steps * sim.agents,
-                    f"{config.name}: {sim.agents} agents x {sim.steps} steps")
+    bar = _progress(progress, config, f"{config.name}: {sim.agents} agents x {sim.steps} steps")
     try:
         with bar.shown():
             run = simulacra.run_society(config, out=where, on_step=bar.step, on_turn=bar.turn)
@@ -132,15 +147,37 @@ def run_config(target: str, overrides: Sequence[str], *, seed: int | None, out: 
         raise usage_error(str(exc)) from None
     except simulacra.SimError as exc:
         return _failure(exc)
+    _print_summary(_title(config, run, resumed=False), _rows(config, run), sys.stdout)
+    return EXIT_OK
+
+
+def _title(config: Any, run: Any, *, resumed: bool) -> str:
+    sim = config.sim
+    how = "resumed, " if resumed else ""
+    return (f"{config.name}: {how}{sim.agents} agents, {run.result.steps} steps, "
+            f"{run.result.events} events ({sim.engine.step.built_in} engine, "
+            f"{sim.engine.mode}, seed {config.seed})")
+
+
+def _rows(config: Any, run: Any) -> dict[str, Any]:
+    """The summary table: the world's summary, then what the run cost, counted once."""
+    sim = config.sim
+    llm = run.llm
     rows = dict(run.summary)
-    rows["model calls"] = f"{run.llm.get('calls', 0)} ({sim.llm.provider}, {sim.llm.model})"
-    rows["wall clock"] = f"{run.result.wall_s:.2f} s ({sim.engine.mode}, " \
-                         f"concurrency {sim.engine.concurrency})"
+    rows["model calls"] = f"{llm.get('calls', 0)} ({sim.llm.provider}, {sim.llm.model})"
+    rows["tokens"] = (f"{llm.get('prompt_tokens', 0)} prompt, "
+                      f"{llm.get('completion_tokens', 0)} completion")
+    sessions = llm.get("sessions", [])
+    if len(sessions) > 1:
+        ends = [s["from_step"] for s in sessions[1:]] + [run.result.steps]
+        rows["sessions"] = "; ".join(
+            f"steps {s['from_step']}-{end}: {s['calls']} calls"
+            for s, end in zip(sessions, ends, strict=True))
+    rows["wall clock"] = (f"{run.result.wall_s:.2f} s ({sim.engine.mode}, "
+                          f"concurrency {sim.engine.concurrency})")
     rows["digest"] = run.digest
     rows["run directory"] = str(run.run_dir)
-    _print_summary(f"{config.name}: {sim.agents} agents, {run.result.steps} steps, "
-                   f"{run.result.events} events", rows, sys.stdout)
-    return EXIT_OK
+    return rows
 
 
 def resume_run(run_dir: str, *, progress: bool) -> int:
@@ -150,7 +187,7 @@ def resume_run(run_dir: str, *, progress: bool) -> int:
     try:
         config = simulacra.load_config(str(Path(run_dir) / "config.yaml"))
         sim = config.sim
-        bar = _Progress(progress, sim.steps * sim.agents, f"resume {Path(run_dir).name}")
+        bar = _Progress(progress, sim.steps, f"resume {Path(run_dir).name}", unit="steps")
         with bar.shown():
             run = simulacra.resume_society(run_dir, on_step=bar.step, on_turn=bar.turn)
     except simulacra.ConfigError as exc:
@@ -158,11 +195,7 @@ def resume_run(run_dir: str, *, progress: bool) -> int:
         return EXIT_USAGE
     except simulacra.SimError as exc:
         return _failure(exc)
-    rows = dict(run.summary)
-    rows["digest"] = run.digest
-    rows["run directory"] = str(run.run_dir)
-    _print_summary(f"{config.name}: resumed, {run.result.steps} steps, {run.result.events} "
-                   "events", rows, sys.stdout)
+    _print_summary(_title(config, run, resumed=True), _rows(config, run), sys.stdout)
     return EXIT_OK
 
 
@@ -172,8 +205,8 @@ def _cmd_replay(args: argparse.Namespace) -> int:
     run_dir = Path(args.run_dir)
     try:
         summary = simulacra.RunDirectory(run_dir).read_summary()
-        steps, agents = int(summary.get("steps", 0)), int(summary.get("agents", 0))
-        bar = _Progress(not args.no_progress, steps * agents, f"replay {run_dir.name}")
+        steps = int(summary.get("steps", 0))
+        bar = _Progress(not args.no_progress, steps, f"replay {run_dir.name}", unit="steps")
         with bar.shown():
             report = simulacra.replay_run(run_dir, overrides=tuple(args.overrides), out=args.out,
                                           on_step=bar.step, on_turn=bar.turn, check=False)
@@ -185,11 +218,15 @@ def _cmd_replay(args: argparse.Namespace) -> int:
     print(f"replayed {run_dir}: {report.calls_served} completions served from the recordings, "
           f"{report.model_calls} model calls")
     if not report.matches:
-        print(f"error: digest mismatch: the run ended with {report.expected}, the replay with "
-              f"{report.digest}; first difference: {report.divergence or 'in the final state'}",
-              file=sys.stderr)
+        if report.digest != report.expected:
+            print(f"error: digest mismatch: the run ended with {report.expected}, the replay "
+                  f"with {report.digest}; first difference: "
+                  f"{report.divergence or 'in the final state'}", file=sys.stderr)
+        else:
+            print(f"error: event log mismatch: {report.divergence}", file=sys.stderr)
         return EXIT_FAILED
-    print(f"digest matches: {report.digest}")
+    print(f"digest matches: {report.digest}; all {report.events} events of "
+          "action_events.jsonl match")
     return EXIT_OK
 
 

@@ -188,6 +188,8 @@ class _TurnModel:
         self.duration += engine._latency.duration(request, completion, rng)
         with engine._lock:
             engine._calls += 1
+            engine._prompt_tokens += completion.prompt_tokens
+            engine._completion_tokens += completion.completion_tokens
         return completion
 
     def complete(self, request: CompletionRequest, *, site: CallSite | None = None) -> Completion:
@@ -352,6 +354,8 @@ class EventEngine:
                     agent.bind(turn_model)
         self._lock = threading.Lock()
         self._calls = 0
+        self._prompt_tokens = 0
+        self._completion_tokens = 0
         # The queue: (time, tiebreak, kind, agent key, n, payload).
         self._queue: list[tuple[float, int, int, str, int, Any]] = []
         #: Wake-ups of agents that had used up max_turns, for the next run().
@@ -818,6 +822,9 @@ class _Runner:
             if blocking is not None:  # a model call of a blocking agent: continue it
                 request, site, completion = outcome
                 if not isinstance(completion, BaseException):
+                    with engine._lock:
+                        engine._prompt_tokens += completion.prompt_tokens
+                        engine._completion_tokens += completion.completion_tokens
                     rng = engine._stream("latency", site.agent, site.n)
                     blocking.extra += engine._latency.duration(request, completion, rng)
                 self._step_blocking(agent_id, functools.partial(blocking.deliver, completion))
@@ -1007,27 +1014,33 @@ class EventSteps:
         from ._rounds import RoundResult, StepReport  # noqa: PLC0415  (sibling, no cycle)
 
         engine = self.engine
+        calls, wall_total = 0, 0.0
         for _ in range(steps):
             step = self.step
             self._events.clear()
-            before = (engine._turns, engine._failed, engine._calls)
+            before = (engine._turns, engine._failed, engine._calls, engine._prompt_tokens,
+                      engine._completion_tokens)
             start = _time.perf_counter()
             result = engine.run(max_turns=self.max_turns, until=(step + 1) * self.width)
             wall = _time.perf_counter() - start
-            self.wall += wall
-            self.calls += result.llm_calls
+            calls += result.llm_calls
+            wall_total += wall
             digest = result.events_digest
             self.step_digests.append(digest)
             self.step = step + 1
             if self.on_step is not None:
                 self.on_step(StepReport(
                     step, engine._turns - before[0], engine._failed - before[1],
-                    tuple(self._events), digest, wall, engine._calls - before[2], 0, 0,
+                    tuple(self._events), digest, wall, engine._calls - before[2],
+                    engine._prompt_tokens - before[3], engine._completion_tokens - before[4],
                     engine.world.probe(step)))
-        result = engine._result(self.wall, self.calls)
+        self.calls += calls
+        self.wall += wall_total
+        result = engine._result(wall_total, calls)
+        # Like RoundEngine.run: the calls and wall clock of *this* call, not running totals.
         return RoundResult(self.step, result.events, result.failed, tuple(self.step_digests),
                            result.world_digest, result.agents_digest, result.digest,
-                           self.calls, self.wall)
+                           calls, wall_total)
 
 
 def _step_factory(world: World, agents: list[Actor], *, model: LanguageModel | None,

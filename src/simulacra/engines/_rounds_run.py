@@ -33,7 +33,7 @@ from simulacra.rng import SeedTree, as_seed_tree
 
 from ._config import RunConfig, parse_config
 from ._rounds import RoundEngine, RoundResult, StepReport
-from ._rundir import RunDirectory
+from ._rundir import RunDirectory, event_line
 
 if TYPE_CHECKING:
     import os
@@ -346,29 +346,73 @@ def resume_society(run_dir: str | os.PathLike[str], *,
         step, positions, engine_state = state["step"], state["files"], state["engine"]
     except (KeyError, TypeError):
         raise CheckpointError(f"{files[-1]}: not a run checkpoint") from None
+    sessions = state.get("accounting") or []
     rundir = RunDirectory.reopen(run_dir, positions)
     return _execute(config, rundir, model, on_step, on_turn, fatal=(),
-                    resume=(step, engine_state))
+                    resume=(step, engine_state, sessions))
+
+
+@dataclass(slots=True)
+class _Tally:
+    """What a run has done and spent, step by step, summed from the steps' reports.
+
+    Counted once per step report, whichever engine made it, so a chunk of
+    steps is never added twice; a checkpoint stores it, so that a resumed run
+    counts what came before the resume too.
+    """
+
+    turns: int = 0
+    failed: int = 0
+    calls: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    wall_s: float = 0.0
+
+    def add(self, report: StepReport) -> None:
+        self.turns += report.participants
+        self.failed += report.failed
+        self.calls += report.llm_calls
+        self.prompt_tokens += report.prompt_tokens
+        self.completion_tokens += report.completion_tokens
+        self.wall_s += report.wall_s
+
+    def to_json(self) -> dict[str, Any]:
+        return {"turns": self.turns, "failed": self.failed, "calls": self.calls,
+                "prompt_tokens": self.prompt_tokens,
+                "completion_tokens": self.completion_tokens, "wall_s": round(self.wall_s, 6)}
+
+    @classmethod
+    def from_json(cls, data: object) -> _Tally:
+        if not isinstance(data, Mapping):
+            return cls()
+        return cls(int(data.get("turns", 0)), int(data.get("failed", 0)),
+                   int(data.get("calls", 0)), int(data.get("prompt_tokens", 0)),
+                   int(data.get("completion_tokens", 0)), float(data.get("wall_s", 0.0)))
 
 
 def _execute(config: RunConfig, rundir: RunDirectory | None, model: LanguageModel | None,
              on_step: Callable[[StepReport], None] | None, on_turn: Callable[[], None] | None,
              *, fatal: tuple[type[BaseException], ...],
-             resume: tuple[int, Any] | None) -> SocietyRun:
+             resume: tuple[int, Any, Any] | None) -> SocietyRun:
     from simulacra.llm import RecordingModel, RecordingStore  # noqa: PLC0415  (lazy)
 
     factory = _step_engine(config.sim.engine.step.built_in)
     store = None
     inner: LanguageModel | None = None
+    recording: RecordingModel | None = None
+    #: This session's counts, and those of the sessions before the resume.
+    tally = _Tally()
+    before: list[dict[str, Any]] = [] if resume is None else list(resume[2])
     try:
         world, agents = build_society(config)
         inner = build_model(config) if model is None else model
         used: LanguageModel = inner
         if rundir is not None and config.run.record:
             store = RecordingStore(rundir.file("recordings"))
-            used = RecordingModel(inner, store, reuse=resume is not None)
+            used = recording = RecordingModel(inner, store, reuse=resume is not None)
 
         def step_done(report: StepReport) -> None:
+            tally.add(report)
             if rundir is not None:
                 rundir.on_step(report)
             if on_step is not None:
@@ -378,12 +422,37 @@ def _execute(config: RunConfig, rundir: RunDirectory | None, model: LanguageMode
                          config=config, on_step=step_done, on_turn=on_turn, fatal=fatal)
         first = 0
         if resume is not None:
-            first, engine_state = resume
+            first, engine_state, _ = resume
             engine.restore(engine_state)
-        result = _drive(engine, config, rundir, agents, first)
+        result = _drive(engine, config, rundir, agents, first,
+                        accounting=lambda step: [*before,
+                                                 {"from_step": first, **tally.to_json()}])
         summary = world.summary()
-        llm = {"provider": config.sim.llm.provider, "model": config.sim.llm.model,
-               "calls": result.llm_calls, **_usage(inner)}
+        sessions = [*before, {"from_step": first, **tally.to_json()}]
+        whole = _Tally()
+        for session in sessions:
+            part = _Tally.from_json(session)
+            whole.turns += part.turns
+            whole.failed += part.failed
+            whole.calls += part.calls
+            whole.prompt_tokens += part.prompt_tokens
+            whole.completion_tokens += part.completion_tokens
+            whole.wall_s += part.wall_s
+        result = dataclasses.replace(result, llm_calls=whole.calls, wall_s=whole.wall_s)
+        llm: dict[str, Any] = {
+               "provider": config.sim.llm.provider, "model": config.sim.llm.model,
+               "calls": whole.calls, "prompt_tokens": whole.prompt_tokens,
+               "completion_tokens": whole.completion_tokens,
+               "sessions": sessions}
+        usage = _usage(inner)
+        if usage:
+            # What the provider itself counted, this session (HTTP attempts, retries...).
+            llm["provider_usage"] = usage
+        if recording is not None:
+            # This session only: calls that reached the model (and were
+            # recorded), and calls a resumed run served from the recordings.
+            llm["recorded_this_session"] = recording.recorded
+            llm["served_from_recordings"] = recording.reused
         if rundir is not None:
             rundir.finish(result.digest, {
                 "name": config.name, "seed": config.seed, "digest": result.digest,
@@ -394,7 +463,8 @@ def _execute(config: RunConfig, rundir: RunDirectory | None, model: LanguageMode
                            "mode": config.sim.engine.mode,
                            "concurrency": config.sim.engine.concurrency},
                 "resumed_from_step": None if resume is None else first,
-                "llm": llm, "summary": summary, "wall_s": round(result.wall_s, 3)})
+                "turns": whole.turns, "llm": llm, "summary": summary,
+                "wall_s": round(whole.wall_s, 3)})
     finally:
         if rundir is not None:
             rundir.close()
@@ -436,8 +506,14 @@ def _checkpoint_steps(config: RunConfig) -> int | None:
 
 
 def _drive(engine: StepEngine, config: RunConfig, rundir: RunDirectory | None,
-           agents: list[Actor], first: int) -> RoundResult:
-    """Run steps *first* .. ``sim.steps``, writing a checkpoint every ``run.checkpoint_every``."""
+           agents: list[Actor], first: int, *,
+           accounting: Callable[[int], list[dict[str, Any]]]) -> RoundResult:
+    """Run steps *first* .. ``sim.steps``, writing a checkpoint every ``run.checkpoint_every``.
+
+    *accounting* gives, at a checkpoint, the counts of every session so far
+    (stored in the checkpoint, so a resumed run counts them). The result's
+    ``llm_calls`` and ``wall_s`` are this session's.
+    """
     from ._checkpoint import write_checkpoint  # noqa: PLC0415
 
     total = config.sim.steps
@@ -455,6 +531,7 @@ def _drive(engine: StepEngine, config: RunConfig, rundir: RunDirectory | None,
             write_checkpoint(rundir.checkpoints, step, config.sim.engine.step.built_in, {
                 "step": step, "files": rundir.positions(),
                 "engine": engine.state(),
+                "accounting": accounting(step),
                 "llm_position": {str(a.id): getattr(a, "calls", 0) for a in agents}})
     return dataclasses.replace(result, llm_calls=calls, wall_s=wall)
 
@@ -486,18 +563,34 @@ class ReplayReport:
     run: SocietyRun
 
     @property
+    def events(self) -> int:
+        """The events the replay made (and compared with the log)."""
+        return self.run.result.events
+
+    @property
     def matches(self) -> bool:
-        """Whether the replay's digest is the run's."""
-        return self.digest == self.expected
+        """Whether the replay is the run: the same digest, and every event of the log."""
+        return self.digest == self.expected and self.divergence is None
 
 
-def _divergence(recorded: list[ActionEvent], replayed: list[ActionEvent]) -> str | None:
+def _clip(text: str, limit: int = 300) -> str:
+    return text if len(text) <= limit else text[:limit] + f"... ({len(text)} characters)"
+
+
+def _divergence(recorded: list[str], replayed: list[str]) -> str | None:
+    """Where the replayed events first differ from the lines of ``action_events.jsonl``."""
     for i, (a, b) in enumerate(zip(recorded, replayed, strict=False)):
-        if a.to_json() != b.to_json():
-            return f"event {i}: recorded {a.to_json()} but replayed {b.to_json()}"
+        if a != b:
+            at = next((k for k, (x, y) in enumerate(zip(a, b, strict=False)) if x != y),
+                      min(len(a), len(b)))
+            if max(len(a), len(b)) > 240 and at > 80:  # show where they part
+                a, b = "..." + a[at - 60:], "..." + b[at - 60:]
+            return (f"event {i} (line {i + 1} of action_events.jsonl): the log has "
+                    f"{_clip(a)} but the replay made {_clip(b)}")
     if len(recorded) != len(replayed):
-        return (f"the run has {len(recorded)} events, the replay {len(replayed)} "
-                f"(equal up to event {min(len(recorded), len(replayed))})")
+        shorter = "log" if len(recorded) < len(replayed) else "replay"
+        return (f"the log has {len(recorded)} events, the replay {len(replayed)} (the "
+                f"{shorter} ends early; equal up to event {min(len(recorded), len(replayed))})")
     return None
 
 
@@ -506,7 +599,7 @@ def replay_run(run_dir: str | os.PathLike[str], *, overrides: tuple[str, ...] = 
                on_step: Callable[[StepReport], None] | None = None,
                on_turn: Callable[[], None] | None = None,
                check: bool = True) -> ReplayReport:
-    """Re-run a run directory from its recordings (no model calls) and compare digests.
+    """Re-run a run directory from its recordings (no model calls); compare digests and events.
 
     Args:
         run_dir: A finished run directory.
@@ -514,7 +607,8 @@ def replay_run(run_dir: str | os.PathLike[str], *, overrides: tuple[str, ...] = 
         out: Also write the replay as a run directory there.
         on_step: Called with each step's report.
         on_turn: Called after each turn.
-        check: Raise :class:`~simulacra.DeterminismError` when the digests differ.
+        check: Raise :class:`~simulacra.DeterminismError` when the digests differ
+            or an event of ``action_events.jsonl`` differs from the replay's.
 
     Raises:
         ConfigError: *run_dir* is not a finished run directory.
@@ -545,10 +639,20 @@ def replay_run(run_dir: str | os.PathLike[str], *, overrides: tuple[str, ...] = 
         run = run_society(config, out=out, model=model, on_step=collect, on_turn=on_turn,
                           fatal=(ReplayMiss,), write=out is not None)
         served = int(model.calls_served)
-    divergence = None if run.digest == expected else _divergence(rundir.read_events(), replayed)
+    # Every event, not only the digest: the log is what users read and analyse,
+    # and a log that was cut short or edited must not pass as the run's.
+    divergence = _divergence(rundir.read_event_lines(), [event_line(e) for e in replayed])
     report = ReplayReport(rundir.path, expected, run.digest, served, 0, divergence, run)
     if check and not report.matches:
         raise DeterminismError(
-            f"replay of {str(rundir.path)!r} does not match: the run's digest is {expected}, "
-            f"the replay's {run.digest}; first difference: {divergence or 'in the final state'}")
+            f"replay of {str(rundir.path)!r} does not match: {_mismatch(report)}")
     return report
+
+
+def _mismatch(report: ReplayReport) -> str:
+    """What differs between a run and its replay, in one sentence."""
+    if report.digest != report.expected:
+        return (f"the run's digest is {report.expected}, the replay's {report.digest}; first "
+                f"difference: {report.divergence or 'in the final state'}")
+    return (f"the digests match ({report.digest}) but action_events.jsonl does not: "
+            f"{report.divergence}")

@@ -59,6 +59,11 @@ def default_run_dir(name: str, seed: int | str, root: str | os.PathLike[str] = "
     return path
 
 
+def event_line(event: ActionEvent) -> str:
+    """The line of ``action_events.jsonl`` that holds *event* (without its line end)."""
+    return _dumps(event.to_json())
+
+
 def _dumps(obj: object) -> str:
     return json.dumps(obj, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
 
@@ -118,7 +123,7 @@ class RunDirectory:
         events, telemetry = self._events, self._telemetry
         if events is None or telemetry is None:
             raise ConfigError(f"run directory {str(self.path)!r} is not open for writing")
-        events.write("".join(_dumps(e.to_json()) + "\n" for e in report.events))
+        events.write("".join(event_line(e) + "\n" for e in report.events))
         events.flush()
         telemetry.write(_dumps(report.telemetry()) + "\n")
         telemetry.flush()
@@ -224,6 +229,20 @@ class RunDirectory:
         """Every event of ``action_events.jsonl``, in order."""
         with self.file("events").open(encoding="utf-8") as file:
             return [ActionEvent.from_json(json.loads(line)) for line in file if line.strip()]
+
+    def read_event_lines(self) -> list[str]:
+        """The lines of ``action_events.jsonl`` as written (without line ends).
+
+        Raises:
+            ConfigError: The file is missing or not UTF-8.
+        """
+        where = self.file("events")
+        try:
+            return where.read_bytes().decode("utf-8").splitlines()
+        except FileNotFoundError:
+            raise ConfigError(f"{str(self.path)!r} has no {where.name}") from None
+        except UnicodeDecodeError as exc:
+            raise ConfigError(f"{where}: not UTF-8 text ({exc})") from None
 
     def read_summary(self) -> dict[str, Any]:
         """``summary.json`` as a dict (empty if the run did not finish)."""

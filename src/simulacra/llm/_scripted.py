@@ -510,7 +510,7 @@ def parse_social_action(text: str) -> dict[str, Any]:
         raise ConfigError(f"social reply must hold a JSON object, got {text[:120]!r}")
     try:
         data = json.loads(text[start : end + 1])
-    except json.JSONDecodeError as exc:
+    except (ValueError, RecursionError) as exc:  # JSONDecodeError, or nested too deep
         raise ConfigError(f"social reply is not valid JSON ({exc}): {text[:120]!r}") from None
     if not isinstance(data, dict):
         raise ConfigError(f"social reply must be a JSON object, got {data!r}")
@@ -522,8 +522,10 @@ def parse_social_action(text: str) -> dict[str, Any]:
         raise ConfigError(f"social reply text must be a str, got {body!r}")
     target = data.get("target")
     if target is not None and (isinstance(target, bool) or not isinstance(target, int)):
-        if isinstance(target, str) and target.lstrip("#").isdigit():
-            target = int(target.lstrip("#"))
+        digits = target.lstrip("#") if isinstance(target, str) else ""
+        # ASCII digits only: str.isdigit() also accepts "²" or "٣", which int() refuses.
+        if digits.isascii() and digits.isdigit():
+            target = int(digits)
         else:
             raise ConfigError(f"social reply target must be an int or null, got {target!r}")
     if action in ("reply", "like") and target is None:
