@@ -53,6 +53,7 @@ from .errors import PartitionError as PartitionError
 from .errors import ProcessError as ProcessError
 from .errors import ProviderError as ProviderError
 from .errors import ProviderTimeout as ProviderTimeout
+from .errors import ProviderUnavailable as ProviderUnavailable
 from .errors import RateLimited as RateLimited
 from .errors import RecordingError as RecordingError
 from .errors import RemoteError as RemoteError
@@ -124,6 +125,7 @@ if TYPE_CHECKING:  # the type checker sees every name; at run time they load laz
     from .engines import get_backend as get_backend
     from .engines import load_config as load_config
     from .engines import load_settings as load_settings
+    from .engines import preflight_provider as preflight_provider
     from .engines import replay_run as replay_run
     from .engines import resume_society as resume_society
     from .engines import run_pregel as run_pregel
@@ -236,11 +238,13 @@ __all__ = [
     "OffloadError", "OffloadTimeout",
     "AgentError", "AgentActionError", "UnknownRecipient", "ContextClosed",
     "AgentStateError", "ChannelClosed", "AgentTimeout", "CheckpointError",
-    "LLMError", "ProviderError", "RateLimited", "ProviderTimeout", "ReplayMiss", "RecordingError",
+    "LLMError", "ProviderError", "ProviderUnavailable", "RateLimited", "ProviderTimeout",
+    "ReplayMiss", "RecordingError",
     # LLM agent societies: worlds, observe/act agents, the round-based engine, runs
     "World", "LLMAgent", "ActionSpec", "ActionEvent", "RoundEngine", "RoundResult", "StepReport",
     "EventEngine", "EventResult", "WindowReport",
     "RunConfig", "load_config", "run_society", "resume_society", "replay_run", "SocietyRun",
+    "preflight_provider",
     "ReplayReport",
     "RunDirectory", "InvalidAction",
     "__version__",
@@ -267,6 +271,7 @@ _LAZY: dict[str, str] = {
     "load_config": ".engines",
     "replay_run": ".engines",
     "run_society": ".engines",
+    "preflight_provider": ".engines",
     "resume_society": ".engines",
     "Agent": ".agents",
     "AgentSpec": ".agents",

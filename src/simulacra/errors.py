@@ -46,7 +46,8 @@ catches ``ValueError`` or ``RuntimeError`` keeps working::
     ├── LLMError                   a language-model call or recording went wrong
     │   ├── ProviderError          a provider failed or did not answer (also RuntimeError)
     │   │   ├── RateLimited        HTTP 429 on every attempt
-    │   │   └── ProviderTimeout    every attempt timed out (also TimeoutError)
+    │   │   ├── ProviderTimeout    every attempt timed out (also TimeoutError)
+    │   │   └── ProviderUnavailable  the provider cannot serve the run: the run stops
     │   ├── ReplayMiss             strict replay: no recording for a call site (also LookupError)
     │   └── RecordingError         a recording store that cannot be used (also ValueError)
     ├── AgentStateError            AgentError: a pausable agent driven against its status
@@ -114,6 +115,7 @@ __all__ = [
     # language models
     "LLMError",
     "ProviderError",
+    "ProviderUnavailable",
     "RateLimited",
     "ProviderTimeout",
     "ReplayMiss",
@@ -394,6 +396,17 @@ class RateLimited(ProviderError):
 
 class ProviderTimeout(ProviderError, TimeoutError):
     """Every attempt of a call ran past the provider's timeout."""
+
+
+class ProviderUnavailable(ProviderError):
+    """The provider cannot serve this run at all, so the run stops instead of failing turns.
+
+    Raised by the preflight before step 0 (its package is not installed, the
+    server does not answer, refuses the credentials or does not serve the
+    model) and during a run when a call's error means every call would fail
+    (connection refused, HTTP 401, 403 or 404) or when
+    ``run.max_consecutive_provider_failures`` calls in a row failed.
+    """
 
 
 class ReplayMiss(LLMError, LookupError):

@@ -139,6 +139,12 @@ def run_config(target: str, overrides: Sequence[str], *, seed: int | None, out: 
 
     where = out or config.run.out or str(default_run_dir(config.name, config.seed))
     sim = config.sim
+    if config.run.preflight:
+        try:  # before the progress bar, the run directory or any model call
+            simulacra.preflight_provider(config)
+        except simulacra.ProviderUnavailable as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return EXIT_USAGE
     bar = _progress(progress, config, f"{config.name}: {sim.agents} agents x {sim.steps} steps")
     try:
         with bar.shown():
@@ -148,7 +154,20 @@ def run_config(target: str, overrides: Sequence[str], *, seed: int | None, out: 
     except simulacra.SimError as exc:
         return _failure(exc)
     _print_summary(_title(config, run, resumed=False), _rows(config, run), sys.stdout)
-    return EXIT_OK
+    return _judge(run)
+
+
+def _judge(run: Any) -> int:
+    """EXIT_FAILED (with one line saying why) when more turns failed than the run allows."""
+    failures = run.failures
+    if not run.too_many_failures:
+        return EXIT_OK
+    limit = run.config.run.max_failed_fraction
+    kinds = ", ".join(f"{kind} {count}" for kind, count in failures["by_kind"].items())
+    print(f"error: {failures['failed']} of {failures['turns']} turns failed "
+          f"({failures['fraction']:.0%}: {kinds}), more than run.max_failed_fraction="
+          f"{limit:g}; the run directory is complete: {run.run_dir}", file=sys.stderr)
+    return EXIT_FAILED
 
 
 def _title(config: Any, run: Any, *, resumed: bool) -> str:
@@ -164,6 +183,14 @@ def _rows(config: Any, run: Any) -> dict[str, Any]:
     sim = config.sim
     llm = run.llm
     rows = dict(run.summary)
+    failures = run.failures
+    if failures.get("failed"):
+        rows["failed turns"] = (f"{failures['failed']} of {failures['turns']} "
+                                f"({failures['fraction']:.1%})")
+        for kind, count in failures["by_kind"].items():
+            first = failures["first"][kind]
+            rows[f"  {kind}"] = (f"{count}; first: @{first['agent']} in step {first['step']}: "
+                                 f"{first['message']}")
     rows["model calls"] = f"{llm.get('calls', 0)} ({sim.llm.provider}, {sim.llm.model})"
     rows["tokens"] = (f"{llm.get('prompt_tokens', 0)} prompt, "
                       f"{llm.get('completion_tokens', 0)} completion")
@@ -196,7 +223,7 @@ def resume_run(run_dir: str, *, progress: bool) -> int:
     except simulacra.SimError as exc:
         return _failure(exc)
     _print_summary(_title(config, run, resumed=True), _rows(config, run), sys.stdout)
-    return EXIT_OK
+    return _judge(run)
 
 
 def _cmd_replay(args: argparse.Namespace) -> int:

@@ -68,6 +68,8 @@ from ._processes import PARTITIONS as PARTITIONS
 from ._processes import START_METHODS as START_METHODS
 from ._processes import ProcessPoolBackend as ProcessPoolBackend
 from ._processes import partition_ids as partition_ids
+from ._provider import ProviderGuard as ProviderGuard
+from ._provider import preflight as preflight_provider
 from ._registry import PLUGIN_BACKENDS as PLUGIN_BACKENDS
 from ._registry import RESERVED_BACKENDS as RESERVED_BACKENDS
 from ._registry import backend_names as backend_names
@@ -133,7 +135,8 @@ __all__ = [
     "BlockingAgent", "BlockingContext",
     "RoundEngine", "RoundResult", "StepReport", "MODES", "RESOLUTIONS", "ROUNDS_SCHEME",
     "RunConfig", "load_config", "parse_config", "apply_overrides", "DEFAULTS",
-    "run_society", "resume_society", "replay_run", "SocietyRun", "ReplayReport", "build_model",
+    "run_society", "resume_society", "replay_run", "preflight_provider", "ProviderGuard",
+    "SocietyRun", "ReplayReport", "build_model",
     "build_society",
     "load_factory", "register_step_engine", "step_engine_names", "StepEngine",
     "RunDirectory", "RUN_FILES", "default_run_dir",

@@ -66,7 +66,8 @@ DEFAULTS: Final[Mapping[str, Any]] = {
         },
     },
     "run": {"out": None, "record": True, "checkpoint_every": None,
-            "checkpoint_every_time": None},
+            "checkpoint_every_time": None, "max_consecutive_provider_failures": 3,
+            "max_failed_fraction": 0.5, "preflight": True},
 }
 
 
@@ -129,6 +130,13 @@ def _schema() -> Any:
         record: bool = True
         checkpoint_every: int | None = Field(default=None, ge=1)
         checkpoint_every_time: float | None = Field(default=None, gt=0.0)
+        #: Calls in a row whose retries were all used up, after which the
+        #: provider is taken to be unusable and the run stops (exit 1).
+        max_consecutive_provider_failures: int = Field(default=3, ge=1)
+        #: The largest fraction of failed turns a run may have and exit 0.
+        max_failed_fraction: float = Field(default=0.5, ge=0.0, le=1.0)
+        #: Check the provider (package, server, model) before step 0.
+        preflight: bool = True
 
     class Document(_Strict):
         name: str = "run"

@@ -28,10 +28,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, final
 
 from simulacra.agents import ActionEvent, Actor, World
-from simulacra.errors import BackendUnavailable, ConfigError, DeterminismError
+from simulacra.errors import BackendUnavailable, ConfigError, DeterminismError, ProviderUnavailable
 from simulacra.rng import SeedTree, as_seed_tree
 
 from ._config import RunConfig, parse_config
+from ._provider import ProviderGuard, preflight
 from ._rounds import RoundEngine, RoundResult, StepReport
 from ._rundir import RunDirectory, event_line
 
@@ -254,11 +255,40 @@ class SocietyRun:
     summary: Mapping[str, Any]
     run_dir: Path | None = None
     llm: Mapping[str, Any] = field(default_factory=dict)
+    #: Failed turns: ``turns`` (all turns), ``failed``, ``fraction``, ``by_kind``
+    #: (error type -> count) and ``first`` (error type -> the first such event:
+    #: agent, step, time, message), over the whole run (resumes included).
+    failures: Mapping[str, Any] = field(default_factory=dict)
 
     @property
     def digest(self) -> str:
         """The run's digest."""
         return self.result.digest
+
+    @property
+    def too_many_failures(self) -> bool:
+        """Whether more turns failed than ``run.max_failed_fraction`` allows."""
+        fraction = float(self.failures.get("fraction", 0.0))
+        return fraction > float(self.config.run.max_failed_fraction)
+
+
+def _failure_summary(events: Iterator[ActionEvent] | list[ActionEvent],
+                     turns: int) -> dict[str, Any]:
+    """Count the ``turn_failed`` events of a run by error type, keeping the first of each."""
+    by_kind: dict[str, int] = {}
+    first: dict[str, dict[str, Any]] = {}
+    for event in events:
+        if event.kind != "turn_failed":
+            continue
+        kind = str(event.data.get("error", "?"))
+        by_kind[kind] = by_kind.get(kind, 0) + 1
+        if kind not in first:
+            first[kind] = {"agent": event.agent, "step": event.step, "time": event.time,
+                           "message": event.data.get("message", "")}
+    failed = sum(by_kind.values())
+    return {"turns": turns, "failed": failed,
+            "fraction": round(failed / turns, 6) if turns else 0.0,
+            "by_kind": dict(sorted(by_kind.items())), "first": first}
 
 
 def _usage(model: object) -> dict[str, Any]:
@@ -300,6 +330,8 @@ def run_society(config: RunConfig | Mapping[str, Any], *,
         config = parse_config(config)
     _step_engine(config.sim.engine.step.built_in)  # fail before anything is written
     _checkpoint_steps(config)
+    if model is None and config.run.preflight:
+        preflight(config)  # before anything is written or spent
     target = out if out is not None else config.run.out if write else None
     rundir = RunDirectory.create(target, config.data) if target is not None else None
     return _execute(config, rundir, model, on_step, on_turn, fatal=fatal, resume=None)
@@ -339,6 +371,8 @@ def resume_society(run_dir: str | os.PathLike[str], *,
         raise CheckpointError(
             f"{str(probe.path)!r} has no checkpoint to resume from (run with "
             "run.checkpoint_every=N to write them)")
+    if model is None and config.run.preflight:
+        preflight(config)
     # The model's modules first: the checkpoint holds objects of its classes.
     load_factory(config.sim.world.factory)
     state = read_checkpoint(files[-1], config.sim.engine.step.built_in)
@@ -367,8 +401,10 @@ class _Tally:
     prompt_tokens: int = 0
     completion_tokens: int = 0
     wall_s: float = 0.0
+    steps: int = 0
 
     def add(self, report: StepReport) -> None:
+        self.steps += 1
         self.turns += report.participants
         self.failed += report.failed
         self.calls += report.llm_calls
@@ -403,16 +439,22 @@ def _execute(config: RunConfig, rundir: RunDirectory | None, model: LanguageMode
     #: This session's counts, and those of the sessions before the resume.
     tally = _Tally()
     before: list[dict[str, Any]] = [] if resume is None else list(resume[2])
+    session_events: list[ActionEvent] = []
+    fatal = (*fatal, ProviderUnavailable)
     try:
         world, agents = build_society(config)
         inner = build_model(config) if model is None else model
         used: LanguageModel = inner
+        if model is None:
+            used = ProviderGuard(inner, config.run.max_consecutive_provider_failures)
         if rundir is not None and config.run.record:
             store = RecordingStore(rundir.file("recordings"))
-            used = recording = RecordingModel(inner, store, reuse=resume is not None)
+            used = recording = RecordingModel(used, store, reuse=resume is not None)
 
         def step_done(report: StepReport) -> None:
             tally.add(report)
+            if rundir is None:
+                session_events.extend(e for e in report.events if e.kind == "turn_failed")
             if rundir is not None:
                 rundir.on_step(report)
             if on_step is not None:
@@ -424,9 +466,15 @@ def _execute(config: RunConfig, rundir: RunDirectory | None, model: LanguageMode
         if resume is not None:
             first, engine_state, _ = resume
             engine.restore(engine_state)
-        result = _drive(engine, config, rundir, agents, first,
-                        accounting=lambda step: [*before,
-                                                 {"from_step": first, **tally.to_json()}])
+        try:
+            result = _drive(engine, config, rundir, agents, first,
+                            accounting=lambda step: [*before,
+                                                     {"from_step": first, **tally.to_json()}])
+        except Exception as exc:
+            unusable = _find(exc, ProviderUnavailable)
+            if unusable is None:
+                raise
+            raise _stopped(unusable, config, rundir, first + tally.steps) from None
         summary = world.summary()
         sessions = [*before, {"from_step": first, **tally.to_json()}]
         whole = _Tally()
@@ -453,6 +501,8 @@ def _execute(config: RunConfig, rundir: RunDirectory | None, model: LanguageMode
             # recorded), and calls a resumed run served from the recordings.
             llm["recorded_this_session"] = recording.recorded
             llm["served_from_recordings"] = recording.reused
+        failures = _failure_summary(
+            rundir.iter_events() if rundir is not None else session_events, whole.turns)
         if rundir is not None:
             rundir.finish(result.digest, {
                 "name": config.name, "seed": config.seed, "digest": result.digest,
@@ -463,7 +513,7 @@ def _execute(config: RunConfig, rundir: RunDirectory | None, model: LanguageMode
                            "mode": config.sim.engine.mode,
                            "concurrency": config.sim.engine.concurrency},
                 "resumed_from_step": None if resume is None else first,
-                "turns": whole.turns, "llm": llm, "summary": summary,
+                "turns": whole.turns, "failures": failures, "llm": llm, "summary": summary,
                 "wall_s": round(whole.wall_s, 3)})
     finally:
         if rundir is not None:
@@ -475,7 +525,35 @@ def _execute(config: RunConfig, rundir: RunDirectory | None, model: LanguageMode
             if callable(close):
                 close()
     return SocietyRun(config, result, world, summary, None if rundir is None else rundir.path,
-                      llm)
+                      llm, failures)
+
+
+def _find(error: BaseException, kind: type[ProviderUnavailable]) -> ProviderUnavailable | None:
+    """*error* itself or the first of its causes that is a *kind*."""
+    seen: BaseException | None = error
+    while seen is not None:
+        if isinstance(seen, kind):
+            return seen
+        seen = seen.__cause__ or seen.__context__
+    return None
+
+
+def _stopped(error: ProviderUnavailable, config: RunConfig, rundir: RunDirectory | None,
+             steps: int) -> ProviderUnavailable:
+    """The error that stops a run whose provider became unusable: what, and how to go on."""
+    from ._checkpoint import checkpoint_files  # noqa: PLC0415
+
+    message = f"the run stopped in step {steps}: {error}"
+    if rundir is not None:
+        files = checkpoint_files(rundir.checkpoints)
+        if files:
+            step = int(files[-1].stem.rsplit("-", 1)[1])
+            message += (f"; `simulacra run --resume {rundir.path}` continues it from its "
+                        f"checkpoint of step {step}")
+        else:
+            message += ("; no checkpoint was written yet (run.checkpoint_every), so it "
+                        "cannot be resumed")
+    return ProviderUnavailable(message)
 
 
 def _checkpoint_steps(config: RunConfig) -> int | None:

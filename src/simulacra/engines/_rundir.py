@@ -24,7 +24,7 @@ from __future__ import annotations
 import json
 import os
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from types import TracebackType
 from typing import IO, Any, Final, final
@@ -229,6 +229,13 @@ class RunDirectory:
         """Every event of ``action_events.jsonl``, in order."""
         with self.file("events").open(encoding="utf-8") as file:
             return [ActionEvent.from_json(json.loads(line)) for line in file if line.strip()]
+
+    def iter_events(self) -> Iterator[ActionEvent]:
+        """The events of ``action_events.jsonl`` one by one (the file is read as it goes)."""
+        with self.file("events").open(encoding="utf-8") as file:
+            for line in file:
+                if line.strip():
+                    yield ActionEvent.from_json(json.loads(line))
 
     def read_event_lines(self) -> list[str]:
         """The lines of ``action_events.jsonl`` as written (without line ends).

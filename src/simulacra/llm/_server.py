@@ -59,10 +59,21 @@ class _Handler(BaseHTTPRequestHandler):
     server: _HTTPServer
 
     def do_POST(self) -> None:
+        if self._gone():
+            return
         self.server.owner._handle_post(self)
 
     def do_GET(self) -> None:
+        if self._gone():
+            return
         self.server.owner._handle_get(self)
+
+    def _gone(self) -> bool:
+        """A closed server is gone: a kept-alive connection is dropped, not answered."""
+        if self.server.owner._stopping.is_set():
+            self.close_connection = True
+            return True
+        return False
 
     def log_message(self, format: str, *args: Any) -> None:
         """Stay quiet: tests read the counters, not a log."""

@@ -1,0 +1,178 @@
+"""Failures that surface: a preflight before step 0, a run that stops when its provider is
+unusable, and a run with too many failed turns that exits 1 -- against the project's real
+OpenAI-compatible HTTP server on 127.0.0.1 (``ScriptedServer``), on both engines."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+import simulacra
+from simulacra.cli import main
+from simulacra.llm import ScriptedServer
+
+ROOT = Path(__file__).resolve().parents[2]
+CONFIG = ROOT / "examples" / "social" / "config.yaml"
+ENGINES = ["round", "async_event"]
+
+pytestmark = pytest.mark.timeout(120)
+
+
+def _closed_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def _args(base_url: str, out: Path, engine: str, *extra: str) -> list[str]:
+    return ["run", str(CONFIG), "--out", str(out), "--no-progress", "sim.agents=6",
+            "sim.steps=4", "sim.llm.provider=openai_compatible", f"sim.llm.base_url={base_url}",
+            "sim.llm.model=scripted", "sim.llm.max_retries=0", "sim.llm.timeout=5",
+            f"sim.engine.step.built_in={engine}", *extra]
+
+
+def test_without_httpx_the_preflight_names_the_extra(tmp_path: Path) -> None:
+    """The plain install has no httpx: exit 2 before any run directory is made."""
+    code = ("import sys; sys.modules['httpx'] = None\n"
+            "from simulacra.cli import main\n"
+            f"sys.exit(main({_args('http://127.0.0.1:9/v1', tmp_path / 'run', 'round')!r}))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=60, check=False,
+                          env={**os.environ, "PYTHONPATH": str(ROOT / "src")})
+    assert done.returncode == 2, done.stderr
+    assert "pip install 'simulacra[llm]'" in done.stderr
+    assert done.stderr.count("\n") == 1, done.stderr
+    assert "Traceback" not in done.stderr
+    assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_a_closed_port_fails_the_preflight_at_once(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], engine: str) -> None:
+    port = _closed_port()
+    start = time.perf_counter()
+    assert main(_args(f"http://127.0.0.1:{port}/v1", tmp_path / "run", engine)) == 2
+    assert time.perf_counter() - start < 5  # no retries, no turns
+    err = capsys.readouterr().err
+    assert f"127.0.0.1:{port}/v1/models" in err
+    assert "is the server running" in err
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_model_the_server_does_not_serve_fails_the_preflight(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    with ScriptedServer() as server:
+        args = [*_args(server.base_url, tmp_path / "run", "round"), "sim.llm.model=gpt-9"]
+        assert main(args) == 2
+        err = capsys.readouterr().err
+        assert "does not serve sim.llm.model='gpt-9'" in err
+        assert "'scripted'" in err
+        with pytest.raises(simulacra.ProviderUnavailable, match="gpt-9"):
+            simulacra.run_society(simulacra.load_config(CONFIG, args[5:]))
+        assert server.calls == 0  # nothing was spent
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_a_provider_that_keeps_failing_stops_the_run(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], engine: str) -> None:
+    """Every call fails with HTTP 500 after step 1: three in a row stop the run (exit 1,
+    one line, how to resume), instead of failing every remaining turn."""
+    with ScriptedServer() as server:
+        first = _args(server.base_url, tmp_path / "ok", engine, "sim.steps=1")
+        assert main(first) == 0
+        per_step = server.calls
+        assert per_step > 0
+        capsys.readouterr()
+        server.reset()
+        server.fail_next(10_000, 500)
+        args = _args(server.base_url, tmp_path / "run", engine, "run.checkpoint_every=1",
+                     "run.max_consecutive_provider_failures=3")
+        assert main(args) == 1
+        calls = server.calls
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1, err
+    assert "failed 3 calls in a row" in err
+    assert "run.max_consecutive_provider_failures=3" in err
+    assert calls < 3 + 64  # stopped: not every turn of every step was tried
+    assert not (tmp_path / "run" / "digest.txt").exists()
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_a_server_that_goes_away_stops_the_run_with_a_checkpoint_to_resume(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], engine: str) -> None:
+    server = ScriptedServer()
+    with server:
+        base = server.base_url
+        # Preflight and step 0 against the server, then it goes away.
+        stopper = {"steps": 0}
+
+        def stop_after_two(report: simulacra.StepReport) -> None:
+            stopper["steps"] += 1
+            if stopper["steps"] == 2:
+                server.close()
+
+        config = simulacra.load_config(CONFIG, _args(base, tmp_path / "x", engine,
+                                                     "run.checkpoint_every=1")[5:])
+        with pytest.raises(simulacra.ProviderUnavailable) as info:
+            simulacra.run_society(config, out=tmp_path / "run", on_step=stop_after_two)
+    message = str(info.value)
+    # Kept-alive connections are dropped first, then new ones are refused.
+    assert "cannot be reached" in message or "calls in a row" in message, message
+    assert "the run stopped in step 2" in message
+    assert f"simulacra run --resume {tmp_path / 'run'}" in message
+    assert "checkpoint of step 2" in message
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_isolated_failures_fail_their_turns_and_are_summarised(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], engine: str) -> None:
+    with ScriptedServer() as server:
+        server.fail_next(2, 503)  # two failures, then a success: no streak of 3
+        assert main(_args(server.base_url, tmp_path / "run", engine)) == 0
+    out = capsys.readouterr().out
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    failures = summary["failures"]
+    assert failures["failed"] == 2
+    assert failures["by_kind"] == {"ProviderError": 2}
+    assert "HTTP 503" in failures["first"]["ProviderError"]["message"]
+    assert "ProviderError" in out
+    assert "first: @" in out
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_too_many_failed_turns_exit_1_after_the_files_are_complete(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], engine: str) -> None:
+    with ScriptedServer() as server:
+        server.fail_next(10_000, 500)
+        args = _args(server.base_url, tmp_path / "run", engine,
+                     "run.max_consecutive_provider_failures=100000")
+        assert main(args) == 1
+    err = capsys.readouterr().err
+    assert "more than run.max_failed_fraction=0.5" in err
+    assert (tmp_path / "run" / "digest.txt").is_file()  # the files are complete
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert summary["failures"]["fraction"] == 1.0
+
+
+def test_a_refused_connection_makes_the_provider_unavailable_at_the_first_call() -> None:
+    from simulacra.engines import ProviderGuard
+    from simulacra.llm import CompletionRequest, OpenAICompatible
+
+    port = _closed_port()
+    model = OpenAICompatible(base_url=f"http://127.0.0.1:{port}/v1", model="m", max_retries=0)
+    guard = ProviderGuard(model, limit=100)
+    try:
+        with pytest.raises(simulacra.ProviderUnavailable, match="cannot be reached"):
+            guard.complete(CompletionRequest.chat("hi"))
+        # Once unusable, later calls fail at once, without a request.
+        with pytest.raises(simulacra.ProviderUnavailable):
+            guard.complete(CompletionRequest.chat("hi"))
+    finally:
+        guard.close()
