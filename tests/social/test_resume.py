@@ -187,3 +187,108 @@ def test_calls_and_tokens_are_counted_once_across_a_resume(tmp_path: Path, engin
     assert sum(s["calls"] for s in again["sessions"]) == again["calls"]
     assert 0 < again["sessions"][0]["calls"] < again["calls"]
     assert f"{uncut['calls']} (" in resumed.stdout  # the resumed table has the calls row
+
+
+LOOSE = HERE / "loose" / "bazaar.py"
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("engine", ["round", "async_event"])
+def test_a_world_file_outside_any_package_resumes_to_the_uncut_run(
+        tmp_path: Path, engine: str) -> None:
+    """The issue's loose world file: the resumed run must not execute it twice (which made
+    every turn fail with "returned Deed, not a Deed") and must end where an uncut run ends."""
+    assert not (LOOSE.parent / "__init__.py").exists()
+    config = tmp_path / "bazaar.yaml"
+    config.write_text(f"""
+name: bazaar-{engine}
+seed: 11
+sim:
+  steps: 6
+  agents: 7
+  world:
+    factory: {LOOSE}:build
+  engine:
+    step:
+      built_in: {engine}
+run:
+  checkpoint_every: 2
+""", encoding="utf-8")
+    whole, cut = tmp_path / "whole", tmp_path / "cut"
+    done = _simulacra("run", str(config), "--out", str(whole), "--no-progress")
+    assert done.returncode == 0, done.stderr
+    crashed = _simulacra("run", str(config), "sim.world.crash_at=3", "--out", str(cut),
+                         "--no-progress")
+    assert crashed.returncode == 9, crashed.stderr
+    (cut / "config.yaml").write_text(
+        (cut / "config.yaml").read_text().replace("crash_at: 3", "crash_at: null"))
+    resumed = _simulacra("run", "--resume", str(cut), "--no-progress")
+    assert resumed.returncode == 0, resumed.stderr
+    assert "turn_failed" not in (cut / "action_events.jsonl").read_text()
+    assert (cut / "digest.txt").read_text() == (whole / "digest.txt").read_text()
+    assert (cut / "action_events.jsonl").read_bytes() == \
+        (whole / "action_events.jsonl").read_bytes()
+
+
+def _crashed_at_five(tmp_path: Path) -> tuple[Path, Path]:
+    """An uncut run and a run killed after step 5, with checkpoints at steps 2 and 4."""
+    config = _config(tmp_path, "round")
+    whole, cut = tmp_path / "whole", tmp_path / "cut"
+    assert _simulacra("run", str(config), "--out", str(whole), "--no-progress").returncode == 0
+    assert _simulacra("run", str(config), "sim.world.crash_at=5", "--out", str(cut),
+                      "--no-progress").returncode == 9
+    (cut / "config.yaml").write_text(
+        (cut / "config.yaml").read_text().replace("crash_at: 5", "crash_at: null"))
+    assert sorted(p.name for p in (cut / "checkpoints").glob("*.ckpt")) == [
+        "checkpoint-000002.ckpt", "checkpoint-000004.ckpt"]
+    return whole, cut
+
+
+@pytest.mark.timeout(300)
+def test_resume_refuses_missing_or_short_recordings_unless_told_to_re_record(
+        tmp_path: Path) -> None:
+    import sqlite3
+
+    _, cut = _crashed_at_five(tmp_path)
+    recordings = cut / "llm_recordings.sqlite"
+    kept = recordings.read_bytes()
+    recordings.unlink()
+    before = {p.name: p.read_bytes() for p in cut.iterdir() if p.is_file()}
+    refused = _simulacra("run", "--resume", str(cut), "--no-progress")
+    assert refused.returncode == 1
+    assert "llm_recordings.sqlite is missing" in refused.stderr
+    assert "--re-record" in refused.stderr
+    assert {p.name: p.read_bytes() for p in cut.iterdir() if p.is_file()} == before
+
+    recordings.write_bytes(kept)
+    with sqlite3.connect(recordings) as db:  # lose one agent's calls
+        db.execute("DELETE FROM completions WHERE agent = (SELECT MIN(agent) FROM completions)")
+    short = _simulacra("run", "--resume", str(cut), "--no-progress")
+    assert short.returncode == 1
+    assert "does not match the checkpoint of step 4" in short.stderr
+
+    forced = _simulacra("run", "--resume", str(cut), "--re-record", "--no-progress")
+    assert forced.returncode == 0, forced.stderr
+    assert (cut / "digest.txt").is_file()
+
+
+@pytest.mark.timeout(300)
+def test_a_damaged_newest_checkpoint_names_the_newest_valid_one(tmp_path: Path) -> None:
+    whole, cut = _crashed_at_five(tmp_path)
+    newest = cut / "checkpoints" / "checkpoint-000004.ckpt"
+    data = bytearray(newest.read_bytes())
+    data[-3] ^= 0x55
+    newest.write_bytes(bytes(data))
+
+    refused = _simulacra("run", "--resume", str(cut), "--no-progress")
+    assert refused.returncode == 1
+    assert "corrupted or truncated checkpoint" in refused.stderr
+    assert f"--resume {cut} --from-checkpoint 2" in refused.stderr
+
+    resumed = _simulacra("run", "--resume", str(cut), "--from-checkpoint", "2", "--no-progress")
+    assert resumed.returncode == 0, resumed.stderr
+    assert (cut / "digest.txt").read_text() == (whole / "digest.txt").read_text()
+    assert (cut / "action_events.jsonl").read_bytes() == \
+        (whole / "action_events.jsonl").read_bytes()
+    assert (cut / "checkpoints" / "superseded" / "checkpoint-000004.ckpt").is_file()
+    assert _simulacra("run", "--resume", str(cut), "--from-checkpoint", "3").returncode != 0

@@ -144,6 +144,10 @@ def test_isolated_failures_fail_their_turns_and_are_summarised(
     assert "HTTP 503" in failures["first"]["ProviderError"]["message"]
     assert "ProviderError" in out
     assert "first: @" in out
+    # The failed calls were recorded with their error: the replay (no server now) fails
+    # them again at the same call sites, and matches the run event for event.
+    assert main(["replay", str(tmp_path / "run"), "--no-progress"]) == 0
+    assert "all " in capsys.readouterr().out
 
 
 @pytest.mark.parametrize("engine", ENGINES)

@@ -125,6 +125,12 @@ def _build_parser() -> argparse.ArgumentParser:
     run.add_argument("--resume", metavar="RUN_DIR",
                      help="continue an unfinished run directory from its last checkpoint "
                           "(written with run.checkpoint_every=N)")
+    run.add_argument("--from-checkpoint", type=int, metavar="STEP",
+                     help="with --resume: continue from the checkpoint of this step, not the "
+                          "newest")
+    run.add_argument("--re-record", action="store_true",
+                     help="with --resume: resume although the recordings are missing or short, "
+                          "calling the model again for those calls")
     run.add_argument("--no-progress", action="store_true",
                      help="with CONFIG.yaml: no progress bar")
     run.add_argument("--seed", type=int, metavar="N", help="pass seed=N to the model")
@@ -150,10 +156,16 @@ def _cmd_run(args: argparse.Namespace) -> int:
     import simulacra  # noqa: PLC0415  (layer 7 uses the front door, and only when needed)
 
     if args.resume is not None:
-        if args.target is not None or args.overrides or args.settings:
-            raise _UsageError("--resume RUN_DIR takes no TARGET or overrides: the run "
-                              "continues with the config stored in RUN_DIR")
-        return resume_run(args.resume, progress=not args.no_progress)
+        # argparse puts a first override in TARGET: `--resume DIR run.budget.cost=2`.
+        items = [*([args.target] if args.target is not None else []), *args.overrides]
+        if args.settings or any(not item.startswith("run.") for item in items):
+            raise _UsageError("--resume RUN_DIR takes no TARGET, and overrides of run.* "
+                              "settings only (run.budget.cost=...): the run continues with the "
+                              "simulation stored in RUN_DIR")
+        return resume_run(args.resume, progress=not args.no_progress, overrides=items,
+                          from_checkpoint=args.from_checkpoint, re_record=args.re_record)
+    if args.from_checkpoint is not None or args.re_record:
+        raise _UsageError("--from-checkpoint and --re-record go with --resume RUN_DIR")
     if args.target is None:
         print(args.usage, file=sys.stderr, end="")
         raise _UsageError("give a TARGET (a model file or CONFIG.yaml), or --resume RUN_DIR")

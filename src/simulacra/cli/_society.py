@@ -207,16 +207,25 @@ def _rows(config: Any, run: Any) -> dict[str, Any]:
     return rows
 
 
-def resume_run(run_dir: str, *, progress: bool) -> int:
+def resume_run(run_dir: str, *, progress: bool, overrides: Sequence[str] = (),
+               from_checkpoint: int | None = None, re_record: bool = False) -> int:
     """``simulacra run --resume RUN_DIR``: continue a run from its last checkpoint."""
     import simulacra  # noqa: PLC0415
 
     try:
-        config = simulacra.load_config(str(Path(run_dir) / "config.yaml"))
+        config = simulacra.load_config(str(Path(run_dir) / "config.yaml"), list(overrides))
         sim = config.sim
+        if config.run.preflight:
+            try:
+                simulacra.preflight_provider(config)
+            except simulacra.ProviderUnavailable as exc:
+                print(f"error: {exc}", file=sys.stderr)
+                return EXIT_USAGE
         bar = _Progress(progress, sim.steps, f"resume {Path(run_dir).name}", unit="steps")
         with bar.shown():
-            run = simulacra.resume_society(run_dir, on_step=bar.step, on_turn=bar.turn)
+            run = simulacra.resume_society(run_dir, on_step=bar.step, on_turn=bar.turn,
+                                           from_checkpoint=from_checkpoint,
+                                           re_record=re_record, overrides=tuple(overrides))
     except simulacra.ConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_USAGE

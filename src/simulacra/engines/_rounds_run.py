@@ -166,6 +166,12 @@ def _load_file(path: Path) -> Any:
         with _on_sys_path(folder.parent):
             return importlib.import_module(name)
     name = f"_simulacra_world_{path.stem}"
+    loaded = sys.modules.get(name)
+    if loaded is not None and Path(getattr(loaded, "__file__", "") or "").resolve() == \
+            path.resolve():
+        # Loaded once per process, like any import: executing the file again would
+        # make new classes, and a resumed checkpoint holds objects of the old ones.
+        return loaded
     spec = importlib.util.spec_from_file_location(name, path)
     if spec is None or spec.loader is None:  # pragma: no cover
         raise ConfigError(f"sim.world.factory: cannot load {str(path)!r} as Python")
@@ -340,7 +346,10 @@ def run_society(config: RunConfig | Mapping[str, Any], *,
 def resume_society(run_dir: str | os.PathLike[str], *,
                    model: LanguageModel | None = None,
                    on_step: Callable[[StepReport], None] | None = None,
-                   on_turn: Callable[[], None] | None = None) -> SocietyRun:
+                   on_turn: Callable[[], None] | None = None,
+                   from_checkpoint: int | None = None,
+                   re_record: bool = False,
+                   overrides: tuple[str, ...] = ()) -> SocietyRun:
     """Continue an unfinished run directory from its last checkpoint.
 
     The world, the agents and the engine are rebuilt from the stored config
@@ -350,19 +359,39 @@ def resume_society(run_dir: str | os.PathLike[str], *,
     recordings are served from them, so the resumed run ends with the digest
     an uninterrupted run would have.
 
+    Args:
+        run_dir: The unfinished run directory.
+        model: A model to use instead of the one the config names.
+        on_step: Also called with each step's report.
+        on_turn: Called after each turn.
+        from_checkpoint: Resume from the checkpoint of this step rather than
+            the newest (newer checkpoints are moved to ``checkpoints/superseded``).
+        re_record: Resume even though the recordings are missing or hold
+            fewer calls than the checkpoint counted: those calls are made
+            again, so the run will differ from an uninterrupted one.
+        overrides: Dotted overrides of ``run.*`` settings (budgets, limits);
+            the simulation itself cannot change on resume.
+
     Raises:
-        ConfigError: *run_dir* holds no run, or a finished one.
-        CheckpointError: It has no checkpoint, or its last checkpoint is of an
-            unknown format version, truncated, corrupted or of another engine.
-            Nothing in the run directory is changed then.
+        ConfigError: *run_dir* holds no run, or a finished one; an override
+            outside ``run.``.
+        CheckpointError: It has no checkpoint; the checkpoint is of an unknown
+            format version, truncated, corrupted or of another engine (the
+            message names the newest valid one, for ``from_checkpoint``); the
+            recordings are missing or do not match it. Nothing in the run
+            directory is changed then.
     """
     from simulacra.errors import CheckpointError  # noqa: PLC0415
 
-    from ._checkpoint import checkpoint_files, read_checkpoint  # noqa: PLC0415
+    from ._checkpoint import checkpoint_files  # noqa: PLC0415
 
     probe = RunDirectory(run_dir)
     data = probe.read_config()
-    config = parse_config(data, str(probe.file("config")))
+    outside = [item for item in overrides if not item.startswith("run.")]
+    if outside:
+        raise ConfigError(f"a resumed run continues the stored simulation: only run.* settings "
+                          f"can be overridden, got {outside[0]!r}")
+    config = parse_config(data, str(probe.file("config")), overrides)
     if probe.file("digest").exists():
         raise ConfigError(f"run directory {str(probe.path)!r} holds a finished run; "
                           "nothing to resume")
@@ -375,12 +404,21 @@ def resume_society(run_dir: str | os.PathLike[str], *,
         preflight(config)
     # The model's modules first: the checkpoint holds objects of its classes.
     load_factory(config.sim.world.factory)
-    state = read_checkpoint(files[-1], config.sim.engine.step.built_in)
+    engine_name = config.sim.engine.step.built_in
+    chosen, state = _pick_checkpoint(probe, files, engine_name, from_checkpoint)
     try:
         step, positions, engine_state = state["step"], state["files"], state["engine"]
     except (KeyError, TypeError):
-        raise CheckpointError(f"{files[-1]}: not a run checkpoint") from None
+        raise CheckpointError(f"{chosen}: not a run checkpoint") from None
+    if config.run.record and not re_record:
+        _check_recordings(probe, state.get("llm_position") or {}, step)
     sessions = state.get("accounting") or []
+    newer = [f for f in files if f.name > chosen.name]
+    if newer:  # resuming from an older checkpoint: keep the newer ones, out of the way
+        aside = probe.checkpoints / "superseded"
+        aside.mkdir(exist_ok=True)
+        for file in newer:
+            file.rename(aside / file.name)
     rundir = RunDirectory.reopen(run_dir, positions)
     return _execute(config, rundir, model, on_step, on_turn, fatal=(),
                     resume=(step, engine_state, sessions))
@@ -424,6 +462,68 @@ class _Tally:
         return cls(int(data.get("turns", 0)), int(data.get("failed", 0)),
                    int(data.get("calls", 0)), int(data.get("prompt_tokens", 0)),
                    int(data.get("completion_tokens", 0)), float(data.get("wall_s", 0.0)))
+
+
+def _step_of(path: Path) -> int:
+    return int(path.stem.rsplit("-", 1)[1])
+
+
+def _pick_checkpoint(probe: RunDirectory, files: list[Path], engine: str,
+                     wanted: int | None) -> tuple[Path, Any]:
+    """The checkpoint to resume from and its state: the newest, or the one of step *wanted*."""
+    from simulacra.errors import CheckpointError  # noqa: PLC0415
+
+    from ._checkpoint import read_checkpoint  # noqa: PLC0415
+
+    if wanted is not None:
+        match = [f for f in files if _step_of(f) == wanted]
+        if not match:
+            steps = ", ".join(str(_step_of(f)) for f in files)
+            raise CheckpointError(f"{str(probe.path)!r} has no checkpoint of step {wanted} "
+                                  f"(it has: {steps})")
+        return match[0], read_checkpoint(match[0], engine)
+    try:
+        return files[-1], read_checkpoint(files[-1], engine)
+    except CheckpointError as damaged:
+        for older in reversed(files[:-1]):
+            try:
+                read_checkpoint(older, engine)
+            except CheckpointError:
+                continue
+            raise CheckpointError(
+                f"{damaged}; the newest valid checkpoint is that of step {_step_of(older)}: "
+                f"`simulacra run --resume {probe.path} --from-checkpoint {_step_of(older)}` "
+                "continues from it") from None
+        raise
+
+
+def _check_recordings(probe: RunDirectory, position: Mapping[str, int], step: int) -> None:
+    """Refuse to resume when the recordings cannot serve the calls made before the checkpoint."""
+    from simulacra.errors import CheckpointError, RecordingError  # noqa: PLC0415
+    from simulacra.llm import RecordingStore  # noqa: PLC0415  (lazy)
+
+    where = probe.file("recordings")
+    made = sum(int(n) for n in position.values())
+    hint = ("; `--re-record` resumes anyway, calling the model again for those calls (the run "
+            "will then differ from an uninterrupted one)")
+    if not where.is_file():
+        if made == 0:
+            return
+        raise CheckpointError(
+            f"{where} is missing: the {made} model calls made before the checkpoint of step "
+            f"{step} cannot be served again{hint}")
+    try:
+        with RecordingStore(where, readonly=True) as store:
+            held = store.calls_per_agent()
+    except RecordingError as exc:
+        raise CheckpointError(f"{where} cannot be read ({exc}){hint}") from None
+    short = sorted((agent, held.get(agent, 0), int(n)) for agent, n in position.items()
+                   if held.get(agent, 0) < int(n))
+    if short:
+        agent, have, need = short[0]
+        raise CheckpointError(
+            f"{where} does not match the checkpoint of step {step}: it holds {have} of the "
+            f"{need} calls agent {agent!r} had made ({len(short)} agents short){hint}")
 
 
 def _execute(config: RunConfig, rundir: RunDirectory | None, model: LanguageModel | None,

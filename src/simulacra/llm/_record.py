@@ -17,7 +17,15 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from simulacra.errors import ConfigError, RecordingError, ReplayMiss
+from simulacra.errors import (
+    ConfigError,
+    ProviderError,
+    ProviderTimeout,
+    ProviderUnavailable,
+    RateLimited,
+    RecordingError,
+    ReplayMiss,
+)
 
 from ._types import CallSite, Completion, CompletionRequest, LanguageModel
 
@@ -40,7 +48,28 @@ CREATE TABLE IF NOT EXISTS completions (
 CREATE INDEX IF NOT EXISTS completions_by_site ON completions (agent, n);
 CREATE TABLE IF NOT EXISTS requests (request_key TEXT PRIMARY KEY, request TEXT NOT NULL)
     WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS failures (
+    request_key TEXT NOT NULL,
+    agent TEXT NOT NULL,
+    n INTEGER NOT NULL,
+    error TEXT NOT NULL,
+    message TEXT NOT NULL,
+    PRIMARY KEY (request_key, agent, n)
+) WITHOUT ROWID;
 """
+
+#: The provider errors a failed call is replayed as, by the name the store keeps.
+_REPLAYED_ERRORS: dict[str, type[ProviderError]] = {
+    "ProviderError": ProviderError, "RateLimited": RateLimited,
+    "ProviderTimeout": ProviderTimeout,
+}
+
+
+def _replayed(error: str, message: str) -> ProviderError:
+    """The recorded failure of a call, raised again: same type, same message."""
+    failure = _REPLAYED_ERRORS.get(error, ProviderError)(message)
+    failure.replayed = True  # type: ignore[attr-defined]
+    return failure
 
 
 def _site_columns(site: CallSite | None) -> tuple[str, int]:
@@ -168,6 +197,48 @@ class RecordingStore:
                         (key, request_text),
                     )
 
+    def put_failure(self, key: str, site: CallSite | None, error: BaseException) -> None:
+        """Store that the call ``(key, site)`` failed with *error* (its type name and message).
+
+        A resumed run and a replay raise the same error at the same call site,
+        so a run in which the provider failed some calls stays replayable.
+        """
+        if self.readonly:
+            raise RecordingError(f"recording store {self.path} is open read-only")
+        _check_key(key)
+        agent, n = _site_columns(site)
+        with self._lock:
+            if self._closed:
+                raise RecordingError(f"recording store {self.path} is closed")
+            with self._db:
+                self._db.execute(
+                    "INSERT OR REPLACE INTO failures (request_key, agent, n, error, message) "
+                    "VALUES (?, ?, ?, ?, ?)",
+                    (key, agent, n, type(error).__name__, str(error)),
+                )
+
+    def get_failure(self, key: str, site: CallSite | None) -> tuple[str, str] | None:
+        """The ``(error type name, message)`` recorded for ``(key, site)``, or ``None``."""
+        agent, n = _site_columns(site)
+        try:
+            rows = self._execute(
+                "SELECT error, message FROM failures WHERE request_key = ? AND agent = ? "
+                "AND n = ?", (_check_key(key), agent, n))
+        except sqlite3.OperationalError:  # a read-only store from before failures were kept
+            return None
+        return (str(rows[0][0]), str(rows[0][1])) if rows else None
+
+    def calls_per_agent(self) -> dict[str, int]:
+        """How many distinct calls (completions or failures) are recorded per agent."""
+        sql = ("SELECT agent, COUNT(DISTINCT n) FROM (SELECT agent, n FROM completions "
+               "UNION SELECT agent, n FROM failures) WHERE n >= 0 GROUP BY agent")
+        try:
+            rows = self._execute(sql)
+        except sqlite3.OperationalError:
+            rows = self._execute("SELECT agent, COUNT(DISTINCT n) FROM completions WHERE n >= 0 "
+                                 "GROUP BY agent")
+        return {str(agent): int(count) for agent, count in rows}
+
     def get(self, key: str, site: CallSite | None) -> Completion | None:
         """Return the completion stored under ``(key, site)``, or ``None``."""
         agent, n = _site_columns(site)
@@ -284,11 +355,27 @@ class RecordingModel:
     def _hit(self, request: CompletionRequest, site: CallSite | None) -> Completion | None:
         if not self.reuse:
             return None
-        found = self.store.get(request.key(), site)
+        key = request.key()
+        found = self.store.get(key, site)
+        if found is None:
+            failed = self.store.get_failure(key, site)
+            if failed is not None:
+                with self._lock:
+                    self._reused += 1
+                raise _replayed(*failed)
         if found is not None:
             with self._lock:
                 self._reused += 1
         return found
+
+    def _failed(self, request: CompletionRequest, site: CallSite | None,
+                error: ProviderError) -> None:
+        # A call that failed for good is part of the run: keep it, so that a
+        # resume or a replay fails it again at the same call site. A provider
+        # found unusable is not an answer to this call: the run stops, and a
+        # resume calls again.
+        if not isinstance(error, ProviderUnavailable):
+            self.store.put_failure(request.key(), site, error)
 
     def _record(
         self, request: CompletionRequest, site: CallSite | None, completion: Completion
@@ -303,7 +390,12 @@ class RecordingModel:
         found = self._hit(request, site)
         if found is not None:
             return found
-        return self._record(request, site, self.inner.complete(request, site=site))
+        try:
+            completion = self.inner.complete(request, site=site)
+        except ProviderError as exc:
+            self._failed(request, site, exc)
+            raise
+        return self._record(request, site, completion)
 
     async def acomplete(
         self, request: CompletionRequest, *, site: CallSite | None = None
@@ -312,7 +404,24 @@ class RecordingModel:
         found = self._hit(request, site)
         if found is not None:
             return found
-        return self._record(request, site, await self.inner.acomplete(request, site=site))
+        try:
+            completion = await self.inner.acomplete(request, site=site)
+        except ProviderError as exc:
+            self._failed(request, site, exc)
+            raise
+        return self._record(request, site, completion)
+
+    def close(self) -> None:
+        """Close the wrapped model (its connections); the store is closed by its owner."""
+        close = getattr(self.inner, "close", None)
+        if callable(close):
+            close()
+
+    async def aclose(self) -> None:
+        """Close the wrapped model's asyncio connections."""
+        aclose = getattr(self.inner, "aclose", None)
+        if callable(aclose):
+            await aclose()
 
 
 class ReplayModel:
@@ -360,6 +469,12 @@ class ReplayModel:
     def _lookup(self, request: CompletionRequest, site: CallSite | None) -> Completion | None:
         key = request.key()
         found = self.store.get(key, site)
+        if found is None:
+            failed = self.store.get_failure(key, site)
+            if failed is not None:  # the call failed in the run: it fails again, here
+                with self._lock:
+                    self._served += 1
+                raise _replayed(*failed)
         if found is None:
             with self._lock:
                 self._misses += 1
