@@ -60,6 +60,7 @@ from .errors import RemoteError as RemoteError
 from .errors import ReplayMiss as ReplayMiss
 from .errors import ReplicationFailed as ReplicationFailed
 from .errors import ResourceError as ResourceError
+from .errors import RunStopped as RunStopped
 from .errors import ScheduleError as ScheduleError
 from .errors import SelfInterrupt as SelfInterrupt
 from .errors import ShardCrashed as ShardCrashed
@@ -113,6 +114,7 @@ if TYPE_CHECKING:  # the type checker sees every name; at run time they load laz
     from .engines import RoundEngine as RoundEngine
     from .engines import RoundResult as RoundResult
     from .engines import RunConfig as RunConfig
+    from .engines import RunControl as RunControl
     from .engines import RunDirectory as RunDirectory
     from .engines import RunResult as RunResult
     from .engines import Settings as Settings
@@ -239,12 +241,12 @@ __all__ = [
     "AgentError", "AgentActionError", "UnknownRecipient", "ContextClosed",
     "AgentStateError", "ChannelClosed", "AgentTimeout", "CheckpointError",
     "LLMError", "ProviderError", "ProviderUnavailable", "RateLimited", "ProviderTimeout",
-    "ReplayMiss", "RecordingError",
+    "ReplayMiss", "RecordingError", "RunStopped",
     # LLM agent societies: worlds, observe/act agents, the round-based engine, runs
     "World", "LLMAgent", "ActionSpec", "ActionEvent", "RoundEngine", "RoundResult", "StepReport",
     "EventEngine", "EventResult", "WindowReport",
     "RunConfig", "load_config", "run_society", "resume_society", "replay_run", "SocietyRun",
-    "preflight_provider",
+    "preflight_provider", "RunControl",
     "ReplayReport",
     "RunDirectory", "InvalidAction",
     "__version__",
@@ -272,6 +274,7 @@ _LAZY: dict[str, str] = {
     "replay_run": ".engines",
     "run_society": ".engines",
     "preflight_provider": ".engines",
+    "RunControl": ".engines",
     "resume_society": ".engines",
     "Agent": ".agents",
     "AgentSpec": ".agents",

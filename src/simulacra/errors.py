@@ -54,6 +54,7 @@ catches ``ValueError`` or ``RuntimeError`` keeps working::
     ├── ChannelClosed              AgentError: a closed Channel sent to, or drained
     ├── AgentTimeout               AgentError: an async wait timed out (also TimeoutError)
     ├── CheckpointError            a checkpoint that cannot be read or resumed (also ValueError)
+    ├── RunStopped                 a society run stopped at a safe point: a signal or a budget
     └── Interrupt                  thrown into a process by Process.interrupt()
     KernelBug                      an invariant inside simulacra broke; please report it
 """
@@ -116,6 +117,7 @@ __all__ = [
     "LLMError",
     "ProviderError",
     "ProviderUnavailable",
+    "RunStopped",
     "RateLimited",
     "ProviderTimeout",
     "ReplayMiss",
@@ -460,6 +462,20 @@ class AgentTimeout(AgentError, TimeoutError):
 
 
 # -- checkpoints (layer 5) ---------------------------------------------------------
+
+
+class RunStopped(SimError):
+    """A run stopped early at a safe point (the end of a step), with a checkpoint to resume.
+
+    Raised by ``run_society`` when it was asked to stop (SIGINT, SIGTERM) or
+    when the next step would exceed ``run.budget``. The message says what was
+    spent and how to continue; :attr:`reason` is ``"signal"`` or ``"budget"``,
+    :attr:`step` the steps done, :attr:`run_dir` the run directory.
+    """
+
+    reason: str = "signal"
+    step: int = 0
+    run_dir: str | None = None
 
 
 class CheckpointError(SimError, ValueError):

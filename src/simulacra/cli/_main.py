@@ -145,7 +145,8 @@ def _build_parser() -> argparse.ArgumentParser:
             "(3, 0.5, true, null, [1, 2]) or else taken as a plain string; repeatable"
         ),
     )
-    run.add_argument("--json", action="store_true", help="print the KPIs as a JSON object")
+    run.add_argument("--json", action="store_true",
+                     help="print the KPIs (with CONFIG.yaml: the run's summary.json) as JSON")
     run.set_defaults(command_fn=_cmd_run, usage=run.format_usage())
     add_experiment_command(commands)
     add_replay_command(commands)
@@ -163,7 +164,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
                               "settings only (run.budget.cost=...): the run continues with the "
                               "simulation stored in RUN_DIR")
         return resume_run(args.resume, progress=not args.no_progress, overrides=items,
-                          from_checkpoint=args.from_checkpoint, re_record=args.re_record)
+                          from_checkpoint=args.from_checkpoint, re_record=args.re_record,
+                          as_json=args.json)
     if args.from_checkpoint is not None or args.re_record:
         raise _UsageError("--from-checkpoint and --re-record go with --resume RUN_DIR")
     if args.target is None:
@@ -174,7 +176,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
             raise _UsageError("--set is for model functions; give a run config dotted "
                               "overrides instead: simulacra run CONFIG.yaml sim.steps=20")
         return run_config(args.target, args.overrides, seed=args.seed, out=args.out,
-                          progress=not args.no_progress, usage_error=_UsageError)
+                          progress=not args.no_progress, usage_error=_UsageError,
+                          as_json=args.json)
     if args.overrides:
         raise _UsageError(f"unexpected arguments {args.overrides}: KEY=VALUE overrides are for "
                           "run configs (CONFIG.yaml); pass model parameters with --set KEY=VALUE")

@@ -7,9 +7,13 @@ with a summary table on stdout. ``replay`` re-runs a run directory from its
 recorded completions -- no model is called -- and checks that the digest is
 the one the run ended with.
 
-Exit status: 0 done (replay: the digests match); 1 the run failed or the
-replay does not match (the message says where); 2 a usage or config error
-(the message names the dotted field).
+Exit status: 0 done (replay: the run and its events match); 1 the run failed
+(its provider became unusable, or more than ``run.max_failed_fraction`` of its
+turns failed) or the replay does not match (the message says where); 2 a usage
+or config error (the message names the dotted field) or a failed preflight of
+the provider; 3 stopped by ``run.budget``, with a checkpoint; 130 stopped by
+SIGINT or SIGTERM (Ctrl-C), with a checkpoint. The message of 3 and 130 says
+how to continue: ``simulacra run --resume RUN_DIR``.
 
 Layer 7: uses the public front door ``simulacra`` only, imported lazily.
 """
@@ -18,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import signal
 import sys
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -29,6 +34,8 @@ __all__ = ["add_replay_command", "is_config_target", "run_config"]
 EXIT_OK = 0
 EXIT_FAILED = 1
 EXIT_USAGE = 2
+EXIT_BUDGET = 3
+EXIT_INTERRUPTED = 130
 
 CONFIG_SUFFIXES = (".yaml", ".yml")
 
@@ -123,8 +130,67 @@ def _failure(exc: BaseException) -> int:
     return EXIT_FAILED
 
 
+@contextlib.contextmanager
+def _stoppable(control: Any) -> Iterator[None]:
+    """SIGINT and SIGTERM stop the run at the end of the step; a second one stops it at once."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handler(signum: int, frame: Any) -> None:
+        name = signal.Signals(signum).name
+        if control.reason is not None:
+            raise KeyboardInterrupt(name)
+        control.request_stop(name)
+        print(f"\n{name}: stopping at the end of this step, with a checkpoint "
+              "(again to stop at once)", file=sys.stderr, flush=True)
+
+    previous = {number: signal.signal(number, handler)
+                for number in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for number, old in previous.items():
+            signal.signal(number, old)
+
+
+def _society(call: Callable[[Any], Any], where: str) -> Any:
+    """Run *call(control)* under the signal handlers; an int is an exit status to return."""
+    import simulacra  # noqa: PLC0415
+
+    control = simulacra.RunControl()
+    try:
+        with _stoppable(control):
+            return call(control)
+    except simulacra.RunStopped as exc:
+        print(f"{'budget' if exc.reason == 'budget' else 'interrupted'}: {exc}",
+              file=sys.stderr)
+        return EXIT_BUDGET if exc.reason == "budget" else EXIT_INTERRUPTED
+    except KeyboardInterrupt:
+        print(f"interrupted: stopped at once; `simulacra run --resume {where}` continues from "
+              "its last checkpoint", file=sys.stderr)
+        return EXIT_INTERRUPTED
+
+
+def _report(config: Any, run: Any, *, resumed: bool, as_json: bool) -> int:
+    if as_json:
+        import json  # noqa: PLC0415
+
+        path = Path(run.run_dir) / "summary.json" if run.run_dir is not None else None
+        if path is not None and path.is_file():
+            print(path.read_text(encoding="utf-8"), end="")
+        else:
+            print(json.dumps({"digest": run.digest, "llm": dict(run.llm),
+                              "failures": dict(run.failures), "summary": dict(run.summary)},
+                             indent=2, sort_keys=True, default=str))
+    else:
+        _print_summary(_title(config, run, resumed=resumed), _rows(config, run), sys.stdout)
+    return _judge(run)
+
+
 def run_config(target: str, overrides: Sequence[str], *, seed: int | None, out: str | None,
-               progress: bool, usage_error: Callable[[str], Exception]) -> int:
+               progress: bool, usage_error: Callable[[str], Exception],
+               as_json: bool = False) -> int:
     """``simulacra run CONFIG.yaml [overrides]``: run, write the run directory, print a summary."""
     import simulacra  # noqa: PLC0415  (layer 7 uses the front door, and only when needed)
 
@@ -146,15 +212,21 @@ def run_config(target: str, overrides: Sequence[str], *, seed: int | None, out: 
             print(f"error: {exc}", file=sys.stderr)
             return EXIT_USAGE
     bar = _progress(progress, config, f"{config.name}: {sim.agents} agents x {sim.steps} steps")
-    try:
+
+    def call(control: Any) -> Any:
         with bar.shown():
-            run = simulacra.run_society(config, out=where, on_step=bar.step, on_turn=bar.turn)
+            return simulacra.run_society(config, out=where, on_step=bar.step, on_turn=bar.turn,
+                                         control=control)
+
+    try:
+        run = _society(call, where)
     except simulacra.ConfigError as exc:
         raise usage_error(str(exc)) from None
     except simulacra.SimError as exc:
         return _failure(exc)
-    _print_summary(_title(config, run, resumed=False), _rows(config, run), sys.stdout)
-    return _judge(run)
+    if isinstance(run, int):
+        return run
+    return _report(config, run, resumed=False, as_json=as_json)
 
 
 def _judge(run: Any) -> int:
@@ -194,6 +266,11 @@ def _rows(config: Any, run: Any) -> dict[str, Any]:
     rows["model calls"] = f"{llm.get('calls', 0)} ({sim.llm.provider}, {sim.llm.model})"
     rows["tokens"] = (f"{llm.get('prompt_tokens', 0)} prompt, "
                       f"{llm.get('completion_tokens', 0)} completion")
+    if llm.get("cost"):
+        pricing = llm.get("pricing") or {}
+        rows["cost"] = (f"{llm['cost']:.4g} ({pricing.get('prompt_per_mtok', 0):g} / "
+                        f"{pricing.get('completion_per_mtok', 0):g} per million prompt / "
+                        "completion tokens)")
     sessions = llm.get("sessions", [])
     if len(sessions) > 1:
         ends = [s["from_step"] for s in sessions[1:]] + [run.result.steps]
@@ -208,7 +285,8 @@ def _rows(config: Any, run: Any) -> dict[str, Any]:
 
 
 def resume_run(run_dir: str, *, progress: bool, overrides: Sequence[str] = (),
-               from_checkpoint: int | None = None, re_record: bool = False) -> int:
+               from_checkpoint: int | None = None, re_record: bool = False,
+               as_json: bool = False) -> int:
     """``simulacra run --resume RUN_DIR``: continue a run from its last checkpoint."""
     import simulacra  # noqa: PLC0415
 
@@ -222,17 +300,23 @@ def resume_run(run_dir: str, *, progress: bool, overrides: Sequence[str] = (),
                 print(f"error: {exc}", file=sys.stderr)
                 return EXIT_USAGE
         bar = _Progress(progress, sim.steps, f"resume {Path(run_dir).name}", unit="steps")
-        with bar.shown():
-            run = simulacra.resume_society(run_dir, on_step=bar.step, on_turn=bar.turn,
-                                           from_checkpoint=from_checkpoint,
-                                           re_record=re_record, overrides=tuple(overrides))
+
+        def call(control: Any) -> Any:
+            with bar.shown():
+                return simulacra.resume_society(run_dir, on_step=bar.step, on_turn=bar.turn,
+                                                from_checkpoint=from_checkpoint,
+                                                re_record=re_record, overrides=tuple(overrides),
+                                                control=control)
+
+        run = _society(call, run_dir)
     except simulacra.ConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_USAGE
     except simulacra.SimError as exc:
         return _failure(exc)
-    _print_summary(_title(config, run, resumed=True), _rows(config, run), sys.stdout)
-    return _judge(run)
+    if isinstance(run, int):
+        return run
+    return _report(config, run, resumed=True, as_json=as_json)
 
 
 def _cmd_replay(args: argparse.Namespace) -> int:

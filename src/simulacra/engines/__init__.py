@@ -84,6 +84,7 @@ from ._rounds import RoundEngine as RoundEngine
 from ._rounds import RoundResult as RoundResult
 from ._rounds import StepReport as StepReport
 from ._rounds_run import ReplayReport as ReplayReport
+from ._rounds_run import RunControl as RunControl
 from ._rounds_run import SocietyRun as SocietyRun
 from ._rounds_run import StepEngine as StepEngine
 from ._rounds_run import build_model as build_model
@@ -136,7 +137,7 @@ __all__ = [
     "RoundEngine", "RoundResult", "StepReport", "MODES", "RESOLUTIONS", "ROUNDS_SCHEME",
     "RunConfig", "load_config", "parse_config", "apply_overrides", "DEFAULTS",
     "run_society", "resume_society", "replay_run", "preflight_provider", "ProviderGuard",
-    "SocietyRun", "ReplayReport", "build_model",
+    "SocietyRun", "ReplayReport", "RunControl", "build_model",
     "build_society",
     "load_factory", "register_step_engine", "step_engine_names", "StepEngine",
     "RunDirectory", "RUN_FILES", "default_run_dir",

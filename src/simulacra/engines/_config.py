@@ -63,11 +63,13 @@ DEFAULTS: Final[Mapping[str, Any]] = {
             "concurrency": 64,
             "latency": {"base": 0.2, "prefill_per_token": 0.0002, "decode_per_token": 0.02,
                         "noise_sigma": 0.1, "min_duration": 0.1},
+            "pricing": {"prompt_per_mtok": 0.0, "completion_per_mtok": 0.0},
         },
     },
     "run": {"out": None, "record": True, "checkpoint_every": None,
             "checkpoint_every_time": None, "max_consecutive_provider_failures": 3,
-            "max_failed_fraction": 0.5, "preflight": True},
+            "max_failed_fraction": 0.5, "preflight": True,
+            "budget": {"tokens": None, "cost": None}},
 }
 
 
@@ -101,6 +103,18 @@ def _schema() -> Any:
         noise_sigma: float = Field(default=0.1, ge=0.0)
         min_duration: float = Field(default=0.1, gt=0.0)
 
+    class Pricing(_Strict):
+        #: Money per million prompt tokens (any currency; 0: not priced).
+        prompt_per_mtok: float = Field(default=0.0, ge=0.0)
+        #: Money per million completion tokens.
+        completion_per_mtok: float = Field(default=0.0, ge=0.0)
+
+    class Budget(_Strict):
+        #: Stop before a step would take the run's tokens (prompt + completion) past this.
+        tokens: int | None = Field(default=None, ge=1)
+        #: Stop before a step would take the run's cost past this (see sim.llm.pricing).
+        cost: float | None = Field(default=None, gt=0.0)
+
     class LLM(_Strict):
         provider: Literal["scripted", "openai_compatible"] = "scripted"
         model: str = "scripted"
@@ -113,6 +127,7 @@ def _schema() -> Any:
         max_retries: int = Field(default=5, ge=0)
         concurrency: int = Field(default=64, ge=1)
         latency: Latency = Field(default_factory=Latency)
+        pricing: Pricing = Field(default_factory=Pricing)
 
     class World(BaseModel):
         model_config = ConfigDict(extra="allow", frozen=True)
@@ -137,6 +152,7 @@ def _schema() -> Any:
         max_failed_fraction: float = Field(default=0.5, ge=0.0, le=1.0)
         #: Check the provider (package, server, model) before step 0.
         preflight: bool = True
+        budget: Budget = Field(default_factory=Budget)
 
     class Document(_Strict):
         name: str = "run"

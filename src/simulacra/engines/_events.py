@@ -1009,8 +1009,12 @@ class EventSteps:
         self.step = state["step"]
         self.step_digests = list(state["step_digests"])
 
-    def run(self, steps: int) -> Any:
-        """Run *steps* more windows of virtual time; return a ``RoundResult``."""
+    def run(self, steps: int, *, pause: Callable[[], bool] | None = None) -> Any:
+        """Run *steps* more windows of virtual time; return a ``RoundResult``.
+
+        *pause* is called after each window; True returns after it (see
+        ``RoundEngine.run``).
+        """
         from ._rounds import RoundResult, StepReport  # noqa: PLC0415  (sibling, no cycle)
 
         engine = self.engine
@@ -1034,6 +1038,8 @@ class EventSteps:
                     tuple(self._events), digest, wall, engine._calls - before[2],
                     engine._prompt_tokens - before[3], engine._completion_tokens - before[4],
                     engine.world.probe(step)))
+            if pause is not None and pause():
+                break
         self.calls += calls
         self.wall += wall_total
         result = engine._result(wall_total, calls)

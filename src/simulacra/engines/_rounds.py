@@ -283,8 +283,12 @@ class RoundEngine:
 
     # -- running -------------------------------------------------------------------
 
-    def run(self, steps: int) -> RoundResult:
+    def run(self, steps: int, *, pause: Callable[[], bool] | None = None) -> RoundResult:
         """Run *steps* more steps and return the result so far.
+
+        *pause*, if given, is called after each step; when it returns True
+        the run returns after that step (a safe point: the caller may write a
+        checkpoint or stop), and ``result.steps`` says how far it got.
 
         Raises:
             AgentActionError: With ``fail_fast``, the first failed turn in
@@ -296,7 +300,7 @@ class RoundEngine:
         start = _time.perf_counter()
         calls0 = self._meter.calls if self._meter is not None else 0
         if self._mode == "asyncio":
-            asyncio.run(self._run_async(steps))
+            asyncio.run(self._run_async(steps, pause))
         else:
             if self._mode == "threads":
                 self._pool = cf.ThreadPoolExecutor(self._concurrency,
@@ -304,6 +308,8 @@ class RoundEngine:
             try:
                 for _ in range(steps):
                     self._one_step()
+                    if pause is not None and pause():
+                        break
             finally:
                 pool, self._pool = self._pool, None
                 if pool is not None:
@@ -466,8 +472,10 @@ class RoundEngine:
             failed += self._resolve(step, flow, batch, outcomes, events)
         self._end_step(step, sum(map(len, batches)), failed, events, start, tokens)
 
-    async def _run_async(self, steps: int) -> None:
-        for _ in range(steps):
+    async def _run_async(self, steps: int, pause: Callable[[], bool] | None) -> None:
+        for index in range(steps):
+            if index and pause is not None and pause():
+                break
             step, batches, start, tokens = self._begin_step()
             spec = ActionSpec(step, float(step))
             events: list[ActionEvent] = []

@@ -22,13 +22,21 @@ import importlib
 import importlib.util
 import inspect
 import sys
+import threading
+import time as _time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, final
 
 from simulacra.agents import ActionEvent, Actor, World
-from simulacra.errors import BackendUnavailable, ConfigError, DeterminismError, ProviderUnavailable
+from simulacra.errors import (
+    BackendUnavailable,
+    ConfigError,
+    DeterminismError,
+    ProviderUnavailable,
+    RunStopped,
+)
 from simulacra.rng import SeedTree, as_seed_tree
 
 from ._config import RunConfig, parse_config
@@ -39,7 +47,7 @@ from ._rundir import RunDirectory, event_line
 if TYPE_CHECKING:
     import os
 
-    from simulacra.llm import LanguageModel
+    from simulacra.llm import CallSite, Completion, CompletionRequest, LanguageModel
 
 __all__ = ["ReplayReport", "SocietyRun", "StepEngine", "build_model", "build_society",
            "load_factory", "register_step_engine", "replay_run", "resume_society",
@@ -49,8 +57,11 @@ __all__ = ["ReplayReport", "SocietyRun", "StepEngine", "build_model", "build_soc
 class StepEngine(Protocol):
     """What a step engine built from a config must do: run steps, give a result."""
 
-    def run(self, steps: int) -> RoundResult:
-        """Run *steps* steps; return the result so far."""
+    def run(self, steps: int, *, pause: Callable[[], bool] | None = None) -> RoundResult:
+        """Run *steps* steps; return the result so far.
+
+        *pause* is called after each step; True returns after that step.
+        """
         ...
 
     def state(self) -> dict[str, Any]:
@@ -310,7 +321,8 @@ def run_society(config: RunConfig | Mapping[str, Any], *,
                 on_step: Callable[[StepReport], None] | None = None,
                 on_turn: Callable[[], None] | None = None,
                 fatal: tuple[type[BaseException], ...] = (),
-                write: bool = True) -> SocietyRun:
+                write: bool = True,
+                control: RunControl | None = None) -> SocietyRun:
     """Run the society a config describes, optionally into a run directory.
 
     With ``run.checkpoint_every: N`` (and a run directory), a checkpoint is
@@ -326,6 +338,8 @@ def run_society(config: RunConfig | Mapping[str, Any], *,
         on_turn: Called after each turn (progress bars; thread-safe).
         fatal: Exception types that stop the run instead of failing one turn.
         write: ``False`` writes no run directory, whatever ``run.out`` says.
+        control: Lets another thread (a signal handler) stop the run at the
+            end of a step, with a checkpoint (see :class:`RunControl`).
 
     Raises:
         ConfigError: A bad config, world factory or run directory.
@@ -340,7 +354,8 @@ def run_society(config: RunConfig | Mapping[str, Any], *,
         preflight(config)  # before anything is written or spent
     target = out if out is not None else config.run.out if write else None
     rundir = RunDirectory.create(target, config.data) if target is not None else None
-    return _execute(config, rundir, model, on_step, on_turn, fatal=fatal, resume=None)
+    return _execute(config, rundir, model, on_step, on_turn, fatal=fatal, resume=None,
+                    control=control)
 
 
 def resume_society(run_dir: str | os.PathLike[str], *,
@@ -349,7 +364,8 @@ def resume_society(run_dir: str | os.PathLike[str], *,
                    on_turn: Callable[[], None] | None = None,
                    from_checkpoint: int | None = None,
                    re_record: bool = False,
-                   overrides: tuple[str, ...] = ()) -> SocietyRun:
+                   overrides: tuple[str, ...] = (),
+                   control: RunControl | None = None) -> SocietyRun:
     """Continue an unfinished run directory from its last checkpoint.
 
     The world, the agents and the engine are rebuilt from the stored config
@@ -371,6 +387,7 @@ def resume_society(run_dir: str | os.PathLike[str], *,
             again, so the run will differ from an uninterrupted one.
         overrides: Dotted overrides of ``run.*`` settings (budgets, limits);
             the simulation itself cannot change on resume.
+        control: Lets another thread stop the run at the end of a step.
 
     Raises:
         ConfigError: *run_dir* holds no run, or a finished one; an override
@@ -421,7 +438,7 @@ def resume_society(run_dir: str | os.PathLike[str], *,
             file.rename(aside / file.name)
     rundir = RunDirectory.reopen(run_dir, positions)
     return _execute(config, rundir, model, on_step, on_turn, fatal=(),
-                    resume=(step, engine_state, sessions))
+                    resume=(step, engine_state, sessions), control=control)
 
 
 @dataclass(slots=True)
@@ -439,9 +456,13 @@ class _Tally:
     prompt_tokens: int = 0
     completion_tokens: int = 0
     wall_s: float = 0.0
+    cost: float = 0.0
+    #: The most tokens and cost of one step (what the next step may cost).
+    max_step_tokens: int = 0
+    max_step_cost: float = 0.0
     steps: int = 0
 
-    def add(self, report: StepReport) -> None:
+    def add(self, report: StepReport, cost: float) -> None:
         self.steps += 1
         self.turns += report.participants
         self.failed += report.failed
@@ -449,19 +470,97 @@ class _Tally:
         self.prompt_tokens += report.prompt_tokens
         self.completion_tokens += report.completion_tokens
         self.wall_s += report.wall_s
+        self.cost += cost
+        self.max_step_tokens = max(self.max_step_tokens,
+                                   report.prompt_tokens + report.completion_tokens)
+        self.max_step_cost = max(self.max_step_cost, cost)
+
+    def merge(self, other: _Tally) -> None:
+        for name in ("turns", "failed", "calls", "prompt_tokens", "completion_tokens", "wall_s",
+                     "cost", "steps"):
+            setattr(self, name, getattr(self, name) + getattr(other, name))
+        self.max_step_tokens = max(self.max_step_tokens, other.max_step_tokens)
+        self.max_step_cost = max(self.max_step_cost, other.max_step_cost)
+
+    @property
+    def tokens(self) -> int:
+        return self.prompt_tokens + self.completion_tokens
 
     def to_json(self) -> dict[str, Any]:
-        return {"turns": self.turns, "failed": self.failed, "calls": self.calls,
-                "prompt_tokens": self.prompt_tokens,
-                "completion_tokens": self.completion_tokens, "wall_s": round(self.wall_s, 6)}
+        return {"steps": self.steps, "turns": self.turns, "failed": self.failed,
+                "calls": self.calls, "prompt_tokens": self.prompt_tokens,
+                "completion_tokens": self.completion_tokens, "cost": round(self.cost, 9),
+                "max_step_tokens": self.max_step_tokens,
+                "max_step_cost": round(self.max_step_cost, 9), "wall_s": round(self.wall_s, 6)}
 
     @classmethod
     def from_json(cls, data: object) -> _Tally:
         if not isinstance(data, Mapping):
             return cls()
-        return cls(int(data.get("turns", 0)), int(data.get("failed", 0)),
-                   int(data.get("calls", 0)), int(data.get("prompt_tokens", 0)),
-                   int(data.get("completion_tokens", 0)), float(data.get("wall_s", 0.0)))
+        out = cls()
+        for name in ("steps", "turns", "failed", "calls", "prompt_tokens", "completion_tokens",
+                     "max_step_tokens"):
+            setattr(out, name, int(data.get(name, 0)))
+        for name in ("cost", "max_step_cost", "wall_s"):
+            setattr(out, name, float(data.get(name, 0.0)))
+        return out
+
+
+def _price(config: RunConfig, prompt: int, completion: int) -> float:
+    """The cost of *prompt* and *completion* tokens at ``sim.llm.pricing``."""
+    pricing = config.sim.llm.pricing
+    return float(prompt * pricing.prompt_per_mtok + completion * pricing.completion_per_mtok) / 1e6
+
+
+class _AgentMeter:
+    """A model wrapper that counts calls and tokens per agent (thread-safe)."""
+
+    __slots__ = ("_lock", "inner", "per_agent")
+
+    def __init__(self, inner: LanguageModel) -> None:
+        self.inner = inner
+        self._lock = threading.Lock()
+        #: agent -> [calls, prompt tokens, completion tokens]
+        self.per_agent: dict[str, list[int]] = {}
+
+    def _count(self, site: CallSite | None, completion: Completion) -> Completion:
+        agent = "" if site is None else site.agent
+        with self._lock:
+            row = self.per_agent.setdefault(agent, [0, 0, 0])
+            row[0] += 1
+            row[1] += completion.prompt_tokens
+            row[2] += completion.completion_tokens
+        return completion
+
+    def complete(self, request: CompletionRequest, *, site: CallSite | None = None) -> Completion:
+        return self._count(site, self.inner.complete(request, site=site))
+
+    async def acomplete(self, request: CompletionRequest, *,
+                        site: CallSite | None = None) -> Completion:
+        return self._count(site, await self.inner.acomplete(request, site=site))
+
+    async def aclose(self) -> None:
+        aclose = getattr(self.inner, "aclose", None)
+        if callable(aclose):
+            await aclose()
+
+
+class RunControl:
+    """Asks a running society to stop at its next safe point (the end of a step).
+
+    ``simulacra run`` sets :meth:`request_stop` from its SIGINT and SIGTERM
+    handlers; a program may do the same from any thread.
+    """
+
+    __slots__ = ("reason",)
+
+    def __init__(self) -> None:
+        #: Why a stop was asked for ("SIGINT", "SIGTERM", ...), or None.
+        self.reason: str | None = None
+
+    def request_stop(self, reason: str = "stop requested") -> None:
+        """Stop after the step in progress: a checkpoint is written, then RunStopped raised."""
+        self.reason = reason
 
 
 def _step_of(path: Path) -> int:
@@ -529,7 +628,8 @@ def _check_recordings(probe: RunDirectory, position: Mapping[str, int], step: in
 def _execute(config: RunConfig, rundir: RunDirectory | None, model: LanguageModel | None,
              on_step: Callable[[StepReport], None] | None, on_turn: Callable[[], None] | None,
              *, fatal: tuple[type[BaseException], ...],
-             resume: tuple[int, Any, Any] | None) -> SocietyRun:
+             resume: tuple[int, Any, Any] | None,
+             control: RunControl | None = None) -> SocietyRun:
     from simulacra.llm import RecordingModel, RecordingStore  # noqa: PLC0415  (lazy)
 
     factory = _step_engine(config.sim.engine.step.built_in)
@@ -539,8 +639,17 @@ def _execute(config: RunConfig, rundir: RunDirectory | None, model: LanguageMode
     #: This session's counts, and those of the sessions before the resume.
     tally = _Tally()
     before: list[dict[str, Any]] = [] if resume is None else list(resume[2])
+    earlier = _Tally()
+    for session in before:
+        earlier.merge(_Tally.from_json(session))
     session_events: list[ActionEvent] = []
     fatal = (*fatal, ProviderUnavailable)
+    first = 0 if resume is None else int(resume[0])
+
+    def sessions() -> list[dict[str, Any]]:
+        meter_rows = {agent: list(row) for agent, row in sorted(meter.per_agent.items())}
+        return [*before, {"from_step": first, **tally.to_json(), "per_agent": meter_rows}]
+
     try:
         world, agents = build_society(config)
         inner = build_model(config) if model is None else model
@@ -550,48 +659,52 @@ def _execute(config: RunConfig, rundir: RunDirectory | None, model: LanguageMode
         if rundir is not None and config.run.record:
             store = RecordingStore(rundir.file("recordings"))
             used = recording = RecordingModel(used, store, reuse=resume is not None)
+        meter = _AgentMeter(used)
 
         def step_done(report: StepReport) -> None:
-            tally.add(report)
+            cost = _price(config, report.prompt_tokens, report.completion_tokens)
+            tally.add(report, cost)
             if rundir is None:
                 session_events.extend(e for e in report.events if e.kind == "turn_failed")
             if rundir is not None:
-                rundir.on_step(report)
+                rundir.on_step(report, {"cost": round(cost, 9)})
             if on_step is not None:
                 on_step(report)
 
-        engine = factory(world, agents, model=used, seed=as_seed_tree(config.seed).child("engine"),
+        engine = factory(world, agents, model=meter,
+                         seed=as_seed_tree(config.seed).child("engine"),
                          config=config, on_step=step_done, on_turn=on_turn, fatal=fatal)
-        first = 0
         if resume is not None:
-            first, engine_state, _ = resume
-            engine.restore(engine_state)
+            engine.restore(resume[1])
         try:
-            result = _drive(engine, config, rundir, agents, first,
-                            accounting=lambda step: [*before,
-                                                     {"from_step": first, **tally.to_json()}])
+            result = _drive(engine, config, rundir, agents, first, accounting=sessions,
+                            spent=lambda: _spent(earlier, tally), control=control)
         except Exception as exc:
             unusable = _find(exc, ProviderUnavailable)
             if unusable is None:
                 raise
             raise _stopped(unusable, config, rundir, first + tally.steps) from None
         summary = world.summary()
-        sessions = [*before, {"from_step": first, **tally.to_json()}]
-        whole = _Tally()
-        for session in sessions:
-            part = _Tally.from_json(session)
-            whole.turns += part.turns
-            whole.failed += part.failed
-            whole.calls += part.calls
-            whole.prompt_tokens += part.prompt_tokens
-            whole.completion_tokens += part.completion_tokens
-            whole.wall_s += part.wall_s
+        whole = _spent(earlier, tally)
         result = dataclasses.replace(result, llm_calls=whole.calls, wall_s=whole.wall_s)
+        per_agent: dict[str, list[float]] = {}
+        for session in sessions():
+            for agent, row in (session.get("per_agent") or {}).items():
+                total = per_agent.setdefault(agent, [0, 0, 0])
+                for i in range(3):
+                    total[i] += int(row[i])
         llm: dict[str, Any] = {
-               "provider": config.sim.llm.provider, "model": config.sim.llm.model,
-               "calls": whole.calls, "prompt_tokens": whole.prompt_tokens,
-               "completion_tokens": whole.completion_tokens,
-               "sessions": sessions}
+            "provider": config.sim.llm.provider, "model": config.sim.llm.model,
+            "calls": whole.calls, "prompt_tokens": whole.prompt_tokens,
+            "completion_tokens": whole.completion_tokens, "tokens": whole.tokens,
+            "cost": round(whole.cost, 9),
+            "pricing": dict(config.data["sim"]["llm"].get("pricing") or {}),
+            "per_agent": {agent: {"calls": int(row[0]), "prompt_tokens": int(row[1]),
+                                  "completion_tokens": int(row[2]),
+                                  "cost": round(_price(config, int(row[1]), int(row[2])), 9)}
+                          for agent, row in sorted(per_agent.items())},
+            "sessions": [{k: v for k, v in session.items() if k != "per_agent"}
+                         for session in sessions()]}
         usage = _usage(inner)
         if usage:
             # What the provider itself counted, this session (HTTP attempts, retries...).
@@ -626,6 +739,13 @@ def _execute(config: RunConfig, rundir: RunDirectory | None, model: LanguageMode
                 close()
     return SocietyRun(config, result, world, summary, None if rundir is None else rundir.path,
                       llm, failures)
+
+
+def _spent(earlier: _Tally, session: _Tally) -> _Tally:
+    whole = _Tally()
+    whole.merge(earlier)
+    whole.merge(session)
+    return whole
 
 
 def _find(error: BaseException, kind: type[ProviderUnavailable]) -> ProviderUnavailable | None:
@@ -683,35 +803,115 @@ def _checkpoint_steps(config: RunConfig) -> int | None:
     return round(steps)
 
 
+#: The share of run time that checkpoints may take when ``run.checkpoint_every`` is unset.
+CHECKPOINT_SHARE = 0.04
+#: No automatic checkpoint before a run has taken this many wall-clock seconds.
+CHECKPOINT_FIRST_S = 2.0
+
+
+def _over_budget(config: RunConfig, spent: _Tally) -> str | None:
+    """Why the next step would exceed ``run.budget``, or None."""
+    budget = config.run.budget
+    if budget.tokens is not None and spent.tokens + spent.max_step_tokens > budget.tokens:
+        return (f"the next step would exceed run.budget.tokens={budget.tokens}: "
+                f"{spent.tokens} tokens spent, a step takes up to {spent.max_step_tokens}")
+    if budget.cost is not None and spent.cost + spent.max_step_cost > budget.cost:
+        return (f"the next step would exceed run.budget.cost={budget.cost:g}: "
+                f"{spent.cost:.6g} spent, a step costs up to {spent.max_step_cost:.6g}")
+    return None
+
+
 def _drive(engine: StepEngine, config: RunConfig, rundir: RunDirectory | None,
            agents: list[Actor], first: int, *,
-           accounting: Callable[[int], list[dict[str, Any]]]) -> RoundResult:
-    """Run steps *first* .. ``sim.steps``, writing a checkpoint every ``run.checkpoint_every``.
+           accounting: Callable[[], list[dict[str, Any]]],
+           spent: Callable[[], _Tally],
+           control: RunControl | None) -> RoundResult:
+    """Run steps *first* .. ``sim.steps``, with checkpoints, budgets and stop requests.
 
-    *accounting* gives, at a checkpoint, the counts of every session so far
-    (stored in the checkpoint, so a resumed run counts them). The result's
-    ``llm_calls`` and ``wall_s`` are this session's.
+    Checkpoints are written every ``run.checkpoint_every`` steps when that is
+    set, else automatically: after the run has taken ``CHECKPOINT_FIRST_S``
+    seconds, and then whenever the time since the last checkpoint is large
+    enough that checkpoints take at most ``CHECKPOINT_SHARE`` of the run. At
+    the end of every step (a safe point) the run stops, with a checkpoint,
+    when *control* asks it to or the next step would exceed ``run.budget``:
+    :class:`~simulacra.RunStopped`. *accounting* gives the counts of every
+    session so far (stored in the checkpoint, so a resumed run counts them);
+    *spent* the whole run's. The result's ``llm_calls`` and ``wall_s`` are
+    this session's.
     """
     from ._checkpoint import write_checkpoint  # noqa: PLC0415
 
     total = config.sim.steps
     every = _checkpoint_steps(config) if rundir is not None else None
+    automatic = rundir is not None and every is None
+    engine_name = config.sim.engine.step.built_in
+    clock = _time.perf_counter
+    since = clock()
+    cost = 0.0  # of the last checkpoint
+    written: set[int] = set()
+
+    def checkpoint(step: int) -> None:
+        nonlocal since, cost
+        if rundir is None or step in written or step >= total:
+            return
+        start = clock()
+        write_checkpoint(rundir.checkpoints, step, engine_name, {
+            "step": step, "files": rundir.positions(), "engine": engine.state(),
+            "accounting": accounting(),
+            "llm_position": {str(a.id): getattr(a, "calls", 0) for a in agents}})
+        written.add(step)
+        cost = clock() - start
+        since = clock()
+
+    def stop_reason() -> tuple[str, str] | None:
+        if control is not None and control.reason is not None:
+            return "signal", control.reason
+        over = _over_budget(config, spent())
+        return None if over is None else ("budget", over)
+
+    def due() -> bool:
+        if not automatic:
+            return False
+        waited = clock() - since
+        return waited >= CHECKPOINT_FIRST_S and waited * CHECKPOINT_SHARE >= cost
+
     step = first
     calls, wall = 0, 0.0
     result = engine.run(0)
-    while step < total:
+    stop = stop_reason()
+    while step < total and stop is None:
         chunk = total - step if every is None else min(every - step % every, total - step)
-        result = engine.run(chunk)
-        step += chunk
+        result = engine.run(chunk, pause=lambda: stop_reason() is not None or due())
         calls += result.llm_calls
         wall += result.wall_s
-        if every is not None and rundir is not None and step % every == 0 and step < total:
-            write_checkpoint(rundir.checkpoints, step, config.sim.engine.step.built_in, {
-                "step": step, "files": rundir.positions(),
-                "engine": engine.state(),
-                "accounting": accounting(step),
-                "llm_position": {str(a.id): getattr(a, "calls", 0) for a in agents}})
+        step = result.steps
+        stop = stop_reason() if step < total else None
+        if stop is not None or (every is not None and step % every == 0) or due():
+            checkpoint(step)
+    if stop is not None:
+        kind, why = stop
+        error = RunStopped(_stop_message(kind, why, config, rundir, step=step, spent=spent()))
+        error.reason, error.step = kind, step
+        error.run_dir = None if rundir is None else str(rundir.path)
+        raise error
     return dataclasses.replace(result, llm_calls=calls, wall_s=wall)
+
+
+def _stop_message(kind: str, why: str, config: RunConfig, rundir: RunDirectory | None, *,
+                  step: int, spent: _Tally) -> str:
+    what = f"{spent.calls} model calls, {spent.tokens} tokens"
+    if spent.cost:
+        what += f", cost {spent.cost:.6g}"
+    head = f"stopped after step {step} of {config.sim.steps} ({why}); spent so far: {what}"
+    if rundir is None:
+        return head + "; no run directory, so it cannot be resumed"
+    more = ""
+    if kind == "budget":
+        budget = config.run.budget
+        more = (f" run.budget.cost={max(budget.cost or 0.0, spent.cost) * 2:.6g}"
+                if budget.cost is not None else
+                f" run.budget.tokens={max(budget.tokens or 0, spent.tokens) * 2}")
+    return head + f"; `simulacra run --resume {rundir.path}{more}` continues it"
 
 
 # -- replaying -------------------------------------------------------------------

@@ -118,14 +118,20 @@ class RunDirectory:
             raise ConfigError(f"cannot write run directory {str(rundir.path)!r}: {exc}") from None
         return rundir
 
-    def on_step(self, report: StepReport) -> None:
-        """Append the step's events and telemetry, and flush both (an engine ``on_step``)."""
+    def on_step(self, report: StepReport, extra: Mapping[str, Any] | None = None) -> None:
+        """Append the step's events and telemetry, and flush both (an engine ``on_step``).
+
+        *extra* adds fields to the step's telemetry line (its cost, say).
+        """
         events, telemetry = self._events, self._telemetry
         if events is None or telemetry is None:
             raise ConfigError(f"run directory {str(self.path)!r} is not open for writing")
         events.write("".join(event_line(e) + "\n" for e in report.events))
         events.flush()
-        telemetry.write(_dumps(report.telemetry()) + "\n")
+        line = report.telemetry()
+        if extra:
+            line.update(extra)
+        telemetry.write(_dumps(line) + "\n")
         telemetry.flush()
 
     @property

@@ -1,0 +1,51 @@
+"""What automatic checkpoints cost a society run: the same run with them and without.
+
+``run.checkpoint_every`` unset means automatic checkpoints (see
+``simulacra.engines._rounds_run._drive``): the first after CHECKPOINT_FIRST_S
+seconds, then whenever they would take at most CHECKPOINT_SHARE of the run.
+This script runs the social example both ways, alternating, and prints the
+median wall time of each and the overhead.
+
+    python bench/society_checkpoints.py [--rounds 3] [KEY.PATH=VALUE ...]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+import simulacra
+from simulacra.engines import _rounds_run
+
+CONFIG = Path(__file__).resolve().parents[1] / "examples" / "social" / "config.yaml"
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("overrides", nargs="*", default=["sim.agents=200", "sim.steps=40"])
+    args = parser.parse_args()
+    first = _rounds_run.CHECKPOINT_FIRST_S
+    times: dict[str, list[float]] = {"automatic": [], "off": []}
+    for index in range(args.rounds):
+        for mode in ("automatic", "off") if index % 2 == 0 else ("off", "automatic"):
+            _rounds_run.CHECKPOINT_FIRST_S = first if mode == "automatic" else float("inf")
+            out = Path(tempfile.mkdtemp()) / "run"
+            config = simulacra.load_config(CONFIG, args.overrides)
+            start = time.perf_counter()
+            simulacra.run_society(config, out=out)
+            times[mode].append(time.perf_counter() - start)
+            written = len(list((out / "checkpoints").glob("*.ckpt")))
+            print(f"round {index + 1} {mode:>9}: {times[mode][-1]:.3f} s, "
+                  f"{written} checkpoints", flush=True)
+    auto, off = statistics.median(times["automatic"]), statistics.median(times["off"])
+    print(f"{' '.join(args.overrides)}: median {auto:.3f} s with automatic checkpoints, "
+          f"{off:.3f} s without: overhead {100 * (auto / off - 1):+.1f}%")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
