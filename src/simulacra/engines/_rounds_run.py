@@ -40,6 +40,7 @@ from simulacra.errors import (
 from simulacra.rng import SeedTree, as_seed_tree
 
 from ._config import RunConfig, parse_config
+from ._manifest import finish_manifest, portable_factory, start_manifest
 from ._provider import ProviderGuard, preflight
 from ._rounds import RoundEngine, RoundResult, StepReport
 from ._rundir import RunDirectory, event_line
@@ -322,7 +323,8 @@ def run_society(config: RunConfig | Mapping[str, Any], *,
                 on_turn: Callable[[], None] | None = None,
                 fatal: tuple[type[BaseException], ...] = (),
                 write: bool = True,
-                control: RunControl | None = None) -> SocietyRun:
+                control: RunControl | None = None,
+                completions: str = "live") -> SocietyRun:
     """Run the society a config describes, optionally into a run directory.
 
     With ``run.checkpoint_every: N`` (and a run directory), a checkpoint is
@@ -340,6 +342,8 @@ def run_society(config: RunConfig | Mapping[str, Any], *,
         write: ``False`` writes no run directory, whatever ``run.out`` says.
         control: Lets another thread (a signal handler) stop the run at the
             end of a step, with a checkpoint (see :class:`RunControl`).
+        completions: Where ``manifest.json`` says the completions came from
+            (``"live"``; a replay writes ``"recordings"``).
 
     Raises:
         ConfigError: A bad config, world factory or run directory.
@@ -354,6 +358,8 @@ def run_society(config: RunConfig | Mapping[str, Any], *,
         preflight(config)  # before anything is written or spent
     target = out if out is not None else config.run.out if write else None
     rundir = RunDirectory.create(target, config.data) if target is not None else None
+    if rundir is not None:
+        start_manifest(rundir.file("manifest"), config, completions=completions)
     return _execute(config, rundir, model, on_step, on_turn, fatal=fatal, resume=None,
                     control=control)
 
@@ -409,6 +415,9 @@ def resume_society(run_dir: str | os.PathLike[str], *,
         raise ConfigError(f"a resumed run continues the stored simulation: only run.* settings "
                           f"can be overridden, got {outside[0]!r}")
     config = parse_config(data, str(probe.file("config")), overrides)
+    moved = portable_factory(probe.path, config.sim.world.factory)
+    if moved is not None:
+        config = config.with_overrides([f"sim.world.factory={moved}"])
     if probe.file("digest").exists():
         raise ConfigError(f"run directory {str(probe.path)!r} holds a finished run; "
                           "nothing to resume")
@@ -437,6 +446,7 @@ def resume_society(run_dir: str | os.PathLike[str], *,
         for file in newer:
             file.rename(aside / file.name)
     rundir = RunDirectory.reopen(run_dir, positions)
+    start_manifest(rundir.file("manifest"), config, completions="live+recordings")
     return _execute(config, rundir, model, on_step, on_turn, fatal=(),
                     resume=(step, engine_state, sessions), control=control)
 
@@ -728,6 +738,9 @@ def _execute(config: RunConfig, rundir: RunDirectory | None, model: LanguageMode
                 "resumed_from_step": None if resume is None else first,
                 "turns": whole.turns, "failures": failures, "llm": llm, "summary": summary,
                 "wall_s": round(whole.wall_s, 3)})
+            if store is not None:
+                store.close()  # committed, so that its hash is the file's final one
+            finish_manifest(rundir.file("manifest"), rundir.file("recordings"))
     finally:
         if rundir is not None:
             rundir.close()
@@ -1002,6 +1015,9 @@ def replay_run(run_dir: str | os.PathLike[str], *, overrides: tuple[str, ...] = 
     data = rundir.read_config()
     expected = rundir.read_digest()
     config = parse_config(data, str(rundir.file("config")), overrides)
+    moved = portable_factory(rundir.path, config.sim.world.factory)
+    if moved is not None:
+        config = config.with_overrides([f"sim.world.factory={moved}"])
     if not rundir.file("recordings").is_file():
         raise ConfigError(f"{str(rundir.path)!r} has no {rundir.file('recordings').name}: "
                           "the run was made with run.record=false and cannot be replayed")
@@ -1015,7 +1031,7 @@ def replay_run(run_dir: str | os.PathLike[str], *, overrides: tuple[str, ...] = 
     with RecordingStore(rundir.file("recordings"), readonly=True) as store:
         model = ReplayModel(store, strict=True)
         run = run_society(config, out=out, model=model, on_step=collect, on_turn=on_turn,
-                          fatal=(ReplayMiss,), write=out is not None)
+                          fatal=(ReplayMiss,), write=out is not None, completions="recordings")
         served = int(model.calls_served)
     # Every event, not only the digest: the log is what users read and analyse,
     # and a log that was cut short or edited must not pass as the run's.

@@ -44,6 +44,7 @@ RUN_FILES: Final[Mapping[str, str]] = {
     "telemetry": "telemetry.jsonl",
     "digest": "digest.txt",
     "summary": "summary.json",
+    "manifest": "manifest.json",
 }
 
 
