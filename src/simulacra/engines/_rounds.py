@@ -94,17 +94,23 @@ class StepReport:
     prompt_tokens: int = 0
     completion_tokens: int = 0
     probes: Mapping[str, Any] = field(default_factory=dict)
+    #: The event-driven engine's telemetry of the window (wake-ups, simulated
+    #: latency, queue depth, calls in flight, causal chain); empty for rounds.
+    window: Mapping[str, Any] = field(default_factory=dict)
 
     def telemetry(self) -> dict[str, Any]:
         """The step as one JSON object (a line of ``telemetry.jsonl``)."""
         kinds: dict[str, int] = {}
         for event in self.events:
             kinds[event.kind] = kinds.get(event.kind, 0) + 1
-        return {"step": self.step, "participants": self.participants, "failed": self.failed,
+        line = {"step": self.step, "participants": self.participants, "failed": self.failed,
                 "events": len(self.events), "kinds": dict(sorted(kinds.items())),
                 "llm_calls": self.llm_calls, "prompt_tokens": self.prompt_tokens,
                 "completion_tokens": self.completion_tokens, "wall_s": round(self.wall_s, 6),
                 "probes": dict(self.probes), "digest": self.digest}
+        if self.window:
+            line["window"] = dict(self.window)
+        return line
 
 
 @final
