@@ -52,7 +52,7 @@ def test_calls_equal_the_recordings_and_the_servers_count(
     assert sum(a["calls"] for a in summary["llm"]["per_agent"].values()) == served
     if engine == "async_event":
         for line in telemetry:
-            assert WINDOW_FIELDS <= set(line["window"]), line
+            assert set(line["window"]) >= WINDOW_FIELDS, line
         assert sum(t["window"]["wakes"] for t in telemetry) > 0
         assert max(t["window"]["chain_max"] for t in telemetry) >= 1
         assert max(t["window"]["queue_max"] for t in telemetry) >= 1
