@@ -205,6 +205,25 @@ class SocialWorld(World):
         return {"posts": len(self.posts), "likes": self.counts["like"],
                 "mentions": self.counts["mention"]}
 
+    def samples(self, limit: int = 3) -> list[list[str]]:
+        """The longest mention threads (up to *limit*), each as ``@author: text`` lines."""
+        ends = sorted(range(len(self.posts)), key=lambda i: (-self.posts[i][6], i))
+        threads: list[list[str]] = []
+        used: set[int] = set()
+        for end in ends:
+            if len(threads) >= limit or self.posts[end][6] < 2:
+                break
+            chain: list[int] = []
+            post: int | None = end
+            while post is not None and len(chain) < 6:
+                chain.append(post)
+                post = self.posts[post][2]
+            if used.intersection(chain):
+                continue  # a part of a thread already shown
+            used.update(chain)
+            threads.append([f"@{self.posts[i][0]}: {self.posts[i][1]}" for i in reversed(chain)])
+        return threads
+
     def summary(self) -> dict[str, Any]:
         """Posts, replies, likes, follows, mentions, mention chains, the most engaged agents."""
         chains = [post[6] for post in self.posts]

@@ -396,6 +396,15 @@ class World:
         """Headline numbers of the run so far (the end-of-run table). Default: none."""
         return {}
 
+    def samples(self, limit: int = 3) -> list[list[str]]:
+        """A few short excerpts of what the agents did, each a list of lines (default: none).
+
+        ``simulacra run`` prints them after the summary table, so that a user
+        sees what the agents wrote, not only how much; the social world gives
+        its longest mention threads.
+        """
+        return []
+
     def __repr__(self) -> str:
         return f"<{type(self).__qualname__}: {self.events} events>"
 

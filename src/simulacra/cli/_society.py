@@ -185,7 +185,27 @@ def _report(config: Any, run: Any, *, resumed: bool, as_json: bool) -> int:
                              indent=2, sort_keys=True, default=str))
     else:
         _print_summary(_title(config, run, resumed=resumed), _rows(config, run), sys.stdout)
+        _print_samples(run.world, sys.stdout)
     return _judge(run)
+
+
+def _print_samples(world: Any, out: Any) -> None:
+    """The world's sample excerpts (the social world: its longest threads), fitted to the width."""
+    samples = getattr(world, "samples", None)
+    threads = samples(3) if callable(samples) else []
+    if not threads:
+        return
+    import shutil  # noqa: PLC0415
+    import textwrap  # noqa: PLC0415
+
+    width = min(shutil.get_terminal_size((80, 24)).columns, 100) if out.isatty() else 80
+    print("\nsample threads (the longest mention chains):", file=out)
+    for number, lines in enumerate(threads, 1):
+        print(f"  {number}.", file=out)
+        for line in lines:
+            print(textwrap.fill(line, width=width, initial_indent="     ",
+                                subsequent_indent="       ", max_lines=3, placeholder=" ..."),
+                  file=out)
 
 
 def run_config(target: str, overrides: Sequence[str], *, seed: int | None, out: str | None,

@@ -47,7 +47,7 @@ DEFAULTS: Final[Mapping[str, Any]] = {
             "concurrency": 64,
             "flows": 1,
             "participation": 1.0,
-            "resolution": "id",
+            "resolution": "seeded",
             "fail_fast": False,
         },
         "llm": {
@@ -93,7 +93,7 @@ def _schema() -> Any:
         concurrency: int = Field(default=64, ge=1)
         flows: int = Field(default=1, ge=1)
         participation: float = Field(default=1.0, gt=0.0, le=1.0)
-        resolution: Literal["id", "seeded"] = "id"
+        resolution: Literal["id", "seeded"] = "seeded"
         fail_fast: bool = False
 
     class Latency(_Strict):
