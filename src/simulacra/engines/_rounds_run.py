@@ -655,6 +655,7 @@ def _execute(config: RunConfig, rundir: RunDirectory | None, model: LanguageMode
     session_events: list[ActionEvent] = []
     fatal = (*fatal, ProviderUnavailable)
     first = 0 if resume is None else int(resume[0])
+    checkpoint_stats: dict[str, Any] = {"written": 0, "seconds": 0.0}
 
     def sessions() -> list[dict[str, Any]]:
         meter_rows = {agent: list(row) for agent, row in sorted(meter.per_agent.items())}
@@ -688,7 +689,8 @@ def _execute(config: RunConfig, rundir: RunDirectory | None, model: LanguageMode
             engine.restore(resume[1])
         try:
             result = _drive(engine, config, rundir, agents, first, accounting=sessions,
-                            spent=lambda: _spent(earlier, tally), control=control)
+                            spent=lambda: _spent(earlier, tally), control=control,
+                            checkpoints=checkpoint_stats)
         except Exception as exc:
             unusable = _find(exc, ProviderUnavailable)
             if unusable is None:
@@ -737,6 +739,8 @@ def _execute(config: RunConfig, rundir: RunDirectory | None, model: LanguageMode
                            "concurrency": config.sim.engine.concurrency},
                 "resumed_from_step": None if resume is None else first,
                 "turns": whole.turns, "failures": failures, "llm": llm, "summary": summary,
+                "checkpoints": {"written": checkpoint_stats["written"],
+                                "seconds": round(checkpoint_stats["seconds"], 6)},
                 "wall_s": round(whole.wall_s, 3)})
             if store is not None:
                 store.close()  # committed, so that its hash is the file's final one
@@ -838,7 +842,8 @@ def _drive(engine: StepEngine, config: RunConfig, rundir: RunDirectory | None,
            agents: list[Actor], first: int, *,
            accounting: Callable[[], list[dict[str, Any]]],
            spent: Callable[[], _Tally],
-           control: RunControl | None) -> RoundResult:
+           control: RunControl | None,
+           checkpoints: dict[str, Any] | None = None) -> RoundResult:
     """Run steps *first* .. ``sim.steps``, with checkpoints, budgets and stop requests.
 
     Checkpoints are written every ``run.checkpoint_every`` steps when that is
@@ -850,9 +855,14 @@ def _drive(engine: StepEngine, config: RunConfig, rundir: RunDirectory | None,
     :class:`~simulacra.RunStopped`. *accounting* gives the counts of every
     session so far (stored in the checkpoint, so a resumed run counts them);
     *spent* the whole run's. The result's ``llm_calls`` and ``wall_s`` are
-    this session's.
+    this session's. *checkpoints*, if given, receives ``written`` and
+    ``seconds`` (their count and the wall time they took, engine state included).
     """
     from ._checkpoint import write_checkpoint  # noqa: PLC0415
+
+    stats = {"written": 0, "seconds": 0.0} if checkpoints is None else checkpoints
+    stats.setdefault("written", 0)
+    stats.setdefault("seconds", 0.0)
 
     total = config.sim.steps
     every = _checkpoint_steps(config) if rundir is not None else None
@@ -875,6 +885,8 @@ def _drive(engine: StepEngine, config: RunConfig, rundir: RunDirectory | None,
         written.add(step)
         cost = clock() - start
         since = clock()
+        stats["written"] += 1
+        stats["seconds"] += cost
 
     def stop_reason() -> tuple[str, str] | None:
         if control is not None and control.reason is not None:
