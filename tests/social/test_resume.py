@@ -63,7 +63,8 @@ def test_a_crashed_run_resumes_to_the_uncut_digest(tmp_path: Path, engine: str) 
                          "--no-progress")
     assert crashed.returncode == 9, crashed.stderr  # killed mid-run, after step 3
     assert not (cut / "digest.txt").exists()
-    assert [p.name for p in (cut / "checkpoints").iterdir()] == ["checkpoint-000002.ckpt"]
+    assert sorted(p.name for p in (cut / "checkpoints").iterdir()) == [
+        "checkpoint-000000.ckpt", "checkpoint-000002.ckpt"]  # before step 0, and step 2
     assert (cut / "action_events.jsonl").stat().st_size > 0
 
     # The crash happened after step 3 was logged: resume cuts that back to step 2.
@@ -126,7 +127,8 @@ def test_checkpoints_every_t_units_of_virtual_time(tmp_path: Path) -> None:
                          [*base, "run.checkpoint_every=null", "run.checkpoint_every_time=1.0"])
     run_society(config, out=tmp_path / "timed")
     names = [p.name for p in sorted((tmp_path / "timed" / "checkpoints").iterdir())]
-    assert names == ["checkpoint-000002.ckpt", "checkpoint-000004.ckpt"]  # t = 1.0 and 2.0
+    # Before step 0, then at t = 1.0 and 2.0.
+    assert names == ["checkpoint-000000.ckpt", "checkpoint-000002.ckpt", "checkpoint-000004.ckpt"]
 
     odd = load_config(_config(tmp_path, "async_event"),
                       [*base, "run.checkpoint_every=null", "run.checkpoint_every_time=0.75"])
@@ -240,7 +242,7 @@ def _crashed_at_five(tmp_path: Path) -> tuple[Path, Path]:
     (cut / "config.yaml").write_text(
         (cut / "config.yaml").read_text().replace("crash_at: 5", "crash_at: null"))
     assert sorted(p.name for p in (cut / "checkpoints").glob("*.ckpt")) == [
-        "checkpoint-000002.ckpt", "checkpoint-000004.ckpt"]
+        "checkpoint-000000.ckpt", "checkpoint-000002.ckpt", "checkpoint-000004.ckpt"]
     return whole, cut
 
 

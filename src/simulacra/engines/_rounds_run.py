@@ -846,10 +846,10 @@ def _drive(engine: StepEngine, config: RunConfig, rundir: RunDirectory | None,
            checkpoints: dict[str, Any] | None = None) -> RoundResult:
     """Run steps *first* .. ``sim.steps``, with checkpoints, budgets and stop requests.
 
-    Checkpoints are written every ``run.checkpoint_every`` steps when that is
-    set, else automatically: after the run has taken ``CHECKPOINT_FIRST_S``
-    seconds, and then whenever the time since the last checkpoint is large
-    enough that checkpoints take at most ``CHECKPOINT_SHARE`` of the run. At
+    A checkpoint of the state before step 0 is always written; later ones
+    every ``run.checkpoint_every`` steps when that is set, else automatically:
+    once ``CHECKPOINT_FIRST_S`` seconds have passed since the last one and
+    checkpoints would take at most ``CHECKPOINT_SHARE`` of the run. At
     the end of every step (a safe point) the run stops, with a checkpoint,
     when *control* asks it to or the next step would exceed ``run.budget``:
     :class:`~simulacra.RunStopped`. *accounting* gives the counts of every
@@ -903,6 +903,11 @@ def _drive(engine: StepEngine, config: RunConfig, rundir: RunDirectory | None,
     step = first
     calls, wall = 0, 0.0
     result = engine.run(0)
+    if first == 0 and total > 0:
+        # The state before step 0: cheap, and it means that a run stopped for
+        # any reason (a dead provider included) can always be resumed, serving
+        # the calls it already made from the recordings.
+        checkpoint(0)
     stop = stop_reason()
     while step < total and stop is None:
         chunk = total - step if every is None else min(every - step % every, total - step)
