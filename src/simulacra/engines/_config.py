@@ -60,6 +60,7 @@ DEFAULTS: Final[Mapping[str, Any]] = {
             "max_tokens": 256,
             "timeout": 60.0,
             "max_retries": 5,
+            "backoff_base": 0.5,
             "concurrency": 64,
             "latency": {"base": 0.2, "prefill_per_token": 0.0002, "decode_per_token": 0.02,
                         "noise_sigma": 0.1, "min_duration": 0.1},
@@ -125,6 +126,8 @@ def _schema() -> Any:
         max_tokens: int | None = Field(default=256, ge=1)
         timeout: float = Field(default=60.0, gt=0.0)
         max_retries: int = Field(default=5, ge=0)
+        #: Seconds before the first retry; it doubles per retry (with jitter).
+        backoff_base: float = Field(default=0.5, ge=0.0)
         concurrency: int = Field(default=64, ge=1)
         latency: Latency = Field(default_factory=Latency)
         pricing: Pricing = Field(default_factory=Pricing)

@@ -68,8 +68,13 @@ def factory_file(ref: str | None) -> Path | None:
     return Path(origin) if origin and origin.endswith(".py") else None
 
 
-def start_manifest(path: Path, config: RunConfig, *, completions: str) -> None:
-    """Write ``manifest.json`` at the start of a run (or rewrite it for a resume or replay)."""
+def start_manifest(path: Path, config: RunConfig, *, completions: str,
+                   replayable: bool | None = None) -> None:
+    """Write ``manifest.json`` at the start of a run (or rewrite it for a resume or replay).
+
+    *replayable* False marks a run resumed with ``--re-record`` after its
+    recordings were lost (a replay then refuses it); None keeps what was there.
+    """
     from simulacra._version import __version__  # noqa: PLC0415
 
     llm = config.sim.llm
@@ -97,6 +102,8 @@ def start_manifest(path: Path, config: RunConfig, *, completions: str) -> None:
         "completions": completions,
         "sessions": [*previous.get("sessions", []), completions],
         "recordings_sha256": None,
+        "replayable": (previous.get("replayable", True) if replayable is None
+                       else replayable and previous.get("replayable", True)),
         "finished": False,
     }
     _write(path, manifest)

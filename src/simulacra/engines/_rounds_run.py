@@ -27,7 +27,7 @@ import time as _time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol, final
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar, final
 
 from simulacra.agents import ActionEvent, Actor, World
 from simulacra.errors import (
@@ -40,10 +40,12 @@ from simulacra.errors import (
 from simulacra.rng import SeedTree, as_seed_tree
 
 from ._config import RunConfig, parse_config
-from ._manifest import finish_manifest, portable_factory, start_manifest
+from ._manifest import finish_manifest, portable_factory, read_manifest, start_manifest
 from ._provider import ProviderGuard, preflight
 from ._rounds import RoundEngine, RoundResult, StepReport
 from ._rundir import RunDirectory, event_line
+
+E = TypeVar("E", bound=BaseException)
 
 if TYPE_CHECKING:
     import os
@@ -145,7 +147,7 @@ def build_model(config: RunConfig) -> LanguageModel:
                           "'openai_compatible' (e.g. http://localhost:8000/v1)")
     return OpenAICompatible(base_url=llm.base_url, model=llm.model, api_key_env=llm.api_key_env,
                             timeout=llm.timeout, max_retries=llm.max_retries,
-                            concurrency=llm.concurrency)
+                            backoff_base=llm.backoff_base, concurrency=llm.concurrency)
 
 
 # -- the world -------------------------------------------------------------------
@@ -389,8 +391,12 @@ def resume_society(run_dir: str | os.PathLike[str], *,
         from_checkpoint: Resume from the checkpoint of this step rather than
             the newest (newer checkpoints are moved to ``checkpoints/superseded``).
         re_record: Resume even though the recordings are missing or hold
-            fewer calls than the checkpoint counted: those calls are made
-            again, so the run will differ from an uninterrupted one.
+            fewer calls than the checkpoint counted. The steps before the
+            checkpoint are not run again (their calls are not made again); the
+            steps after it call the model anew and are recorded. The result
+            may differ from an uninterrupted run (a real model answers
+            differently), and the directory can no longer be replayed
+            (``manifest.json``: ``"replayable": false``).
         overrides: Dotted overrides of ``run.*`` settings (budgets, limits);
             the simulation itself cannot change on resume.
         control: Lets another thread stop the run at the end of a step.
@@ -436,8 +442,14 @@ def resume_society(run_dir: str | os.PathLike[str], *,
         step, positions, engine_state = state["step"], state["files"], state["engine"]
     except (KeyError, TypeError):
         raise CheckpointError(f"{chosen}: not a run checkpoint") from None
-    if config.run.record and not re_record:
-        _check_recordings(probe, state.get("llm_position") or {}, step)
+    complete = True
+    if config.run.record:
+        try:
+            _check_recordings(probe, state.get("llm_position") or {}, step)
+        except CheckpointError:
+            if not re_record:
+                raise
+            complete = False  # resumed anyway: this directory can no longer be replayed
     sessions = state.get("accounting") or []
     newer = [f for f in files if f.name > chosen.name]
     if newer:  # resuming from an older checkpoint: keep the newer ones, out of the way
@@ -446,7 +458,8 @@ def resume_society(run_dir: str | os.PathLike[str], *,
         for file in newer:
             file.rename(aside / file.name)
     rundir = RunDirectory.reopen(run_dir, positions)
-    start_manifest(rundir.file("manifest"), config, completions="live+recordings")
+    start_manifest(rundir.file("manifest"), config, completions="live+recordings",
+                   replayable=None if complete else False)
     return _execute(config, rundir, model, on_step, on_turn, fatal=(),
                     resume=(step, engine_state, sessions), control=control)
 
@@ -522,16 +535,36 @@ def _price(config: RunConfig, prompt: int, completion: int) -> float:
     return float(prompt * pricing.prompt_per_mtok + completion * pricing.completion_per_mtok) / 1e6
 
 
+class _BudgetReached(RunStopped):
+    """A call was about to start with the run's budget already spent (fatal to the step)."""
+
+
 class _AgentMeter:
-    """A model wrapper that counts calls and tokens per agent (thread-safe)."""
+    """A model wrapper that counts calls and tokens per agent (thread-safe).
 
-    __slots__ = ("_lock", "inner", "per_agent")
+    *limit*, if given, is asked before every call with this session's totals
+    ``(prompt tokens, completion tokens)``; a reason it returns stops the call
+    with :class:`_BudgetReached` (so a step cannot overrun the budget by more
+    than the calls already in flight).
+    """
 
-    def __init__(self, inner: LanguageModel) -> None:
+    __slots__ = ("_lock", "completion", "inner", "limit", "per_agent", "prompt")
+
+    def __init__(self, inner: LanguageModel,
+                 limit: Callable[[int, int], str | None] | None = None) -> None:
         self.inner = inner
+        self.limit = limit
         self._lock = threading.Lock()
         #: agent -> [calls, prompt tokens, completion tokens]
         self.per_agent: dict[str, list[int]] = {}
+        self.prompt = 0
+        self.completion = 0
+
+    def _check(self) -> None:
+        if self.limit is not None:
+            why = self.limit(self.prompt, self.completion)
+            if why is not None:
+                raise _BudgetReached(why)
 
     def _count(self, site: CallSite | None, completion: Completion) -> Completion:
         agent = "" if site is None else site.agent
@@ -540,13 +573,17 @@ class _AgentMeter:
             row[0] += 1
             row[1] += completion.prompt_tokens
             row[2] += completion.completion_tokens
+            self.prompt += completion.prompt_tokens
+            self.completion += completion.completion_tokens
         return completion
 
     def complete(self, request: CompletionRequest, *, site: CallSite | None = None) -> Completion:
+        self._check()
         return self._count(site, self.inner.complete(request, site=site))
 
     async def acomplete(self, request: CompletionRequest, *,
                         site: CallSite | None = None) -> Completion:
+        self._check()
         return self._count(site, await self.inner.acomplete(request, site=site))
 
     async def aclose(self) -> None:
@@ -613,8 +650,8 @@ def _check_recordings(probe: RunDirectory, position: Mapping[str, int], step: in
 
     where = probe.file("recordings")
     made = sum(int(n) for n in position.values())
-    hint = ("; `--re-record` resumes anyway, calling the model again for those calls (the run "
-            "will then differ from an uninterrupted one)")
+    hint = ("; `--re-record` resumes anyway: the steps after the checkpoint call the model "
+            "anew, and the run directory can no longer be replayed")
     if not where.is_file():
         if made == 0:
             return
@@ -653,7 +690,7 @@ def _execute(config: RunConfig, rundir: RunDirectory | None, model: LanguageMode
     for session in before:
         earlier.merge(_Tally.from_json(session))
     session_events: list[ActionEvent] = []
-    fatal = (*fatal, ProviderUnavailable)
+    fatal = (*fatal, ProviderUnavailable, _BudgetReached)
     first = 0 if resume is None else int(resume[0])
     checkpoint_stats: dict[str, Any] = {"written": 0, "seconds": 0.0}
 
@@ -670,7 +707,17 @@ def _execute(config: RunConfig, rundir: RunDirectory | None, model: LanguageMode
         if rundir is not None and config.run.record:
             store = RecordingStore(rundir.file("recordings"))
             used = recording = RecordingModel(used, store, reuse=resume is not None)
-        meter = _AgentMeter(used)
+        def reached(prompt: int, completion: int) -> str | None:
+            budget = config.run.budget
+            tokens = earlier.tokens + prompt + completion
+            cost = earlier.cost + _price(config, prompt, completion)
+            if budget.tokens is not None and tokens >= budget.tokens:
+                return f"the run's tokens reached run.budget.tokens={budget.tokens}"
+            if budget.cost is not None and cost >= budget.cost:
+                return f"the run's cost reached run.budget.cost={budget.cost:g}"
+            return None
+
+        meter = _AgentMeter(used, reached)
 
         def step_done(report: StepReport) -> None:
             cost = _price(config, report.prompt_tokens, report.completion_tokens)
@@ -692,6 +739,10 @@ def _execute(config: RunConfig, rundir: RunDirectory | None, model: LanguageMode
                             spent=lambda: _spent(earlier, tally), control=control,
                             checkpoints=checkpoint_stats)
         except Exception as exc:
+            reached_budget = _find(exc, _BudgetReached)
+            if reached_budget is not None:
+                raise _budget_stop(str(reached_budget), config, rundir, first + tally.steps,
+                                   _spent(earlier, tally)) from None
             unusable = _find(exc, ProviderUnavailable)
             if unusable is None:
                 raise
@@ -765,7 +816,7 @@ def _spent(earlier: _Tally, session: _Tally) -> _Tally:
     return whole
 
 
-def _find(error: BaseException, kind: type[ProviderUnavailable]) -> ProviderUnavailable | None:
+def _find(error: BaseException, kind: type[E]) -> E | None:
     """*error* itself or the first of its causes that is a *kind*."""
     seen: BaseException | None = error
     while seen is not None:
@@ -773,6 +824,24 @@ def _find(error: BaseException, kind: type[ProviderUnavailable]) -> ProviderUnav
             return seen
         seen = seen.__cause__ or seen.__context__
     return None
+
+
+def _budget_stop(why: str, config: RunConfig, rundir: RunDirectory | None, steps: int,
+                 spent: _Tally) -> RunStopped:
+    """The stop of a run whose budget ran out inside a step: resume from the last checkpoint."""
+    from ._checkpoint import checkpoint_files  # noqa: PLC0415
+
+    where = ""
+    if rundir is not None:
+        files = checkpoint_files(rundir.checkpoints)
+        if files:
+            where = (f" (from its checkpoint of step {_step_of(files[-1])}; the calls made "
+                     "since are served from the recordings)")
+    error = RunStopped(_stop_message("budget", f"{why} in step {steps}", config, rundir,
+                                     step=steps, spent=spent) + where)
+    error.reason, error.step = "budget", steps
+    error.run_dir = None if rundir is None else str(rundir.path)
+    return error
 
 
 def _stopped(error: ProviderUnavailable, config: RunConfig, rundir: RunDirectory | None,
@@ -877,6 +946,8 @@ def _drive(engine: StepEngine, config: RunConfig, rundir: RunDirectory | None,
         nonlocal since, cost
         if rundir is None or step in written or step >= total:
             return
+        if (rundir.checkpoints / f"checkpoint-{step:06d}.ckpt").exists():
+            return  # the checkpoint this run resumed from: never written twice
         start = clock()
         write_checkpoint(rundir.checkpoints, step, engine_name, {
             "step": step, "files": rundir.positions(), "engine": engine.state(),
@@ -1031,13 +1102,29 @@ def replay_run(run_dir: str | os.PathLike[str], *, overrides: tuple[str, ...] = 
     rundir = RunDirectory(run_dir)
     data = rundir.read_config()
     expected = rundir.read_digest()
-    config = parse_config(data, str(rundir.file("config")), overrides)
+    allowed = ("sim.engine.mode=", "sim.engine.concurrency=")
+    other = [item for item in overrides if not item.startswith(allowed)]
+    if other:
+        raise ConfigError(f"a replay runs the recorded simulation: only sim.engine.mode and "
+                          f"sim.engine.concurrency can be overridden, got {other[0]!r}")
+    # A replay spends nothing: budgets, failure limits and checkpoints do not bind it.
+    config = parse_config(data, str(rundir.file("config")),
+                          (*overrides, "run.budget.cost=null", "run.budget.tokens=null",
+                           "run.max_failed_fraction=1.0", "run.preflight=false"))
     moved = portable_factory(rundir.path, config.sim.world.factory)
     if moved is not None:
         config = config.with_overrides([f"sim.world.factory={moved}"])
+    manifest = rundir.file("manifest")
+    if manifest.is_file() and read_manifest(manifest).get("replayable") is False:
+        raise ConfigError(
+            f"{str(rundir.path)!r} was resumed with --re-record after its recordings were "
+            "lost: the calls made before that resume are not recorded, so it cannot be "
+            "replayed")
     if not rundir.file("recordings").is_file():
-        raise ConfigError(f"{str(rundir.path)!r} has no {rundir.file('recordings').name}: "
-                          "the run was made with run.record=false and cannot be replayed")
+        why = ("the run was made with run.record=false" if data.get("run", {}).get("record") is
+               False else "it was deleted or never written")
+        raise ConfigError(f"{str(rundir.path)!r} has no {rundir.file('recordings').name} "
+                          f"({why}), so it cannot be replayed")
     replayed: list[ActionEvent] = []
 
     def collect(report: StepReport) -> None:
