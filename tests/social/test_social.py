@@ -173,9 +173,15 @@ def test_a_replay_checks_every_event_of_the_log_not_only_the_digest(
 
 def test_a_replay_that_misses_the_recordings_names_the_call_site(tmp_path: Path) -> None:
     folder = tmp_path / "run"
-    run_society(_config("sim.agents=8", "sim.steps=2"), out=folder)
-    with pytest.raises(simulacra.AgentActionError) as info:
+    run_society(_config("sim.agents=8", "sim.steps=3"), out=folder)
+    import sqlite3
+
+    with sqlite3.connect(folder / "llm_recordings.sqlite") as db:  # lose every third call
+        db.execute("DELETE FROM completions WHERE n = 2")
+    with pytest.raises(simulacra.ConfigError, match=r"only sim\.engine\.mode"):
         replay_run(folder, overrides=("sim.steps=3",))
+    with pytest.raises(simulacra.AgentActionError) as info:
+        replay_run(folder)
     assert isinstance(info.value.__cause__, simulacra.ReplayMiss)
     # An agent's third call, named by its call site.
     assert re.search(r"agent='[a-z]+\d' n=2", str(info.value.__cause__))

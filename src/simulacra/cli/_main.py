@@ -160,8 +160,9 @@ def _cmd_run(args: argparse.Namespace) -> int:
         # argparse puts a first override in TARGET: `--resume DIR run.budget.cost=2`.
         items = [*([args.target] if args.target is not None else []), *args.overrides]
         if args.settings or any(not item.startswith("run.") for item in items):
-            raise _UsageError("--resume RUN_DIR takes no TARGET, and overrides of run.* "
-                              "settings only (run.budget.cost=...): the run continues with the "
+            bad = next((i for i in items if not i.startswith("run.")), "--set")
+            raise _UsageError(f"--resume RUN_DIR takes overrides of run.* settings only "
+                              f"(run.budget.cost=...), got {bad!r}: the run continues with the "
                               "simulation stored in RUN_DIR")
         return resume_run(args.resume, progress=not args.no_progress, overrides=items,
                           from_checkpoint=args.from_checkpoint, re_record=args.re_record,

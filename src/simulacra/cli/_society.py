@@ -117,8 +117,10 @@ def _print_summary(title: str, rows: Mapping[str, Any], out: Any) -> None:
     table.add_column("value", overflow="fold")
     for key, value in rows.items():
         table.add_row(str(key), str(value))
+    # The terminal's width (rich reads it); 80 columns when the output is not a terminal.
     console = Console(file=out, highlight=False, soft_wrap=False)
-    console.width = max(console.width, 100)
+    if not console.is_terminal:
+        console.width = 80
     console.print(table)
 
 
@@ -142,8 +144,8 @@ def _stoppable(control: Any) -> Iterator[None]:
         if control.reason is not None:
             raise KeyboardInterrupt(name)
         control.request_stop(name)
-        print(f"\n{name}: stopping at the end of this step, with a checkpoint "
-              "(again to stop at once)", file=sys.stderr, flush=True)
+        print(f"\n{name}: stopping after this step (again: stop at once)", file=sys.stderr,
+              flush=True)
 
     previous = {number: signal.signal(number, handler)
                 for number in (signal.SIGINT, signal.SIGTERM)}
@@ -167,8 +169,14 @@ def _society(call: Callable[[Any], Any], where: str) -> Any:
               file=sys.stderr)
         return EXIT_BUDGET if exc.reason == "budget" else EXIT_INTERRUPTED
     except KeyboardInterrupt:
-        print(f"interrupted: stopped at once; `simulacra run --resume {where}` continues from "
-              "its last checkpoint", file=sys.stderr)
+        checkpoints = sorted((Path(where) / "checkpoints").glob("checkpoint-*.ckpt"))
+        if checkpoints:
+            step = int(checkpoints[-1].stem.rsplit("-", 1)[1])
+            print(f"interrupted: stopped at once; `simulacra run --resume {where}` continues "
+                  f"from its checkpoint of step {step}", file=sys.stderr)
+        else:
+            print(f"interrupted: stopped at once, before any checkpoint was written: {where} "
+                  "cannot be resumed; run it again", file=sys.stderr)
         return EXIT_INTERRUPTED
 
 
@@ -185,6 +193,9 @@ def _report(config: Any, run: Any, *, resumed: bool, as_json: bool) -> int:
                              indent=2, sort_keys=True, default=str))
     else:
         _print_summary(_title(config, run, resumed=resumed), _rows(config, run), sys.stdout)
+        # Whole lines, never folded: users copy them.
+        print(f" digest         {run.digest}")
+        print(f" run directory  {run.run_dir}")
         _print_samples(run.world, sys.stdout)
     return _judge(run)
 
@@ -299,8 +310,6 @@ def _rows(config: Any, run: Any) -> dict[str, Any]:
             for s, end in zip(sessions, ends, strict=True))
     rows["wall clock"] = (f"{run.result.wall_s:.2f} s ({sim.engine.mode}, "
                           f"concurrency {sim.engine.concurrency})")
-    rows["digest"] = run.digest
-    rows["run directory"] = str(run.run_dir)
     return rows
 
 
@@ -355,7 +364,8 @@ def _cmd_replay(args: argparse.Namespace) -> int:
         return EXIT_USAGE
     except simulacra.SimError as exc:
         return _failure(exc)
-    print(f"replayed {run_dir}: {report.calls_served} completions served from the recordings, "
+    print(f"replayed {run_dir}")
+    print(f"{report.calls_served} completions served from the recordings, "
           f"{report.model_calls} model calls")
     if not report.matches:
         if report.digest != report.expected:
@@ -365,8 +375,8 @@ def _cmd_replay(args: argparse.Namespace) -> int:
         else:
             print(f"error: event log mismatch: {report.divergence}", file=sys.stderr)
         return EXIT_FAILED
-    print(f"digest matches: {report.digest}; all {report.events} events of "
-          "action_events.jsonl match")
+    print(f"digest matches: {report.digest}")
+    print(f"all {report.events} events of action_events.jsonl match")
     return EXIT_OK
 
 

@@ -215,8 +215,13 @@ class RunDirectory:
         where = self.file("config")
         if not where.is_file():
             raise ConfigError(f"{str(self.path)!r} is not a run directory: no {where.name}")
-        with where.open(encoding="utf-8") as file:
-            data = yaml.safe_load(file)
+        try:
+            with where.open(encoding="utf-8") as file:
+                data = yaml.safe_load(file)
+        except (yaml.YAMLError, UnicodeDecodeError) as exc:
+            first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+            raise ConfigError(f"{where}: not valid YAML ({first}); the run directory was "
+                              "changed or damaged") from None
         if not isinstance(data, dict):
             raise ConfigError(f"{where}: not a run config")
         return data
@@ -263,7 +268,13 @@ class RunDirectory:
         where = self.file("summary")
         if not where.is_file():
             return {}
-        data: dict[str, Any] = json.loads(where.read_text(encoding="utf-8"))
+        try:
+            data = json.loads(where.read_text(encoding="utf-8"))
+        except (ValueError, UnicodeDecodeError) as exc:
+            raise ConfigError(f"{where}: not valid JSON ({exc}); the run directory was changed "
+                              "or damaged") from None
+        if not isinstance(data, dict):
+            raise ConfigError(f"{where}: not a summary (a JSON object)")
         return data
 
     def __enter__(self) -> RunDirectory:

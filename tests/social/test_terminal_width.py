@@ -1,0 +1,61 @@
+"""`simulacra run` and `simulacra replay` fit an 80-column terminal (a real pseudo-terminal)."""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import pty
+import re
+import struct
+import subprocess
+import sys
+import termios
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+CONFIG = ROOT / "examples" / "social" / "config.yaml"
+ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|\x1b\][^\x07]*\x07")
+
+
+def _in_terminal(args: list[str], cwd: Path, columns: int = 80) -> tuple[int, list[str]]:
+    """Run simulacra on a pseudo-terminal *columns* wide; return its status and its lines."""
+    leader, follower = pty.openpty()
+    fcntl.ioctl(follower, termios.TIOCSWINSZ, struct.pack("HHHH", 24, columns, 0, 0))
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src"), "TERM": "xterm"}
+    env.pop("COLUMNS", None)
+    process = subprocess.Popen([sys.executable, "-m", "simulacra", *args], stdin=follower,
+                               stdout=follower, stderr=follower, env=env, close_fds=True,
+                               cwd=cwd)
+    os.close(follower)
+    chunks: list[bytes] = []
+    while True:
+        try:
+            chunk = os.read(leader, 65536)
+        except OSError:
+            break
+        if not chunk:
+            break
+        chunks.append(chunk)
+    os.close(leader)
+    code = process.wait(timeout=120)
+    text = ANSI.sub("", b"".join(chunks).decode("utf-8", "replace"))
+    lines = [part for line in text.split("\n") for part in line.split("\r")]
+    return code, lines
+
+
+@pytest.mark.timeout(180)
+@pytest.mark.parametrize("engine", ["round", "async_event"])
+def test_run_and_replay_fit_80_columns(tmp_path: Path, engine: str) -> None:
+    # A user's path: relative, as typed (a path longer than the terminal cannot fit).
+    code, lines = _in_terminal(["run", str(CONFIG), "--out", "runs/first",
+                                f"sim.engine.step.built_in={engine}"], tmp_path)
+    assert code == 0, "\n".join(lines)
+    assert any("digest" in line for line in lines)
+    assert any("sample threads" in line for line in lines)
+    too_long = [line for line in lines if len(line.rstrip()) > 80]
+    assert not too_long, too_long
+    code, lines = _in_terminal(["replay", "runs/first"], tmp_path)
+    assert code == 0, "\n".join(lines)
+    assert not [line for line in lines if len(line.rstrip()) > 80]
