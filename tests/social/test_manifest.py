@@ -85,3 +85,12 @@ def test_a_run_directory_moved_with_its_model_replays(
                           check=False)
     assert done.returncode == 2
     assert "copy the model's files along with the run directory" in done.stderr
+
+
+def test_a_key_put_in_the_config_by_mistake_is_not_echoed(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["run", str(SOCIAL / "config.yaml"), f"sim.llm.api_key={SECRET}",
+                 "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert "sim.llm.api_key is not a known setting" in err
+    assert SECRET not in err

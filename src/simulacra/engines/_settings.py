@@ -91,6 +91,11 @@ def describe_error(error: Mapping[str, Any],
         message = "is not a known setting"
     else:
         message = str(error["msg"]).replace("Input should", "should")
+    last = str(error["loc"][-1]).lower() if error["loc"] else ""
+    if any(word in last for word in ("key", "token", "secret", "password")):
+        # Never echo what may be a credential (a key put in the config by mistake).
+        return f"{where} {message} (its value is not shown; credentials belong in the " \
+               "environment: sim.llm.api_key_env names the variable)"
     shown = repr(error.get("input"))
     shown = shown if len(shown) <= 60 else shown[:57] + "..."
     return f"{where} {message} (got {shown})"
