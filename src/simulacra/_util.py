@@ -26,3 +26,28 @@ def claim_public_module(module_name: str, namespace: dict[str, Any]) -> None:
                 obj.__module__ = module_name
             except (AttributeError, TypeError):  # builtins and slots-only objects
                 pass
+
+
+class ModelWrapper:
+    """A base for models that wrap another (``inner``): closing reaches the wrapped model.
+
+    Recording, metering and guarding wrappers own no connection; the model at
+    the bottom of the chain does. ``close()`` and ``aclose()`` pass through to
+    ``inner``, so whoever closes the outermost model closes them all.
+    """
+
+    __slots__ = ()
+
+    inner: Any
+
+    def close(self) -> None:
+        """Close the wrapped model (if it can be closed)."""
+        close = getattr(self.inner, "close", None)
+        if callable(close):
+            close()
+
+    async def aclose(self) -> None:
+        """Close the wrapped model's asyncio connections (if it has any)."""
+        aclose = getattr(self.inner, "aclose", None)
+        if callable(aclose):
+            await aclose()

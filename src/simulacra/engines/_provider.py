@@ -16,6 +16,7 @@ import os
 import threading
 from typing import TYPE_CHECKING, Any
 
+from simulacra._util import ModelWrapper
 from simulacra.errors import ConfigError, ProviderError, ProviderUnavailable
 
 if TYPE_CHECKING:
@@ -102,7 +103,7 @@ def preflight(config: RunConfig) -> None:
             f"{llm.model!r}; it serves {shown}")
 
 
-class ProviderGuard:
+class ProviderGuard(ModelWrapper):
     """A model wrapper that stops a run whose provider has become unusable.
 
     Args:
@@ -112,6 +113,8 @@ class ProviderGuard:
     """
 
     __slots__ = ("_lock", "_streak", "inner", "limit", "tripped")
+
+    inner: LanguageModel
 
     def __init__(self, inner: LanguageModel, limit: int) -> None:
         self.inner = inner
@@ -146,15 +149,17 @@ class ProviderGuard:
         with self._lock:
             self._streak = 0
 
+    def _unusable(self, error: ProviderError) -> ProviderUnavailable | None:
+        """The error to raise instead of *error* when the provider is now unusable."""
+        stop = self._failed(error)
+        return None if stop is None else ProviderUnavailable(str(stop))
+
     def complete(self, request: CompletionRequest, *, site: CallSite | None = None) -> Completion:
         self._check()
         try:
             completion = self.inner.complete(request, site=site)
         except ProviderError as exc:
-            stop = self._failed(exc)
-            if stop is not None:
-                raise ProviderUnavailable(str(stop)) from exc
-            raise
+            raise self._unusable(exc) or exc from exc
         self._succeeded()
         return completion
 
@@ -164,22 +169,9 @@ class ProviderGuard:
         try:
             completion = await self.inner.acomplete(request, site=site)
         except ProviderError as exc:
-            stop = self._failed(exc)
-            if stop is not None:
-                raise ProviderUnavailable(str(stop)) from exc
-            raise
+            raise self._unusable(exc) or exc from exc
         self._succeeded()
         return completion
-
-    def close(self) -> None:
-        close = getattr(self.inner, "close", None)
-        if callable(close):
-            close()
-
-    async def aclose(self) -> None:
-        aclose = getattr(self.inner, "aclose", None)
-        if callable(aclose):
-            await aclose()
 
     def __getattr__(self, name: str) -> Any:
         # usage, calls_served...: whatever the wrapped model reports.

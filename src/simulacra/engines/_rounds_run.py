@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar, final
 
+from simulacra._util import ModelWrapper
 from simulacra.agents import ActionEvent, Actor, World
 from simulacra.errors import (
     BackendUnavailable,
@@ -539,7 +540,7 @@ class _BudgetReached(RunStopped):
     """A call was about to start with the run's budget already spent (fatal to the step)."""
 
 
-class _AgentMeter:
+class _AgentMeter(ModelWrapper):
     """A model wrapper that counts calls and tokens per agent (thread-safe).
 
     *limit*, if given, is asked before every call with this session's totals
@@ -585,11 +586,6 @@ class _AgentMeter:
                         site: CallSite | None = None) -> Completion:
         self._check()
         return self._count(site, await self.inner.acomplete(request, site=site))
-
-    async def aclose(self) -> None:
-        aclose = getattr(self.inner, "aclose", None)
-        if callable(aclose):
-            await aclose()
 
 
 class RunControl:

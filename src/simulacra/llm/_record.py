@@ -17,6 +17,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from simulacra._util import ModelWrapper
 from simulacra.errors import (
     ConfigError,
     ProviderError,
@@ -320,7 +321,7 @@ class RecordingStore:
         self.close()
 
 
-class RecordingModel:
+class RecordingModel(ModelWrapper):
     """Calls *inner* and stores every completion under ``(request.key(), site)``.
 
     Args:
@@ -410,18 +411,6 @@ class RecordingModel:
             self._failed(request, site, exc)
             raise
         return self._record(request, site, completion)
-
-    def close(self) -> None:
-        """Close the wrapped model (its connections); the store is closed by its owner."""
-        close = getattr(self.inner, "close", None)
-        if callable(close):
-            close()
-
-    async def aclose(self) -> None:
-        """Close the wrapped model's asyncio connections."""
-        aclose = getattr(self.inner, "aclose", None)
-        if callable(aclose):
-            await aclose()
 
 
 class ReplayModel:

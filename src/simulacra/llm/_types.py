@@ -553,3 +553,4 @@ class LanguageModel(Protocol):
     ) -> Completion:
         """Return the completion of *request*, awaiting it."""
         ...
+
