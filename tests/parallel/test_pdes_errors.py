@@ -8,6 +8,7 @@ within seconds, never as a hang.
 
 from __future__ import annotations
 
+import math
 import pickle
 import sys
 import time
@@ -340,3 +341,94 @@ def test_send_during_build_and_a_non_numeric_delay() -> None:
         run_model("unsharded", models.build_send_in_build)
     with pytest.raises(simulacra.InvalidDelay, match="delay must be a number, got '3'"):
         run_model("unsharded", models.build_pair, {"delay": "3"})
+
+
+# --------------------------------------------------------------------------- found by a stranger
+
+
+def _sends_far(sim: simulacra.Sim, me: simulacra.Entity) -> Any:
+    yield sim.delay(1)
+    me.send("b", "far", math.inf)
+
+
+def _same_names(sim: simulacra.Sim, me: simulacra.Entity) -> Any:
+    def worker(sim: simulacra.Sim, me: simulacra.Entity) -> Any:
+        yield sim.delay(1)
+
+    me.spawn(worker, name="worker")
+    yield sim.delay(0)
+    me.spawn(worker, name="worker")
+
+
+def _digit_name(sim: simulacra.Sim, me: simulacra.Entity) -> Any:
+    def worker(sim: simulacra.Sim, me: simulacra.Entity) -> Any:
+        yield sim.delay(1)
+
+    me.spawn(worker, name="1")
+    yield sim.delay(0)
+
+
+@pytest.mark.parametrize("mode", ["unsharded", "inline"])
+def test_an_infinite_send_delay_is_refused(mode: str) -> None:
+    def build(ctx: simulacra.ShardContext) -> None:
+        ctx.spawn_entity("a", _sends_far)
+        ctx.add_entity("b")
+        ctx.channel("a", "b", 1.0)
+
+    with pytest.raises(simulacra.InvalidDelay) as info:
+        run_model(mode, build, until=None)
+    check(info.value, simulacra.InvalidDelay, "'a' -> 'b'", "inf", "finite")
+
+
+@pytest.mark.parametrize("spawner", [_same_names, _digit_name])
+@pytest.mark.parametrize("mode", ["unsharded", "inline"])
+def test_an_entitys_process_names_are_unique_and_not_numbers(mode: str, spawner: Any) -> None:
+    def build(ctx: simulacra.ShardContext) -> None:
+        ctx.spawn_entity("a", spawner)
+
+    with pytest.raises(ConfigError) as info:
+        run_model(mode, build, until=None)
+    assert "entity 'a'" in str(info.value)
+
+
+def test_a_closed_sharded_sim_and_a_bad_until_say_so() -> None:
+    sim = ShardedSim(models.build_pair, shards=2, mode="inline")
+    with pytest.raises(ConfigError, match="expected None or a number, got 'x'"):
+        sim.run(until="x")  # type: ignore[arg-type]
+    sim.close()
+    with pytest.raises(simulacra.ShardError, match="closed"):
+        sim.run(until=5.0)
+
+
+def _replier(entity: simulacra.Entity, payload: Any) -> None:
+    def job(sim: simulacra.Sim) -> Any:
+        yield sim.delay(1)
+        entity.send("c", payload)
+
+    entity.sim.spawn(job)  # unnamed, from the handler: it is b's, so it may send from b
+
+
+def _hello(sim: simulacra.Sim, me: simulacra.Entity) -> Any:
+    for k in range(3):
+        yield sim.delay(1)
+        me.send("b", ("hello", k))
+
+
+def build_handler_sends(ctx: simulacra.ShardContext) -> None:
+    ctx.spawn_entity("a", _hello)
+    ctx.add_entity("b", on_message=_replier)
+    ctx.add_entity("c")
+    ctx.channel("a", "b", 1.0)
+    ctx.channel("b", "c", 1.0)
+
+
+@pytest.mark.parametrize("partition", [{"a": 0, "b": 0, "c": 0}, {"a": 0, "b": 1, "c": 2},
+                                       {"a": 2, "b": 1, "c": 0}])
+def test_a_process_a_handler_spawns_may_send_for_its_entity(partition: dict[str, int]) -> None:
+    ref = simulacra.UnshardedSim(build_handler_sends, seed=1, trace=True)
+    ref.run()
+    assert sum(1 for r in ref.trace() if r[1] == "recv" and r[2] == "c") == 3
+    with ShardedSim(build_handler_sends, shards=3, partition=partition, mode="inline", seed=1,
+                    trace=True) as sim:
+        sim.run()
+        simulacra.assert_equivalent(ref.trace(), sim.trace())

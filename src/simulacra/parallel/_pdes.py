@@ -304,6 +304,8 @@ class ShardedSim:
                 f"this ShardedSim failed earlier ({type(self._failed).__name__}: "
                 f"{self._failed}); build a new one"
             )
+        if not self._finalizer.alive:
+            raise ShardError("this ShardedSim is closed; build a new one")
         try:
             return self._transport.request(commands)
         except BaseException as exc:
@@ -319,6 +321,9 @@ class ShardedSim:
             ShardCrashed: a shard's worker died or did not answer in time.
             Exception: whatever the model raised, as itself, noting the shard.
         """
+        raw: object = until
+        if raw is not None and (isinstance(raw, bool) or not isinstance(raw, int | float)):
+            raise ConfigError(f"run(until=...): expected None or a number, got {until!r}")
         target = math.inf if until is None else float(until)
         if until is not None and not target > self._now:
             raise UntilInPast(f"run(until={until!r}): must be greater than the current time "

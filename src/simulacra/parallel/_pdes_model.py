@@ -182,8 +182,18 @@ class _Delivery:
         handler = entity._on_message
         if handler is None:
             entity.inbox.put(payload)
-        else:
+            return
+        # What the handler schedules or spawns belongs to the receiving entity:
+        # its origin is named after it (and after the message, which makes it
+        # unique and partition-invariant), so an unnamed process the handler
+        # spawns is the entity's (`job#n:<entity>/e:<message key>/1`) and may send.
+        sim = entity.sim
+        origin = sim._origin
+        sim._origin = [f"n:{entity.name}/{origin[0]}" if origin else f"n:{entity.name}/m", 0, 0]
+        try:
             handler(entity, payload)
+        finally:
+            sim._origin = origin
 
 
 class Entity:
@@ -273,6 +283,19 @@ class Entity:
             )
         self._check_owned("spawn()")
         check_entity_name(name)
+        if name.isdigit():
+            raise ConfigError(
+                f"entity {self.name!r}: spawn(name={name!r}): a name of digits only is reserved "
+                "(unnamed child processes are numbered); add a letter"
+            )
+        spawned = self._ctx._spawned.setdefault(self.name, set())
+        if name in spawned:
+            raise ConfigError(
+                f"entity {self.name!r} already spawned a process named {name!r}: the names of an "
+                f"entity's processes order its events, so each must be unique (for example "
+                f"name=f'{name}-{{k}}')"
+            )
+        spawned.add(name)
         return self._ctx.sim.spawn(fn, self, *args, name=f"{self.name}/{name}", **kwargs)
 
     def send(self, dst: str | Entity, payload: Any, delay: float | None = None) -> None:
@@ -323,6 +346,11 @@ class Entity:
                 f"send on channel {channel.src!r} -> {channel.dst!r}: delay must be a number, "
                 f"got {delay!r}"
             )
+        elif not math.isfinite(delay):
+            raise InvalidDelay(
+                f"send on channel {channel.src!r} -> {channel.dst!r}: delay must be finite, got "
+                f"{delay!r} (a message that never arrives is not sent)"
+            )
         elif not delay >= channel.lookahead:
             raise LookaheadViolation(
                 f"send on channel {channel.src!r} -> {channel.dst!r} with delay {delay!r}: "
@@ -355,8 +383,8 @@ class ShardContext:
     """
 
     __slots__ = (
-        "_building", "_by_name", "_channels", "_entities", "_runtime", "config", "shard",
-        "shards", "sim",
+        "_building", "_by_name", "_channels", "_entities", "_runtime", "_spawned", "config",
+        "shard", "shards", "sim",
     )
 
     #: The Sim of this shard (the only Sim, unpartitioned), in keyed ordering.
@@ -378,6 +406,8 @@ class ShardContext:
         self._entities: list[Entity] = []
         self._by_name: dict[str, Entity] = {}
         self._channels: dict[tuple[str, str], _Channel] = {}
+        #: The names each entity has spawned processes under (unique per entity).
+        self._spawned: dict[str, set[str]] = {}
         self._building = True
 
     def __repr__(self) -> str:
