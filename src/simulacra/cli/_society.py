@@ -50,7 +50,9 @@ class _Progress:
 
     The round engine has a known number of turns (agents x steps). The
     event-driven engine does not (an agent may act several times in a window,
-    or not at all), so its bar counts windows of virtual time instead.
+    or not at all), so its bar counts windows of virtual time instead. The bar
+    is drawn at the first progress, not before: a run that fails its checks
+    prints its one error line, and no bar.
     """
 
     def __init__(self, enabled: bool, total: int, label: str, *, unit: str = "turns") -> None:
@@ -60,6 +62,7 @@ class _Progress:
         self._done = 0
         #: "turns" counts turns; "steps" or "windows" counts steps (report.step + 1).
         self._windows = unit != "turns"
+        self._started = False
         if not enabled:
             return
         try:
@@ -79,12 +82,20 @@ class _Progress:
                              console=Console(stderr=True), transient=False)
         self._task = self._bar.add_task(label, total=total)
 
+    def _start(self) -> None:
+        with self._lock:
+            if not self._started:
+                self._started = True
+                self._bar.start()
+
     def turn(self) -> None:
         if self._bar is not None and not self._windows:
+            self._start()
             self._bar.advance(self._task)
 
     def step(self, report: Any) -> None:
         if self._bar is not None:
+            self._start()
             with self._lock:
                 self._done = report.step + 1 if self._windows else (
                     self._done + report.participants)
@@ -96,8 +107,11 @@ class _Progress:
         if self._bar is None:
             yield
             return
-        with self._bar:
+        try:
             yield
+        finally:
+            if self._started:
+                self._bar.stop()
 
 
 def _progress(enabled: bool, config: Any, label: str) -> _Progress:
