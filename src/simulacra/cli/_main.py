@@ -86,6 +86,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     except _UsageError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_USAGE
+    except KeyboardInterrupt:
+        # A society run handles Ctrl-C itself (a checkpoint, and how to resume); any
+        # other command stops here with one line instead of a traceback.
+        what = {"experiment": "; the finished replications are kept in the study's output "
+                              "directory: the same command with --resume finishes it",
+                "replay": "; the replay wrote nothing"}.get(str(getattr(args, "command", "")),
+                                                            "")
+        print(f"interrupted{what}", file=sys.stderr)
+        return 130
 
 
 def _build_parser() -> argparse.ArgumentParser:
@@ -94,7 +103,8 @@ def _build_parser() -> argparse.ArgumentParser:
         description="Deterministic simulation of many interacting actors.",
     )
     parser.add_argument("--version", action="version", version=f"simulacra {__version__}")
-    commands = parser.add_subparsers(title="commands", metavar="COMMAND", required=True)
+    commands = parser.add_subparsers(title="commands", metavar="COMMAND", required=True,
+                                     dest="command")
 
     run = commands.add_parser(
         "run",
@@ -182,6 +192,9 @@ def _cmd_run(args: argparse.Namespace) -> int:
     if args.overrides:
         raise _UsageError(f"unexpected arguments {args.overrides}: KEY=VALUE overrides are for "
                           "run configs (CONFIG.yaml); pass model parameters with --set KEY=VALUE")
+    if args.out is not None:
+        raise _UsageError("--out is for run configs (CONFIG.yaml): a model function writes no "
+                          "run directory; print its KPIs with --json and redirect them")
     kwargs = _parse_settings(args.settings)
     if args.seed is not None:
         if "seed" in kwargs:
@@ -286,10 +299,18 @@ def _model_file(path: Path) -> Path:
     if path.is_dir():
         model = path / MODEL_FILE
         if not model.is_file():
-            raise _UsageError(f"file not found: directory {str(path)!r} has no {MODEL_FILE}")
+            configs = sorted(p.name for p in path.iterdir() if is_config_target(p.name))
+            hint = (f"; it has a run config: simulacra run {path / configs[0]}" if configs
+                    else "")
+            raise _UsageError(f"file not found: directory {str(path)!r} has no {MODEL_FILE}"
+                              f"{hint}")
         return model
     if not path.is_file():
         raise _UsageError(f"file not found: {str(path)!r}")
+    if path.suffix != ".py":
+        raise _UsageError(f"{str(path)!r} is neither a Python file (.py) nor a run config "
+                          "(.yaml): simulacra run takes a model file, module:function or "
+                          "CONFIG.yaml")
     return path
 
 
@@ -308,7 +329,12 @@ def _model_function(module: ModuleType, where: str, name: str) -> Callable[..., 
     try:
         function: object = getattr(module, name)
     except AttributeError:
-        raise _UsageError(f"no such function: {name!r} in {where!r}") from None
+        configs = []
+        folder = Path(where) if Path(where).is_dir() else Path(where).parent
+        if _looks_like_path(where) and folder.is_dir():
+            configs = sorted(p for p in folder.iterdir() if is_config_target(p.name))
+        hint = f"; did you mean the run config: simulacra run {configs[0]}" if configs else ""
+        raise _UsageError(f"no such function: {name!r} in {where!r}{hint}") from None
     if not callable(function):
         raise _UsageError(f"{where}:{name} is not callable: its type is {type(function).__name__}")
     return function

@@ -271,6 +271,24 @@ class RunConfig:
         return f"<RunConfig {self.name!r} seed={self.seed!r} from {self.source or 'data'}>"
 
 
+def _did_you_mean(error: Mapping[str, Any]) -> str:
+    """For an unknown key: the closest known key at the same place, if one is close."""
+    if error.get("type") != "extra_forbidden" or not error.get("loc"):
+        return ""
+    import difflib  # noqa: PLC0415
+
+    *parents, last = (str(part) for part in error["loc"])
+    node: Any = DEFAULTS
+    for part in parents:
+        if not isinstance(node, Mapping) or part not in node:
+            return ""
+        node = node[part]
+    if not isinstance(node, Mapping):
+        return ""
+    close = difflib.get_close_matches(last, [str(k) for k in node], n=1, cutoff=0.6)
+    return f"; did you mean {'.'.join([*parents, close[0]])}?" if close else ""
+
+
 def parse_config(data: object, source: str | None = None,
                  overrides: Iterable[str] = ()) -> RunConfig:
     """Validate a config document (layered on :data:`DEFAULTS`, then *overrides*).
@@ -290,7 +308,8 @@ def parse_config(data: object, source: str | None = None,
     try:
         doc = _schema().model_validate(merged)
     except ValidationError as exc:
-        problems = "; ".join(describe_error(e, "must be a mapping") for e in exc.errors())
+        problems = "; ".join(describe_error(e, "must be a mapping") + _did_you_mean(e)
+                             for e in exc.errors())
         raise ConfigError(f"{label}: {problems}") from None
     return RunConfig(doc, doc.model_dump(mode="json"), source)
 

@@ -246,7 +246,15 @@ def build_society(config: RunConfig) -> tuple[World, list[Actor]]:
                           f"{', '.join(unknown) or 'its arguments'}: {exc}") from None
     except ValueError:  # no signature to read
         pass
-    built = factory(**kwargs)
+    try:
+        built = factory(**kwargs)
+    except (TypeError, ValueError) as exc:
+        if isinstance(exc, ConfigError):
+            raise
+        given = ", ".join(f"sim.world.{k}={v!r}" for k, v in params.items()) or "no parameters"
+        raise ConfigError(
+            f"sim.world.factory {sim.world.factory!r} raised {type(exc).__name__}: {exc} "
+            f"(given {given}: is a value of the wrong type?)") from exc
     if (not isinstance(built, tuple) or len(built) != 2 or not isinstance(built[0], World)):
         raise ConfigError(f"sim.world.factory {sim.world.factory!r} must return "
                           f"(World, agents), got {type(built).__name__}")
@@ -357,6 +365,11 @@ def run_society(config: RunConfig | Mapping[str, Any], *,
         config = parse_config(config)
     _step_engine(config.sim.engine.step.built_in)  # fail before anything is written
     _checkpoint_steps(config)
+    step = config.sim.engine.step
+    if step.built_in == "round" and step.options:
+        first = sorted(step.options)[0]
+        raise ConfigError(f"sim.engine.step.options.{first}: the round engine takes no step "
+                          "options (they are for sim.engine.step.built_in=async_event)")
     if model is None and config.run.preflight:
         preflight(config)  # before anything is written or spent
     target = out if out is not None else config.run.out if write else None

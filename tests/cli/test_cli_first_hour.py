@@ -1,0 +1,71 @@
+"""What a newcomer types in the first hour gets one clear line, not a traceback or a guess."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from simulacra.cli import main
+
+ROOT = Path(__file__).resolve().parents[2]
+SOCIAL = ROOT / "examples" / "social"
+
+
+def test_a_folder_with_a_config_suggests_it(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["run", str(SOCIAL)]) == 2
+    assert f"simulacra run {SOCIAL / 'config.yaml'}" in capsys.readouterr().err
+
+
+def test_a_text_file_is_not_run_as_python(tmp_path: Path,
+                                          capsys: pytest.CaptureFixture[str]) -> None:
+    notes = tmp_path / "notes.txt"
+    notes.write_text("import os; os._exit(7)\n")
+    assert main(["run", str(notes)]) == 2
+    assert "neither a Python file" in capsys.readouterr().err
+
+
+def test_unknown_keys_get_the_closest_known_one(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["run", str(SOCIAL / "config.yaml"), "sim.engine.mod=x", "sim.stpes=3"]) == 2
+    err = capsys.readouterr().err
+    assert "did you mean sim.engine.mode?" in err
+    assert "did you mean sim.steps?" in err
+
+
+def test_a_wrong_world_type_is_a_config_error(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["run", str(SOCIAL / "config.yaml"), "sim.world.feed_size=abc",
+                 "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert "sim.world.feed_size='abc'" in err
+    assert "Traceback" not in err
+
+
+def test_options_nobody_reads_are_refused(tmp_path: Path,
+                                          capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["run", str(SOCIAL / "config.yaml"), "sim.engine.step.options.window=2",
+                 "--no-progress"]) == 2
+    assert "the round engine takes no step options" in capsys.readouterr().err
+    assert main(["run", str(ROOT / "examples" / "bank.py"), "--out", str(tmp_path)]) == 2
+    assert "--out is for run configs" in capsys.readouterr().err
+
+
+@pytest.mark.timeout(120)
+def test_ctrl_c_in_replay_is_one_line(tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    assert main(["run", str(SOCIAL / "config.yaml"), "--out", str(run_dir), "sim.agents=400",
+                 "sim.steps=20", "--no-progress"]) == 0
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+    process = subprocess.Popen([sys.executable, "-m", "simulacra", "replay", str(run_dir),
+                                "--no-progress"], stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True, env=env)
+    time.sleep(1.0)
+    process.send_signal(signal.SIGINT)
+    _, err = process.communicate(timeout=60)
+    assert process.returncode == 130, err
+    assert "Traceback" not in err
+    assert err.strip().splitlines()[-1].startswith("interrupted")
