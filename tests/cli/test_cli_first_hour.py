@@ -69,3 +69,20 @@ def test_ctrl_c_in_replay_is_one_line(tmp_path: Path) -> None:
     assert process.returncode == 130, err
     assert "Traceback" not in err
     assert err.strip().splitlines()[-1].startswith("interrupted")
+
+
+def test_experiment_checks_for_polars_before_any_replication(tmp_path: Path) -> None:
+    """The plain install has no polars: the study stops at once, naming the extra."""
+    study = tmp_path / "study.toml"
+    study.write_text(f'model = "{ROOT / "examples" / "bank.py"}:run"\nreplications = 2\n'
+                     f'master_seed = 1\noutput = "{tmp_path / "out"}"\n'
+                     '[grid]\nservers = [2, 3]\n')
+    code = ("import sys; sys.modules['polars'] = None  # as on the plain install\n"
+            "from simulacra.cli import main\n"
+            f"sys.exit(main(['experiment', {str(study)!r}]))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=120, check=False,
+                          env={**os.environ, "PYTHONPATH": str(ROOT / "src")})
+    assert done.returncode == 2, done.stderr
+    assert "pip install 'simulacra[parallel]'" in done.stderr
+    assert not (tmp_path / "out").exists()  # no replication ran

@@ -119,6 +119,12 @@ def _cmd_experiment(args: argparse.Namespace) -> int:
         print(f"error: {path}: {exc}", file=sys.stderr)
         return EXIT_USAGE
     output = settings["output"]
+    try:  # before any replication runs: a study must not fail at its last line
+        import polars  # noqa: F401, PLC0415  (checked here, used by the results)
+    except ImportError:
+        print("error: simulacra experiment writes its results with polars, which is not "
+              "installed: pip install 'simulacra[parallel]'", file=sys.stderr)
+        return EXIT_USAGE
     with _on_sys_path(Path.cwd(), path.resolve().parent):
         try:
             experiment = simulacra.Experiment(
@@ -306,7 +312,17 @@ def _on_sys_path(*directories: Path) -> Iterator[None]:
 
 
 def _number(value: object) -> str:
-    return f"{value:.6g}" if isinstance(value, float) else str(value)
+    """Four significant figures (the JSON and CSV files keep every digit)."""
+    return f"{value:.4g}" if isinstance(value, float) else str(value)
+
+
+def _halfwidth(row: Mapping[str, Any]) -> str:
+    """The CI half-width, or "constant" for a KPI that did not vary (no fake interval)."""
+    half, mean = row["halfwidth"], row["mean"]
+    if isinstance(half, float) and isinstance(mean, float) and half <= 1e-12 * max(1.0,
+                                                                                   abs(mean)):
+        return "constant"
+    return _number(half)
 
 
 def _print_summary(rows: list[dict[str, Any]], confidence: float, out: TextIO) -> None:
@@ -327,9 +343,10 @@ def _print_summary(rows: list[dict[str, Any]], confidence: float, out: TextIO) -
         table.add_row(
             *(_number(row[name]) for name in fields),
             _number(row["mean"]),
-            _number(row["halfwidth"]),
+            _halfwidth(row),
             str(row["n"]),
         )
     console = Console(file=out, highlight=False)
-    console.width = max(console.width, 120)
+    if not console.is_terminal:
+        console.width = max(console.width, 120)  # a file or a pipe: never fold a row
     console.print(table)

@@ -389,7 +389,9 @@ def _kpi_value(value: object, key: str, label: str) -> KPIValue:
 
 
 def _format(value: KPIValue) -> str:
-    # repr() of a float is its shortest exact form: equal runs print equal digits.
+    # Four significant figures in a table; --json keeps every digit.
+    if isinstance(value, float):
+        return f"{value:.4g}"
     return value if isinstance(value, str) else repr(value)
 
 
@@ -415,6 +417,7 @@ def _print_table(kpis: Mapping[str, KPIValue], out: TextIO) -> None:
     for name, text in rows:
         table.add_row(name, text)
     console = Console(file=out, highlight=False)
-    # Never cut a value to fit a narrow terminal: the digits are the result.
-    console.width = max(console.width, name_width + value_width + 8)
+    if not console.is_terminal:
+        # Never cut a value when the output goes to a file or a pipe.
+        console.width = max(console.width, name_width + value_width + 8)
     console.print(table)
