@@ -349,3 +349,15 @@ def test_the_sharded_run_of_docs_parallel_runs_as_written(tmp_path: Path) -> Non
                           text=True, timeout=300, check=False)
     assert done.returncode == 0, done.stderr
     assert "'ties_across_shards'" in done.stdout
+
+
+@pytest.mark.parametrize("script", ["pdes_models.py", "ride_hailing/sharded.py"])
+def test_the_pdes_examples_run_as_scripts_and_agree(script: str, tmp_path: Path) -> None:
+    """`python examples/...` prints each partition's verdict against the unpartitioned run."""
+    path = Path(__file__).resolve().parents[1] / "examples" / script
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1] / "src")}
+    done = subprocess.run([sys.executable, str(path)], cwd=tmp_path, capture_output=True,
+                          text=True, timeout=300, check=False, env=env)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.count("equal") >= 3
+    assert "DIFFERENT" not in done.stdout
