@@ -361,3 +361,24 @@ def test_the_pdes_examples_run_as_scripts_and_agree(script: str, tmp_path: Path)
     assert done.returncode == 0, done.stderr
     assert done.stdout.count("equal") >= 3
     assert "DIFFERENT" not in done.stdout
+
+
+def test_the_readme_bank_model_runs_with_the_readme_commands(tmp_path: Path) -> None:
+    """The README's bank.py, saved as written, runs with the commands shown under it."""
+    text = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    start = text.index("```python\n# bank.py") + len("```python\n")
+    (tmp_path / "bank.py").write_text(text[start:text.index("```", start)])
+    commands = text[text.index("```bash", start) + len("```bash\n"):]
+    commands = commands[:commands.index("```")]
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1] / "src")}
+    ran = 0
+    for line in commands.splitlines():
+        args = line.split("#")[0].split()
+        if len(args) < 3 or args[:2] != ["simulacra", "run"] or "bank.py" not in args[2]:
+            continue
+        done = subprocess.run([sys.executable, "-m", "simulacra", *args[1:]], cwd=tmp_path,
+                              capture_output=True, text=True, timeout=120, check=False, env=env)
+        assert done.returncode == 0, (line, done.stderr)
+        assert "mean_wait" in done.stdout, line
+        ran += 1
+    assert ran == 3

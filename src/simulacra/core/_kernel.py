@@ -871,6 +871,13 @@ class Sim:
             ``"keyed"`` breaks them by model identity: which process scheduled
             the event and how many it had scheduled before. Keyed order does
             not depend on how a model is partitioned (see ``docs/design.md``).
+        start: The simulated time the clock starts at (default 0.0).
+
+    Attributes:
+        now: The current simulated time: the time of the event being
+            processed, or of the last one (a float; it never goes back).
+        active_process: The process being resumed right now, or None (between
+            processes, and in event callbacks).
 
     A Sim and every object attached to it belong to one thread.
     """
@@ -1250,6 +1257,14 @@ class Sim:
         ``fn(sim, *args, **kwargs)``, or an already created generator or
         coroutine object. The process starts at the current time, before any
         normal event.
+
+        Args:
+            fn: The generator or ``async def`` function (or object) to run.
+            *args: Passed to *fn* after the Sim.
+            name: The process's name in traces (``who``); by default the
+                function's name and the process number (or, in keyed
+                ordering, its identity).
+            **kwargs: Passed to *fn*.
 
         Raises:
             ConfigError: *fn* is neither.
