@@ -1,4 +1,4 @@
-"""Agent engines: LocalBackend against a hand-written loop and Mesa 3; processes against local.
+"""Agent backends: LocalBackend against a hand-written loop and Mesa 3; processes against local.
 
 Two benchmarks, each alternating its contestants inside every round (the
 order rotates every round) and taking the ratios inside the round, so that the

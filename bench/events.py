@@ -38,7 +38,6 @@ import model as social  # noqa: E402
 
 from simulacra import SeedTree  # noqa: E402
 from simulacra.agents import ActionSpec, World  # noqa: E402
-from simulacra.engines import EventEngine  # noqa: E402
 from simulacra.llm import (  # noqa: E402
     CallSite,
     Completion,
@@ -48,6 +47,7 @@ from simulacra.llm import (  # noqa: E402
     ScriptedModel,
     ScriptedServer,
 )
+from simulacra.societies import EventEngine  # noqa: E402
 
 LATENCY = LatencyModel(base=0.5, prefill_per_token=0.0001, decode_per_token=0.01,
                        noise_sigma=0.2, min_duration=0.5)

@@ -22,8 +22,8 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
 from simulacra.agents import ActionEvent, ActionSpec, AgentId, World
-from simulacra.engines import RoundEngine, load_config, run_society
 from simulacra.llm import ScriptedModel, ScriptedServer
+from simulacra.societies import RoundEngine, load_config, run_society
 
 CONFIG = Path(__file__).resolve().parents[1] / "examples" / "social" / "config.yaml"
 

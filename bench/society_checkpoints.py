@@ -7,7 +7,7 @@ fsync; ``summary.json["checkpoints"]``) as a share of that run's time, which
 does not depend on another run's noise.
 
 ``run.checkpoint_every`` unset means automatic checkpoints (see
-``simulacra.engines._rounds_run._drive``): the first after CHECKPOINT_FIRST_S
+``simulacra.societies._run._drive``): the first after CHECKPOINT_FIRST_S
 seconds, then whenever they would take at most CHECKPOINT_SHARE of the run.
 This script runs the social example both ways, alternating, and prints the
 median wall time of each and the overhead.
@@ -25,7 +25,7 @@ import time
 from pathlib import Path
 
 import simulacra
-from simulacra.engines import _rounds_run
+from simulacra.societies import _run as _rounds_run
 
 CONFIG = Path(__file__).resolve().parents[1] / "examples" / "social" / "config.yaml"
 

@@ -31,10 +31,10 @@ TIERS: tuple[tuple[int, frozenset[str]], ...] = (
     (0, frozenset({"errors", "_util", "_version"})),
     (0, frozenset({"rng"})),
     (1, frozenset({"core", "executors", "llm"})),
-    (2, frozenset({"resources", "trace"})),
+    (2, frozenset({"resources", "trace", "pausable"})),
     (3, frozenset({"agents"})),
     (4, frozenset({"parallel"})),
-    (5, frozenset({"engines"})),
+    (5, frozenset({"backends", "societies"})),
     (6, frozenset({"distributed", "testing"})),
     (7, frozenset({"cli", "report"})),
     (7, frozenset({"__main__"})),  # `python -m simulacra` runs the cli
@@ -346,3 +346,97 @@ def test_checker_reports_each_kind_of_violation(tmp_path: Path) -> None:
     assert len(layer_violations(tmp_path)) == 7
     assert len(private_violations(tmp_path)) == 2
     assert len(stdlib_violations(tmp_path)) == 2
+
+
+# --------------------------------------------------------------------------- import circles
+
+
+def _all_imports(nodes: Iterable[ast.AST]) -> Iterator[ast.Import | ast.ImportFrom | str]:
+    """Every import a module expresses: at module level, in a function, under
+    TYPE_CHECKING, and ``importlib.import_module("simulacra...")`` with a literal name."""
+    for node in nodes:
+        if isinstance(node, ast.Import | ast.ImportFrom):
+            yield node
+        elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+              and node.func.attr == "import_module" and node.args
+              and isinstance(node.args[0], ast.Constant) and isinstance(node.args[0].value, str)
+              and node.args[0].value.startswith("simulacra")):
+            yield node.args[0].value
+        yield from _all_imports(ast.iter_child_nodes(node))
+
+
+def import_graph(src: Path) -> dict[str, set[str]]:
+    """Module -> the simulacra modules it imports (a package means its ``__init__``)."""
+    modules = modules_in(src)
+    graph: dict[str, set[str]] = {name: set() for name in modules}
+    for importer, path in modules.items():
+        tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+        for node in _all_imports(tree.body):
+            if isinstance(node, str):
+                targets = [node]
+            elif isinstance(node, ast.Import):
+                targets = [alias.name for alias in node.names]
+            else:
+                base = _resolve(importer, path.name == "__init__.py", node)
+                targets = [f"{base}.{a.name}" if f"{base}.{a.name}" in modules else base
+                           for a in node.names]
+            graph[importer].update(t for t in targets if t in modules and t != importer)
+    return graph
+
+
+def import_circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    circles: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for nxt in sorted(graph[node]):
+            if nxt not in index:
+                visit(nxt)
+                low[node] = min(low[node], low[nxt])
+            elif nxt in on_stack:
+                low[node] = min(low[node], index[nxt])
+        if low[node] == index[node]:
+            component = []
+            while True:
+                top = stack.pop()
+                on_stack.discard(top)
+                component.append(top)
+                if top == node:
+                    break
+            if len(component) > 1:
+                circles.append(sorted(component))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return circles
+
+
+def test_no_import_circles_in_src() -> None:
+    """No module imports a module that imports it back: not lazily, not for types only,
+    not by name through importlib.
+
+    A package's ``__init__`` counts as a module: a module of a package that imported its
+    own front (``from simulacra.backends import X`` inside ``backends``) would close one.
+    The front door ``simulacra/__init__.py`` and ``simulacra.cli`` are left out: the
+    front door re-exports every layer, and only the cli (which the front door does not
+    import) uses it.
+    """
+    graph = import_graph(SRC)
+    for door in ("simulacra",):
+        graph.pop(door, None)
+        for targets in graph.values():
+            targets.discard(door)
+    assert import_circles(graph) == []
+
+
+def test_the_circle_check_finds_a_circle() -> None:
+    graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
+    assert import_circles(graph) == [["a", "b", "c"]]

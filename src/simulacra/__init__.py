@@ -88,51 +88,27 @@ if TYPE_CHECKING:  # the type checker sees every name; at run time they load laz
     from .agents import Phase as Phase
     from .agents import Sequence as Sequence
     from .agents import World as World
+    from .backends import AsyncBackend as AsyncBackend
+    from .backends import ExecutionBackend as ExecutionBackend
+    from .backends import LocalBackend as LocalBackend
+    from .backends import Model as Model
+    from .backends import PregelBackend as PregelBackend
+    from .backends import PregelGraph as PregelGraph
+    from .backends import PregelResult as PregelResult
+    from .backends import ProcessPoolBackend as ProcessPoolBackend
+    from .backends import RunResult as RunResult
+    from .backends import Settings as Settings
+    from .backends import Superstep as Superstep
+    from .backends import ThreadPoolBackend as ThreadPoolBackend
+    from .backends import VectorizedResult as VectorizedResult
+    from .backends import get_backend as get_backend
+    from .backends import load_settings as load_settings
+    from .backends import run_pregel as run_pregel
+    from .backends import run_vectorized as run_vectorized
     from .distributed import DaskBackend as DaskBackend
     from .distributed import EmulatorBackend as EmulatorBackend
     from .distributed import MCPBackend as MCPBackend
     from .distributed import MCPConfig as MCPConfig
-    from .engines import AgentLock as AgentLock
-    from .engines import AgentStatus as AgentStatus
-    from .engines import AsyncAgent as AsyncAgent
-    from .engines import AsyncBackend as AsyncBackend
-    from .engines import AsyncHost as AsyncHost
-    from .engines import Channel as Channel
-    from .engines import EventEngine as EventEngine
-    from .engines import EventResult as EventResult
-    from .engines import ExecutionBackend as ExecutionBackend
-    from .engines import LocalBackend as LocalBackend
-    from .engines import Model as Model
-    from .engines import PausableAgent as PausableAgent
-    from .engines import PausableContext as PausableContext
-    from .engines import PausableHost as PausableHost
-    from .engines import PregelBackend as PregelBackend
-    from .engines import PregelGraph as PregelGraph
-    from .engines import PregelResult as PregelResult
-    from .engines import ProcessPoolBackend as ProcessPoolBackend
-    from .engines import ReplayReport as ReplayReport
-    from .engines import RoundEngine as RoundEngine
-    from .engines import RoundResult as RoundResult
-    from .engines import RunConfig as RunConfig
-    from .engines import RunControl as RunControl
-    from .engines import RunDirectory as RunDirectory
-    from .engines import RunResult as RunResult
-    from .engines import Settings as Settings
-    from .engines import SocietyRun as SocietyRun
-    from .engines import StepReport as StepReport
-    from .engines import Superstep as Superstep
-    from .engines import ThreadPoolBackend as ThreadPoolBackend
-    from .engines import VectorizedResult as VectorizedResult
-    from .engines import WindowReport as WindowReport
-    from .engines import get_backend as get_backend
-    from .engines import load_config as load_config
-    from .engines import load_settings as load_settings
-    from .engines import preflight_provider as preflight_provider
-    from .engines import replay_run as replay_run
-    from .engines import resume_society as resume_society
-    from .engines import run_pregel as run_pregel
-    from .engines import run_society as run_society
-    from .engines import run_vectorized as run_vectorized
     from .executors import Executor as Executor
     from .executors import get_executor as get_executor
     from .llm import CallSite as CallSite
@@ -170,6 +146,14 @@ if TYPE_CHECKING:  # the type checker sees every name; at run time they load laz
     from .parallel import config_grid as config_grid
     from .parallel import offload as offload
     from .parallel import use_pool as use_pool
+    from .pausable import AgentLock as AgentLock
+    from .pausable import AgentStatus as AgentStatus
+    from .pausable import AsyncAgent as AsyncAgent
+    from .pausable import AsyncHost as AsyncHost
+    from .pausable import Channel as Channel
+    from .pausable import PausableAgent as PausableAgent
+    from .pausable import PausableContext as PausableContext
+    from .pausable import PausableHost as PausableHost
     from .resources import Container as Container
     from .resources import ContainerStatistics as ContainerStatistics
     from .resources import FilterStore as FilterStore
@@ -182,6 +166,22 @@ if TYPE_CHECKING:  # the type checker sees every name; at run time they load laz
     from .resources import ResourceStatistics as ResourceStatistics
     from .resources import Store as Store
     from .resources import StoreStatistics as StoreStatistics
+    from .societies import EventEngine as EventEngine
+    from .societies import EventResult as EventResult
+    from .societies import ReplayReport as ReplayReport
+    from .societies import RoundEngine as RoundEngine
+    from .societies import RoundResult as RoundResult
+    from .societies import RunConfig as RunConfig
+    from .societies import RunControl as RunControl
+    from .societies import RunDirectory as RunDirectory
+    from .societies import SocietyRun as SocietyRun
+    from .societies import StepReport as StepReport
+    from .societies import WindowReport as WindowReport
+    from .societies import load_config as load_config
+    from .societies import preflight_provider as preflight_provider
+    from .societies import replay_run as replay_run
+    from .societies import resume_society as resume_society
+    from .societies import run_society as run_society
     from .trace import Divergence as Divergence
     from .trace import JsonlTracer as JsonlTracer
     from .trace import MemoryTracer as MemoryTracer
@@ -260,22 +260,22 @@ _LAZY: dict[str, str] = {
     "ActionSpec": ".agents",
     "LLMAgent": ".agents",
     "World": ".agents",
-    "ReplayReport": ".engines",
-    "RoundEngine": ".engines",
-    "EventEngine": ".engines",
-    "EventResult": ".engines",
-    "WindowReport": ".engines",
-    "RoundResult": ".engines",
-    "RunConfig": ".engines",
-    "RunDirectory": ".engines",
-    "SocietyRun": ".engines",
-    "StepReport": ".engines",
-    "load_config": ".engines",
-    "replay_run": ".engines",
-    "run_society": ".engines",
-    "preflight_provider": ".engines",
-    "RunControl": ".engines",
-    "resume_society": ".engines",
+    "ReplayReport": ".societies",
+    "RoundEngine": ".societies",
+    "EventEngine": ".societies",
+    "EventResult": ".societies",
+    "WindowReport": ".societies",
+    "RoundResult": ".societies",
+    "RunConfig": ".societies",
+    "RunDirectory": ".societies",
+    "SocietyRun": ".societies",
+    "StepReport": ".societies",
+    "load_config": ".societies",
+    "replay_run": ".societies",
+    "run_society": ".societies",
+    "preflight_provider": ".societies",
+    "RunControl": ".societies",
+    "resume_society": ".societies",
     "Agent": ".agents",
     "AgentSpec": ".agents",
     "Context": ".agents",
@@ -286,31 +286,31 @@ _LAZY: dict[str, str] = {
     "EmulatorBackend": ".distributed",
     "MCPBackend": ".distributed",
     "MCPConfig": ".distributed",
-    "AgentLock": ".engines",
-    "AgentStatus": ".engines",
-    "AsyncAgent": ".engines",
-    "AsyncHost": ".engines",
-    "Channel": ".engines",
-    "PausableAgent": ".engines",
-    "PausableContext": ".engines",
-    "PausableHost": ".engines",
-    "ExecutionBackend": ".engines",
-    "LocalBackend": ".engines",
-    "Model": ".engines",
-    "ProcessPoolBackend": ".engines",
-    "PregelBackend": ".engines",
-    "PregelGraph": ".engines",
-    "PregelResult": ".engines",
-    "Superstep": ".engines",
-    "VectorizedResult": ".engines",
-    "run_pregel": ".engines",
-    "run_vectorized": ".engines",
-    "RunResult": ".engines",
-    "Settings": ".engines",
-    "ThreadPoolBackend": ".engines",
-    "AsyncBackend": ".engines",
-    "get_backend": ".engines",
-    "load_settings": ".engines",
+    "AgentLock": ".pausable",
+    "AgentStatus": ".pausable",
+    "AsyncAgent": ".pausable",
+    "AsyncHost": ".pausable",
+    "Channel": ".pausable",
+    "PausableAgent": ".pausable",
+    "PausableContext": ".pausable",
+    "PausableHost": ".pausable",
+    "ExecutionBackend": ".backends",
+    "LocalBackend": ".backends",
+    "Model": ".backends",
+    "ProcessPoolBackend": ".backends",
+    "PregelBackend": ".backends",
+    "PregelGraph": ".backends",
+    "PregelResult": ".backends",
+    "Superstep": ".backends",
+    "VectorizedResult": ".backends",
+    "run_pregel": ".backends",
+    "run_vectorized": ".backends",
+    "RunResult": ".backends",
+    "Settings": ".backends",
+    "ThreadPoolBackend": ".backends",
+    "AsyncBackend": ".backends",
+    "get_backend": ".backends",
+    "load_settings": ".backends",
     "Executor": ".executors",
     "get_executor": ".executors",
     "CallSite": ".llm",

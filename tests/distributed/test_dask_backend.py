@@ -31,8 +31,8 @@ from simulacra import (  # noqa: E402
     UnknownRecipient,
     WorkerLost,
 )
+from simulacra.backends import get_backend  # noqa: E402
 from simulacra.distributed import _dask_worker  # noqa: E402
-from simulacra.engines import get_backend  # noqa: E402
 
 ENGINE_TESTS = Path(__file__).resolve().parents[1] / "engines"
 if str(ENGINE_TESTS) not in sys.path:  # workers inherit sys.path and import the models by name

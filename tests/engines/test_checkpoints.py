@@ -11,13 +11,13 @@ from typing import Any
 import pytest
 
 from simulacra import CheckpointError, SeedTree
-from simulacra.engines import EventEngine
-from simulacra.engines._checkpoint import (
+from simulacra.llm import LatencyModel, ScriptedModel
+from simulacra.societies import EventEngine
+from simulacra.societies._checkpoint import (
     checkpoint_files,
     read_checkpoint,
     write_checkpoint,
 )
-from simulacra.llm import LatencyModel, ScriptedModel
 
 ROOT = Path(__file__).resolve().parents[2]
 SOCIAL = ROOT / "examples" / "social"
@@ -39,7 +39,7 @@ RESUME = """
 import sys
 sys.path[:0] = [{src!r}, {social!r}, {tests!r}]
 from test_checkpoints import engine
-from simulacra.engines._checkpoint import read_checkpoint
+from simulacra.societies._checkpoint import read_checkpoint
 e = engine("asyncio")
 e.restore(read_checkpoint({path!r}, "events"))
 print(e.run(until=8.0).digest)

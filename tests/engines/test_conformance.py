@@ -28,7 +28,7 @@ from simulacra import (
     SeedTree,
     ThreadPoolBackend,
 )
-from simulacra.engines import AgentSnapshot, BackendBase
+from simulacra.backends import AgentSnapshot, BackendBase
 
 HERE = Path(__file__).resolve().parent
 if str(HERE) not in sys.path:  # workers inherit sys.path and import the models by this name

@@ -18,9 +18,9 @@ from hypothesis import strategies as st
 
 from simulacra import ConfigError, SeedTree
 from simulacra.agents import ActionEvent, ActionSpec
-from simulacra.engines import EventEngine, RoundEngine
 from simulacra.errors import AgentActionError
 from simulacra.llm import LatencyModel, OpenAICompatible, ScriptedModel, ScriptedServer
+from simulacra.societies import EventEngine, RoundEngine
 
 SOCIAL = Path(__file__).resolve().parents[2] / "examples" / "social"
 if str(SOCIAL) not in sys.path:
@@ -267,7 +267,7 @@ def member(ctx: Any, persona: str, interests: tuple[str, ...]) -> None:
 
 
 def _blocking_engine(mode: str, lookahead: bool) -> EventEngine:
-    from simulacra.engines import BlockingAgent
+    from simulacra.societies import BlockingAgent
 
     world, people = social.build(agents=30, seed=SeedTree(7), llm={})
     blocking = [BlockingAgent(p.id, member, p.persona, p.interests) for p in people]
@@ -290,7 +290,7 @@ def test_blocking_agents_run_in_the_event_engine(mode: str, lookahead: bool,
 
 
 def test_a_blocking_agent_that_raises_fails_its_turn_and_retires() -> None:
-    from simulacra.engines import BlockingAgent
+    from simulacra.societies import BlockingAgent
 
     def broken(ctx: Any) -> None:
         ctx.act(SocialAction("post", "first words"))

@@ -22,7 +22,7 @@ from simulacra import (
     PausableContext,
     PausableHost,
 )
-from simulacra.engines import AsyncContext
+from simulacra.pausable import AsyncContext
 
 pytestmark = pytest.mark.timeout(120)
 

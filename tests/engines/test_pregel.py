@@ -35,7 +35,7 @@ from simulacra import (
     run_pregel,
     run_vectorized,
 )
-from simulacra.engines import REDUCERS
+from simulacra.backends import REDUCERS
 
 # --------------------------------------------------------------------------- models
 
@@ -596,13 +596,13 @@ def test_only_active_vertices_may_send() -> None:
         run_vectorized(PregelGraph([0, 1], [1, 2]), program, state={}, combiners={"v": "sum"})
 
 
-def test_the_engines_import_without_numpy() -> None:
+def test_the_backends_import_without_numpy() -> None:
     """numpy is an optional extra: only the vectorised path imports it."""
     import subprocess
     import sys
 
     src = str(Path(__file__).resolve().parents[2] / "src")
-    code = ("import sys, simulacra.engines as e; e.PregelBackend(); e.run_pregel; "
+    code = ("import sys, simulacra.backends as e; e.PregelBackend(); e.run_pregel; "
             "print(sorted(m for m in sys.modules if m.startswith('numpy')))")
     result = subprocess.run([sys.executable, "-c", code], env={"PYTHONPATH": src},
                             capture_output=True, text=True, check=False, timeout=60)

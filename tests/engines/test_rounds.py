@@ -13,7 +13,7 @@ import pytest
 
 from simulacra import AgentActionError, ConfigError, InvalidAction
 from simulacra.agents import ActionEvent, ActionSpec, AgentId, World
-from simulacra.engines import RoundEngine, StepReport
+from simulacra.societies import RoundEngine, StepReport
 
 MODES = ("sequential", "threads", "asyncio")
 

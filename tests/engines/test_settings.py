@@ -19,7 +19,7 @@ from simulacra import (
     get_backend,
     load_settings,
 )
-from simulacra.engines import backend_names, parse_settings, register_backend, unregister_backend
+from simulacra.backends import backend_names, parse_settings, register_backend, unregister_backend
 
 HERE = Path(__file__).resolve().parent
 if str(HERE) not in sys.path:

@@ -48,7 +48,7 @@ def test_the_manifest_says_what_the_run_was_and_no_key_is_written(
     source = (SOCIAL / "model.py").read_bytes()
     assert manifest["world_factory"]["sha256"] == hashlib.sha256(source).hexdigest()
     config = simulacra.load_config(run_dir / "config.yaml")
-    from simulacra.engines._manifest import config_sha256
+    from simulacra.societies._manifest import config_sha256
 
     assert manifest["config_sha256"] == config_sha256(config.data)
     for file in run_dir.rglob("*"):

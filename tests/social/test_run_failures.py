@@ -166,8 +166,8 @@ def test_too_many_failed_turns_exit_1_after_the_files_are_complete(
 
 
 def test_a_refused_connection_makes_the_provider_unavailable_at_the_first_call() -> None:
-    from simulacra.engines import ProviderGuard
     from simulacra.llm import CompletionRequest, OpenAICompatible
+    from simulacra.societies import ProviderGuard
 
     port = _closed_port()
     model = OpenAICompatible(base_url=f"http://127.0.0.1:{port}/v1", model="m", max_retries=0)

@@ -14,8 +14,8 @@ import pytest
 
 import simulacra
 from simulacra.cli import main
-from simulacra.engines import RunConfig, build_society, load_config, replay_run, run_society
 from simulacra.llm import CompletionRequest, ScriptedModel, ScriptedRule, ScriptedServer
+from simulacra.societies import RunConfig, build_society, load_config, replay_run, run_society
 
 ROOT = Path(__file__).resolve().parents[2]
 CONFIG = ROOT / "examples" / "social" / "config.yaml"
@@ -213,7 +213,7 @@ def test_async_event_runs_from_config_and_replays(tmp_path: Path) -> None:
                      "sim.engine.step.options.window=0.5")
     run = run_society(config, out=tmp_path / "run")
 
-    assert "async_event" in simulacra.engines.step_engine_names()
+    assert "async_event" in simulacra.societies.step_engine_names()
     assert run.result.steps == 4
     assert run.result.events > 0
     telemetry = (tmp_path / "run" / "telemetry.jsonl").read_text().splitlines()

@@ -6,7 +6,7 @@ messages sent in phase N are in their recipients' inboxes when phase N+1
 begins, in the total order ``(phase, sender id, sender's seq)``. Random draws
 come from per-agent, per-phase streams derived from the model's seed tree. So
 the same seed gives the same result whichever backend runs the agents
-(``simulacra.engines``, layer 5) and however they are partitioned.
+(``simulacra.backends``, layer 5) and however they are partitioned.
 
 This package holds the model side (:class:`Agent`, :class:`Message`,
 :class:`Context`, :class:`Phase`, :class:`Sequence`, :class:`AgentSpec`),

@@ -68,7 +68,7 @@ _PAYLOAD = itemgetter(5)
 class PregelHooks(Protocol):
     """What a superstep engine puts on a :class:`Frame` for halting and aggregators.
 
-    Only the Pregel engine (``simulacra.engines.PregelBackend``) sets one; on
+    Only the Pregel backend (``simulacra.backends.PregelBackend``) sets one; on
     every other backend ``Frame.pregel`` is ``None`` and the Pregel methods of
     :class:`Context` refuse to run.
     """

@@ -3,7 +3,7 @@
 This is the pure middle of the agents layer: it holds agents, their inboxes
 and nothing else, and it advances only when told to (run a phase, take these
 messages, report the state). Where it runs -- this thread, a pool of
-threads, a worker process -- is the engine's business (``simulacra.engines``).
+threads, a worker process -- is the backend's business (``simulacra.backends``).
 """
 
 from __future__ import annotations

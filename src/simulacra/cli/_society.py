@@ -246,7 +246,7 @@ def run_config(target: str, overrides: Sequence[str], *, seed: int | None, out: 
         config = simulacra.load_config(target, items)
     except simulacra.ConfigError as exc:
         raise usage_error(str(exc)) from None
-    from simulacra.engines import default_run_dir  # noqa: PLC0415
+    from simulacra.societies import default_run_dir  # noqa: PLC0415
 
     where = out or config.run.out or str(default_run_dir(config.name, config.seed))
     sim = config.sim

@@ -1,7 +1,7 @@
 """Distributed backends: agent partitions on Dask workers and on remote MCP workers (layer 6).
 
 Importing this package registers its backends (``"dask"``, ``"mcp"``,
-``"emulator"``) with :func:`simulacra.engines.register_backend`; the engine
+``"emulator"``) with :func:`simulacra.backends.register_backend`; the engine
 layer imports it by name the first time one of them is asked for (see
 ``PLUGIN_BACKENDS``). Third-party packages (``dask.distributed``, ``mcp``)
 are imported lazily, when a backend starts, so a missing extra only affects
@@ -9,7 +9,7 @@ the backend that needs it.
 """
 
 from simulacra._util import claim_public_module
-from simulacra.engines import register_backend as _register_backend
+from simulacra.backends import register_backend as _register_backend
 
 from ._dask import DaskBackend as DaskBackend
 from ._emulator import EmulatorBackend as EmulatorBackend

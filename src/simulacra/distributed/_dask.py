@@ -6,7 +6,7 @@ registry of its worker process keyed by (worker address, backend token)
 (see ``_dask_worker``). The backend drives it with ordinary Dask tasks
 pinned to that worker (``workers=[address]``, ``allow_other_workers=False``,
 ``pure=False``); each task carries a list of commands and returns one reply,
-exactly like the pipes of :class:`~simulacra.engines.ProcessPoolBackend`::
+exactly like the pipes of :class:`~simulacra.backends.ProcessPoolBackend`::
 
     start   [("start", specs, seed, world, ids)]     -> builds the partition
     phase   [("deliver", batch), ("phase", 3, phase), ("exec", 3, step, index)]
@@ -45,7 +45,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any, Final, NoReturn, final
 
 from simulacra.agents import AgentId, AgentSpec, Message, Phase, freeze_world, sorted_ids
-from simulacra.engines import (
+from simulacra.backends import (
     PARTITIONS,
     AgentSnapshot,
     BackendBase,
@@ -118,7 +118,7 @@ class DaskBackend(BackendBase):
             *connect_timeout* for that many to join (``None``: every worker
             connected at start). Never more than there are agents.
         partition: ``"round_robin"`` over sorted ids (the default) or ``"hash"``
-            (SHA-256 of the id); see :func:`~simulacra.engines.partition_ids`.
+            (SHA-256 of the id); see :func:`~simulacra.backends.partition_ids`.
         connect_timeout: Seconds to wait for the scheduler to answer, and for
             the workers a run needs to join (a Python-only option).
 

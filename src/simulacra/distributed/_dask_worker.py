@@ -5,7 +5,7 @@ module-level registry keyed by ``(worker address, backend token)``: one
 partition per worker per backend. The backend reaches it with ordinary Dask
 tasks pinned to that worker (``workers=[address]``,
 ``allow_other_workers=False``) that run :func:`run_commands`; each task
-carries a list of commands -- the same ones :class:`~simulacra.engines.ProcessPoolBackend`
+carries a list of commands -- the same ones :class:`~simulacra.backends.ProcessPoolBackend`
 sends down its pipes -- and returns ``("ok", result of the last command)``,
 ``("error", packed exception)`` or ``("lost", why)`` when the partition is
 not there (the worker was restarted, or it never held it).
@@ -24,7 +24,7 @@ import threading
 from typing import Any, Final, final
 
 from simulacra.agents import Message, Phase, Population
-from simulacra.engines import pack_failure
+from simulacra.backends import pack_failure
 from simulacra.errors import KernelBug
 
 __all__ = ["run_commands"]

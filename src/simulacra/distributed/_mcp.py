@@ -36,13 +36,7 @@ from typing import Any, ClassVar, Final, final
 from urllib.parse import urlsplit
 
 from simulacra.agents import AgentId, AgentSpec, Message, Phase, freeze_world, sorted_ids
-from simulacra.engines import (
-    PARTITIONS,
-    AgentSnapshot,
-    BackendBase,
-    describe_exit,
-    partition_ids,
-)
+from simulacra.backends import PARTITIONS, AgentSnapshot, BackendBase, describe_exit, partition_ids
 from simulacra.errors import BackendError, BackendUnavailable, ConfigError, WorkerLost
 from simulacra.executors import available_cpus
 from simulacra.rng import SeedTree
@@ -92,7 +86,7 @@ class MCPConfig:
             Workers run code the engine sends them, guarded only by the token,
             which travels in plain HTTP: use it on a trusted network.
         partition: ``"round_robin"`` over sorted ids or ``"hash"`` (see
-            :func:`simulacra.engines.partition_ids`).
+            :func:`simulacra.backends.partition_ids`).
         call_timeout: Seconds one call may take before the worker counts as lost.
         start_timeout: Seconds a spawned worker may take to start listening.
     """

@@ -45,8 +45,8 @@ from collections.abc import Mapping
 from typing import Any, Final, final
 
 from simulacra.agents import Message, Phase, Population
-from simulacra.engines import error_rank, pack_failure, unpack_error
-from simulacra.engines import plain_world as plain
+from simulacra.backends import error_rank, pack_failure, unpack_error
+from simulacra.backends import plain_world as plain
 from simulacra.errors import (
     BackendError,
     KernelBug,

@@ -3,7 +3,7 @@
 ``run_society(config)`` builds the model the config names (the scripted model,
 or an OpenAI-compatible server), the world and agents (``sim.world.factory``),
 and the step engine (``sim.engine.step.built_in``), runs ``sim.steps`` steps
-and, given a directory, writes the run directory (``simulacra.engines._rundir``)
+and, given a directory, writes the run directory (``simulacra.societies._rundir``)
 with every completion recorded. ``replay_run(run_dir)`` runs the stored config
 again with every completion served from those recordings (strict: a call that
 is not recorded stops the replay, naming its call site) -- no model is called
@@ -118,8 +118,11 @@ def step_engine_names() -> tuple[str, ...]:
 
 def _step_engine(name: str) -> StepEngineFactory:
     if name not in _STEP_ENGINES and name == "async_event":
-        with contextlib.suppress(ImportError):  # the event-driven engine, once it exists
-            importlib.import_module("simulacra.engines._events")
+        # The event-driven engine, imported when first asked for (it imports the
+        # round engine's result types; this module imports it, not the reverse).
+        from ._events import _step_factory  # noqa: PLC0415
+
+        _STEP_ENGINES[name] = _step_factory
     try:
         return _STEP_ENGINES[name]
     except KeyError:

@@ -11,11 +11,21 @@ from simulacra.errors import BackendUnavailable, ConfigError
 from ._async import AsyncBackend
 from ._base import ExecutionBackend
 from ._local import LocalBackend, ThreadPoolBackend
-from ._pregel import PregelBackend
 from ._processes import ProcessPoolBackend
 
 __all__ = ["PLUGIN_BACKENDS", "RESERVED_BACKENDS", "backend_names", "backend_options",
            "ensure_buildable", "get_backend", "register_backend"]
+
+def _pregel_backend(max_supersteps: int = 100) -> ExecutionBackend:
+    """``PregelBackend``, imported when it is first built.
+
+    (``_pregel`` imports ``Model``'s types and ``Model`` imports this registry:
+    importing ``_pregel`` here would close a circle.)
+    """
+    from ._pregel import PregelBackend  # noqa: PLC0415
+
+    return PregelBackend(max_supersteps=max_supersteps)
+
 
 def _async_backend(async_semaphore_limit: int = 128) -> ExecutionBackend:
     """``AsyncBackend`` under its settings name (``orchestration.async_semaphore_limit``)."""
@@ -27,7 +37,7 @@ _REGISTRY: dict[str, tuple[Callable[..., ExecutionBackend], frozenset[str]]] = {
     "local": (LocalBackend, frozenset()),
     "threaded": (ThreadPoolBackend, frozenset({"max_workers"})),
     "processes": (ProcessPoolBackend, frozenset({"max_workers", "start_method", "partition"})),
-    "pregel": (PregelBackend, frozenset({"max_supersteps"})),
+    "pregel": (_pregel_backend, frozenset({"max_supersteps"})),
     "async": (_async_backend, frozenset({"async_semaphore_limit"})),
 }
 

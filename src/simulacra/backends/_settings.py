@@ -22,6 +22,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any, final
 
+from simulacra._util import describe_error
 from simulacra.errors import ConfigError
 
 from ._base import ExecutionBackend
@@ -79,26 +80,6 @@ def _schema() -> Any:
         orchestration: Orchestration = Field(default_factory=Orchestration)
 
     return Document
-
-
-def describe_error(error: Mapping[str, Any],
-                   mapping: str = "must be a mapping (a JSON object, a TOML table)") -> str:
-    """One pydantic validation error as ``dotted.field message (got value)``."""
-    where = ".".join(str(part) for part in error["loc"]) or "(top level)"
-    if error["type"] in ("model_type", "model_attributes_type", "dict_type"):
-        message = mapping
-    elif error["type"] == "extra_forbidden":
-        message = "is not a known setting"
-    else:
-        message = str(error["msg"]).replace("Input should", "should")
-    last = str(error["loc"][-1]).lower() if error["loc"] else ""
-    if any(word in last for word in ("key", "token", "secret", "password")):
-        # Never echo what may be a credential (a key put in the config by mistake).
-        return f"{where} {message} (its value is not shown; credentials belong in the " \
-               "environment: sim.llm.api_key_env names the variable)"
-    shown = repr(error.get("input"))
-    shown = shown if len(shown) <= 60 else shown[:57] + "..."
-    return f"{where} {message} (got {shown})"
 
 
 def parse_settings(data: object, source: str = "<settings>") -> Settings:

@@ -8,7 +8,7 @@ An agent written as one blocking function::
             reply = ctx.llm.complete(prompt(seen))     # a simulated duration
             ctx.act(parse(reply))                      # resolves at wake + durations
 
-runs in :class:`~simulacra.engines.EventEngine` next to ``observe``/``act``
+runs in :class:`~simulacra.societies.EventEngine` next to ``observe``/``act``
 agents. Its function runs on a greenlet owned by the engine's apply loop.
 Each blocking call switches back to the loop:
 

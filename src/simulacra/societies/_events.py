@@ -980,7 +980,7 @@ class EventSteps:
     A step is one window of virtual time (``window`` units, default 1.0):
     ``run(steps)`` runs the engine up to ``steps * window`` -- a cut in
     virtual time, so running 3 steps and then 2 more equals running 5 -- and
-    reports each window as a :class:`~simulacra.engines.StepReport` (its
+    reports each window as a :class:`~simulacra.societies.StepReport` (its
     events, telemetry and the running digest), which is what run directories,
     progress bars and replays consume.
     """
@@ -1098,12 +1098,3 @@ def _step_factory(world: World, agents: list[Actor], *, model: LanguageModel | N
         seed=seed, mode=settings.mode, concurrency=settings.concurrency,
         fail_fast=settings.fail_fast, window=width, fatal=fatal, on_turn=on_turn, **options)
     return EventSteps(engine, width=width, max_turns=max_turns, on_step=on_step)
-
-
-def _register() -> None:
-    from ._rounds_run import register_step_engine  # noqa: PLC0415  (sibling, no cycle)
-
-    register_step_engine("async_event", _step_factory)
-
-
-_register()

@@ -1,6 +1,6 @@
 """Pregel over numpy arrays: vertex programs as array functions over all active vertices.
 
-The per-vertex path (:class:`~simulacra.engines.PregelBackend`) calls one
+The per-vertex path (:class:`~simulacra.backends.PregelBackend`) calls one
 Python action per agent per superstep. This path keeps vertex state in numpy
 arrays, the graph in CSR form (:class:`PregelGraph`), and calls the vertex
 program once per superstep with a :class:`Superstep` view: the program reads

@@ -2,7 +2,7 @@
 
 A *superstep* is one phase run: every active agent runs the phase's action,
 and what it sends is in its recipients' inboxes when the next superstep
-begins -- exactly the phase boundary of the lockstep engine. On top of that:
+begins -- exactly the phase boundary of a lockstep Model run. On top of that:
 
 * **vote to halt.** ``ctx.vote_to_halt()`` makes the agent inactive from the
   next superstep on; a message delivered to it reactivates it.
@@ -27,7 +27,7 @@ Two ways in:
   by superstep until every agent has halted with no message in flight, or
   until ``max_supersteps``.
 
-The vectorised path over numpy arrays (``simulacra.engines._pregel_vector``)
+The vectorised path over numpy arrays (``simulacra.backends._pregel_vector``)
 has the same semantics.
 """
 
@@ -40,7 +40,7 @@ import inspect
 import operator
 from collections.abc import Callable, Iterable, Mapping
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any, Final, TypeAlias, final
+from typing import Any, Final, TypeAlias, final
 
 from simulacra.agents import (
     Action,
@@ -65,10 +65,7 @@ from simulacra.agents import (
 from simulacra.errors import AgentActionError, ConfigError, KernelBug, UnknownRecipient
 from simulacra.rng import SeedTree
 
-from ._base import AgentSnapshot, AgentStates, BackendBase
-
-if TYPE_CHECKING:
-    from ._model import Model
+from ._base import AgentSnapshot, AgentStates, BackendBase, ModelView
 
 __all__ = ["PREGEL_SCHEME", "REDUCERS", "PregelBackend", "PregelResult", "Reducer",
            "check_max_supersteps", "check_reducers", "run_pregel"]
@@ -465,7 +462,7 @@ class PregelBackend(BackendBase):
 
     # ------------------------------------------------------------------ the Pregel loop
 
-    def run(self, model: Model, program: Sequence | Phase | Action, *,
+    def run(self, model: ModelView, program: Sequence | Phase | Action, *,
             digests: bool = False) -> PregelResult:
         """Run *program* on *model*'s agents until all have halted, or *max_supersteps*.
 
@@ -597,7 +594,7 @@ class PregelResult(AgentStates):
                 f"({how}), digest {self.digest[:12]}>")
 
 
-def run_pregel(model: Model, program: Sequence | Phase | Action, *, max_supersteps: int = 100,
+def run_pregel(model: ModelView, program: Sequence | Phase | Action, *, max_supersteps: int = 100,
                combiners: Mapping[str, Reducer] | None = None,
                aggregators: Mapping[str, Reducer] | None = None,
                digests: bool = False) -> PregelResult:

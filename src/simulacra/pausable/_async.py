@@ -25,7 +25,7 @@ from typing import Any, Generic, TypeVar, final
 
 from simulacra.errors import AgentStateError, AgentTimeout, ChannelClosed, ConfigError, InvalidDelay
 
-from ._pausable import (
+from ._greenlet import (
     _CALLING,
     _CLOSED,
     _DONE,

@@ -22,9 +22,8 @@ from functools import cache
 from pathlib import Path
 from typing import Any, Final, final
 
+from simulacra._util import describe_error
 from simulacra.errors import ConfigError
-
-from ._settings import describe_error
 
 __all__ = ["DEFAULTS", "STEP_ENGINES_BUILT_IN", "RunConfig", "apply_overrides", "load_config",
            "parse_config"]

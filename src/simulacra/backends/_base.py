@@ -11,7 +11,7 @@ from simulacra.agents import AgentId, AgentSpec, Message, Phase, state_digest
 from simulacra.errors import ConfigError
 from simulacra.rng import SeedTree
 
-__all__ = ["AgentSnapshot", "AgentStates", "BackendBase", "ExecutionBackend"]
+__all__ = ["AgentSnapshot", "AgentStates", "BackendBase", "ExecutionBackend", "ModelView"]
 
 AgentSnapshot: TypeAlias = dict[AgentId, tuple[str, dict[str, Any]]]
 
@@ -45,6 +45,25 @@ class AgentStates:
             self._final = state_digest(self.agents)
         return self._final
 """``{agent id: (class qualname, state)}``: agent states, for digests and results."""
+
+
+class ModelView(Protocol):
+    """What a backend that runs a whole model itself (Pregel) reads of a ``Model``."""
+
+    @property
+    def seed(self) -> SeedTree:
+        """The model's seed tree."""
+        ...
+
+    @property
+    def world(self) -> Mapping[str, Any] | None:
+        """The model's read-only world."""
+        ...
+
+    @property
+    def specs(self) -> tuple[AgentSpec, ...]:
+        """The model's agents, as specs."""
+        ...
 
 
 @runtime_checkable

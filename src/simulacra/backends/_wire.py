@@ -81,7 +81,7 @@ class WorkerTraceback(Exception):
 
 
 # Shown in tracebacks as the cause of a worker's exception: no private module path there.
-WorkerTraceback.__module__ = "simulacra.engines"
+WorkerTraceback.__module__ = "simulacra.backends"
 
 
 def _unpack_exception(info: PackedException) -> BaseException:
