@@ -86,3 +86,24 @@ def test_experiment_checks_for_polars_before_any_replication(tmp_path: Path) -> 
     assert done.returncode == 2, done.stderr
     assert "pip install 'simulacra[parallel]'" in done.stderr
     assert not (tmp_path / "out").exists()  # no replication ran
+
+
+def test_one_vocabulary_for_backends() -> None:
+    """The executors' and engines' words name the same backends; a near miss is suggested."""
+    import simulacra
+    from simulacra.backends import get_backend, parse_settings
+
+    assert type(get_backend("threads")) is type(get_backend("threaded"))
+    assert type(get_backend("sequential")) is type(get_backend("local"))
+    assert parse_settings({"orchestration": {"mode": "threads"}}).mode == "threaded"
+    with pytest.raises(simulacra.ConfigError, match="did you mean 'threaded'"):
+        get_backend("thread_pool")
+
+
+@pytest.mark.parametrize("example", ["sir", "contagion"])
+def test_the_examples_take_the_shared_backend_names(example: str) -> None:
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+    done = subprocess.run([sys.executable, str(ROOT / "examples" / example), "--backend",
+                           "threads"], capture_output=True, text=True, timeout=240,
+                          check=False, env=env)
+    assert done.returncode == 0, done.stderr

@@ -13,7 +13,8 @@ from ._base import ExecutionBackend
 from ._local import LocalBackend, ThreadPoolBackend
 from ._processes import ProcessPoolBackend
 
-__all__ = ["PLUGIN_BACKENDS", "RESERVED_BACKENDS", "backend_names", "backend_options",
+__all__ = ["BACKEND_ALIASES", "PLUGIN_BACKENDS", "RESERVED_BACKENDS", "backend_names",
+           "backend_options", "canonical_backend",
            "ensure_buildable", "get_backend", "register_backend"]
 
 def _pregel_backend(max_supersteps: int = 100) -> ExecutionBackend:
@@ -59,6 +60,21 @@ PLUGIN_BACKENDS: Final[dict[str, tuple[str, str, frozenset[str], str]]] = {
 }
 
 
+#: Other names for the same backends: the words the executors and the society engines
+#: use for the same ideas (``Experiment(backend="threads")``, ``sim.engine.mode=
+#: sequential``), so that one vocabulary works everywhere.
+BACKEND_ALIASES: Final[dict[str, str]] = {
+    "sequential": "local", "inline": "local", "threads": "threaded", "thread": "threaded",
+    "process": "processes", "asyncio": "async",
+}
+
+
+def canonical_backend(name: str) -> str:
+    """The registered name of backend *name* (itself, or what its alias stands for)."""
+    raw: object = name  # user input: not always a str
+    return BACKEND_ALIASES.get(name, name) if isinstance(raw, str) else name
+
+
 def backend_names() -> tuple[str, ...]:
     """The names :func:`get_backend` can build (built in, registered or plugin), sorted."""
     return tuple(sorted(set(_REGISTRY) | set(PLUGIN_BACKENDS)))
@@ -87,6 +103,7 @@ def ensure_buildable(name: str) -> None:
             plugin's dependencies are not installed.
     """
     key: object = name
+    name = canonical_backend(name)
     if not isinstance(key, str) or (name not in _REGISTRY and name not in PLUGIN_BACKENDS
                                     and name not in RESERVED_BACKENDS):
         raise _unknown(key)
@@ -107,6 +124,7 @@ def backend_options(name: str) -> frozenset[str]:
     Raises:
         ConfigError: *name* is neither registered nor reserved.
     """
+    name = canonical_backend(name)
     if name in _REGISTRY:
         return _REGISTRY[name][1]
     if name in PLUGIN_BACKENDS:
@@ -117,10 +135,14 @@ def backend_options(name: str) -> frozenset[str]:
 
 
 def _unknown(name: object) -> ConfigError:
+    import difflib  # noqa: PLC0415
+
     reserved = (f"; reserved for later versions: {', '.join(sorted(RESERVED_BACKENDS))}"
                 if RESERVED_BACKENDS else "")
+    close = difflib.get_close_matches(str(name), [*backend_names(), *BACKEND_ALIASES], n=1)
+    hint = f"; did you mean {canonical_backend(close[0])!r}?" if close else ""
     return ConfigError(
-        f"unknown backend {name!r} (known: {', '.join(backend_names())}{reserved})"
+        f"unknown backend {name!r} (known: {', '.join(backend_names())}{reserved}){hint}"
     )
 
 
@@ -140,6 +162,7 @@ def get_backend(name: str, /, **options: Any) -> ExecutionBackend:
             whose dependencies are not installed.
     """
     ensure_buildable(name)
+    name = canonical_backend(name)
     factory, accepted = _REGISTRY[name]
     unknown = sorted(set(options) - accepted)
     if unknown:

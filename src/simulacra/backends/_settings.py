@@ -26,7 +26,13 @@ from simulacra._util import describe_error
 from simulacra.errors import ConfigError
 
 from ._base import ExecutionBackend
-from ._registry import RESERVED_BACKENDS, backend_names, backend_options, get_backend
+from ._registry import (
+    RESERVED_BACKENDS,
+    backend_names,
+    backend_options,
+    canonical_backend,
+    get_backend,
+)
 
 __all__ = ["Settings", "load_settings", "parse_settings"]
 
@@ -102,7 +108,7 @@ def parse_settings(data: object, source: str = "<settings>") -> Settings:
         problems = "; ".join(describe_error(e) for e in exc.errors())
         raise ConfigError(f"{source}: {problems}") from None
     orchestration = document.orchestration
-    mode: str = orchestration.mode
+    mode: str = canonical_backend(orchestration.mode)
     if mode not in backend_names() and mode not in RESERVED_BACKENDS:
         reserved = (f" (reserved for later versions: {', '.join(sorted(RESERVED_BACKENDS))})"
                     if RESERVED_BACKENDS else "")
