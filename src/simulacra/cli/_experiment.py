@@ -77,6 +77,25 @@ class StudyError(Exception):
     """A study file that cannot be used; the message names the field."""
 
 
+#: What ``simulacra experiment --example`` prints: a study that runs as it is, from the
+#: repository root (the bank of ``examples/bank.py``), small enough to take seconds.
+EXAMPLE_STUDY = """\
+# simulacra experiment study.toml   (the format: simulacra experiment --help)
+model = "examples/bank.py:run"      # a file relative to this study file, or "module:function"
+master_seed = 2025
+replications = 5
+backend = "auto"                    # sequential | threads | processes | interpreters | dask
+output = "bank-study"               # results.csv, results.parquet, summary.csv go here
+
+[base]                              # shared by every config
+customers = 2000
+
+[grid]                              # every combination, first key slowest
+servers = [3, 4]
+arrival_rate = [2.0, 2.7]
+"""
+
+
 def add_experiment_command(commands: Any) -> None:
     """Add ``experiment`` to the ``simulacra`` subcommands."""
     parser = commands.add_parser(
@@ -87,8 +106,15 @@ def add_experiment_command(commands: Any) -> None:
             ".json), print the mean and confidence interval of every KPI per config, "
             "and write results.csv, results.parquet and summary.csv to the output directory."
         ),
+        epilog="A study file (TOML; JSON has the same keys):\n\n" + "\n".join(
+            "  " + line for line in __doc__.split("::\n\n", 1)[1].split("\n\nRelative", 1)[0]
+            .splitlines()) + "\n\n`simulacra experiment --example` prints one that runs as it is.",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("study", metavar="STUDY", help="the study file (.toml or .json)")
+    parser.add_argument("study", metavar="STUDY", nargs="?",
+                        help="the study file (.toml or .json)")
+    parser.add_argument("--example", action="store_true",
+                        help="print a study file that runs as it is, and exit")
     parser.add_argument("--output", metavar="DIR", help="output directory (overrides the file)")
     parser.add_argument("--backend", metavar="NAME", help="backend (overrides the file)")
     parser.add_argument("--max-workers", type=int, metavar="N", help="workers (overrides)")
@@ -109,6 +135,14 @@ def add_experiment_command(commands: Any) -> None:
 
 def _cmd_experiment(args: argparse.Namespace) -> int:
     import simulacra  # noqa: PLC0415  (layer 7 uses the front door, and only when needed)
+
+    if args.example:
+        print(EXAMPLE_STUDY, end="")
+        return 0
+    if args.study is None:
+        print("error: give a STUDY file (.toml or .json); `simulacra experiment --example` "
+              "prints one", file=sys.stderr)
+        return EXIT_USAGE
 
     path = Path(args.study)
     try:
