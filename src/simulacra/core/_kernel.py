@@ -1035,10 +1035,9 @@ class Sim:
         None when tracing is off: only a traced Sim counts them.
         """
         counter = self._on_pop
-        if counter is None or not hasattr(counter, "ties"):
+        if not isinstance(counter, _TieCounter):  # untraced, or a PDES shard's observer
             return None
-        return TieStats(counter.events, counter.ties,  # type: ignore[attr-defined]
-                        getattr(counter, "across_shards", 0))
+        return TieStats(counter.events, counter.ties)
 
     def record(self, kind: str, who: str, payload: object = None) -> None:
         """Add a model-level record to the trace (a no-op when tracing is off)."""

@@ -137,15 +137,10 @@ class UnshardedSim:
         Raises:
             UntilInPast: *until* is not after :attr:`now`.
         """
-        sim = self._runtime.sim
         if until is None:
-            sim.run()
-            return
-        sim.run(until=until)
-        # The spent stop event of run(until=...) is left at the head of the
-        # schedule (SimPy semantics); it is not part of the model, so take it
-        # out, as every shard does: peek() is then the next model event.
-        sim.step()
+            self._runtime.sim.run()
+        else:
+            self._runtime.run_until(until)
 
     def peek(self) -> float:
         """The time of the model's next event, or ``inf`` if none is scheduled."""

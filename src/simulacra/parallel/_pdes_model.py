@@ -117,10 +117,11 @@ class _TagTracer:
     while the model runs is ``(1, time, key)``, where *key* is the largest key
     of the events this shard has processed at that instant so far, the silent
     ones included (see :meth:`pop` and :func:`merge_records`). It also counts
-    the shard's events, their same-instant ties and the instants it had events.
+    the shard's events and the instants it had events at (its ties are the
+    difference: an instant with *n* events holds *n - 1*).
     """
 
-    __slots__ = ("build_tag", "events", "instants", "last", "max_key", "records", "ties")
+    __slots__ = ("build_tag", "events", "instants", "last", "max_key", "records")
 
     def __init__(self) -> None:
         self.records: list[TaggedRecord] = []
@@ -131,7 +132,6 @@ class _TagTracer:
         self.last: float | None = None
         self.max_key: Any = None
         self.events = 0
-        self.ties = 0
         #: The distinct times at which this shard processed events, in order.
         self.instants: list[float] = []
 
@@ -139,7 +139,6 @@ class _TagTracer:
         """The Sim's pop observer: called for every model event this shard processes."""
         self.events += 1
         if now == self.last:
-            self.ties += 1
             self.max_key = max(self.max_key, key)
         else:
             self.last = now
@@ -188,8 +187,8 @@ class _Delivery:
         # unique and partition-invariant), so an unnamed process the handler
         # spawns is the entity's (`job#n:<entity>/e:<message key>/1`) and may send.
         sim = entity.sim
-        origin = sim._origin
-        sim._origin = [f"n:{entity.name}/{origin[0]}" if origin else f"n:{entity.name}/m", 0, 0]
+        origin = sim._origin  # set: a delivery runs as the callback of its message event
+        sim._origin = [f"n:{entity.name}/{origin[0]}", 0, 0]
         try:
             handler(entity, payload)
         finally:
@@ -731,12 +730,7 @@ class ShardRuntime:
                 while sim.peek() < horizon:
                     sim.step()
             else:
-                sim.run(until=horizon)
-                # run(until=h) leaves its spent stop event at the head of the
-                # schedule (SimPy semantics); process it now, so that peek()
-                # reports the next real event. It has no callbacks and records
-                # nothing.
-                sim.step()
+                self.run_until(horizon)
         out = self.outbox
         self.outbox = []
         for message in out:
@@ -757,11 +751,20 @@ class ShardRuntime:
         if sim.peek() < until:
             raise KernelBug(f"shard {self.shard} has an event at {sim.peek()} before {until}")
         if until > sim.now:
-            sim.run(until=until)
-            # As in window(): process the spent stop event, so that peek() is
-            # the next real event and a later advance finds nothing before it.
-            sim.step()
+            self.run_until(until)
         return sim.peek()
+
+    def run_until(self, until: float) -> None:
+        """``sim.run(until=until)``, leaving no spent stop event behind.
+
+        ``run(until=t)`` leaves its stop event at the head of the schedule
+        (SimPy semantics); it is not part of the model (it has no callbacks and
+        records nothing), so it is processed here, and ``peek()`` reports the
+        model's next event. Every shard, and the unpartitioned run, goes
+        through this one place.
+        """
+        self.sim.run(until=until)
+        self.sim.step()
 
     def records(self) -> list[TaggedRecord]:
         """The tagged trace records so far."""
@@ -772,7 +775,7 @@ class ShardRuntime:
         tracer = self.tracer
         if tracer is None:
             return 0, 0, []
-        return tracer.events, tracer.ties, list(tracer.instants)
+        return tracer.events, tracer.events - len(tracer.instants), list(tracer.instants)
 
 
 def merge_ties(per_shard: list[tuple[int, int, list[float]]]) -> TieStats:
@@ -819,17 +822,5 @@ def merge_records(per_shard: list[list[TaggedRecord]]) -> list[tuple[float, str,
     included, which makes every shard's tags sorted; sorting all records by
     ``(tag, shard, position)`` is then the merge, and equals one Sim's order.
     """
-    heads = [(records[0][4], index, 0) for index, records in enumerate(per_shard) if records]
-    heapq.heapify(heads)
-    out: list[tuple[float, str, str, object]] = []
-    while heads:
-        _, index, position = heads[0]
-        records = per_shard[index]
-        time, kind, who, payload, _ = records[position]
-        out.append((time, kind, who, payload))
-        position += 1
-        if position < len(records):
-            heapq.heapreplace(heads, (records[position][4], index, position))
-        else:
-            heapq.heappop(heads)
-    return out
+    merged = heapq.merge(*per_shard, key=lambda record: record[4])
+    return [(time, kind, who, payload) for time, kind, who, payload, _ in merged]
