@@ -53,6 +53,12 @@ class ModelWrapper:
         if callable(aclose):
             await aclose()
 
+    async def aclose_loop(self) -> None:
+        """Close the wrapped model's client of the running event loop (if it keeps one)."""
+        release = getattr(self.inner, "aclose_loop", None)
+        if callable(release):
+            await release()
+
 
 def describe_error(error: Mapping[str, Any],
                    mapping: str = "must be a mapping (a JSON object, a TOML table)") -> str:

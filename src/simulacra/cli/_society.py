@@ -183,9 +183,8 @@ def _society(call: Callable[[Any], Any], where: str) -> Any:
               file=sys.stderr)
         return EXIT_BUDGET if exc.reason == "budget" else EXIT_INTERRUPTED
     except KeyboardInterrupt:
-        checkpoints = sorted((Path(where) / "checkpoints").glob("checkpoint-*.ckpt"))
-        if checkpoints:
-            step = int(checkpoints[-1].stem.rsplit("-", 1)[1])
+        step = simulacra.RunDirectory(where).last_checkpoint()
+        if step is not None:
             print(f"interrupted: stopped at once; `simulacra run --resume {where}` continues "
                   f"from its checkpoint of step {step}", file=sys.stderr)
         else:

@@ -32,7 +32,8 @@ from typing import Any, Final
 
 from simulacra.errors import CheckpointError
 
-__all__ = ["CHECKPOINT_VERSION", "checkpoint_files", "read_checkpoint", "write_checkpoint"]
+__all__ = ["CHECKPOINT_VERSION", "checkpoint_files", "checkpoint_step", "read_checkpoint",
+           "write_checkpoint"]
 
 #: The format version this simulacra writes and reads.
 CHECKPOINT_VERSION: Final = 1
@@ -111,6 +112,14 @@ def read_checkpoint(path: str | os.PathLike[str], engine: str | None = None) -> 
         raise CheckpointError(
             f"{file}: the checkpoint cannot be loaded ({type(exc).__name__}: {exc}); was it "
             "written by a model whose classes have changed since?") from exc
+
+
+def checkpoint_step(path: str | os.PathLike[str]) -> int:
+    """The step of checkpoint file *path* (``checkpoint-000042.ckpt`` is step 42)."""
+    match = _NAME.match(Path(path).name)
+    if match is None:
+        raise CheckpointError(f"{path}: not a checkpoint file name")
+    return int(match.group(1))
 
 
 def checkpoint_files(directory: str | os.PathLike[str]) -> list[Path]:

@@ -43,7 +43,7 @@ import threading
 import time as _time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Final, cast, final
+from typing import TYPE_CHECKING, Any, Final, final
 
 from simulacra.agents import ActionEvent, ActionSpec, Actor, AgentId, LLMAgent, World
 from simulacra.agents import canonical_line as _canonical_line
@@ -764,8 +764,10 @@ class _Runner:
             # Models that keep a client per event loop (OpenAICompatible) drop
             # this loop's client before the loop goes away.
             for model in {id(m.inner): m.inner for m in self.engine._turn_models.values()}.values():
-                release = _loop_closer(model)
-                if release is not None:
+                # Wrappers (simulacra._util.ModelWrapper) pass this on to the model
+                # at the bottom of their chain, which owns the client.
+                release = getattr(model, "aclose_loop", None)
+                if callable(release):
                     asyncio.run_coroutine_threadsafe(release(), self.aloop).result()
             self.aloop.call_soon_threadsafe(self.aloop.stop)
             if self.loop_thread is not None:
@@ -1050,23 +1052,6 @@ class EventSteps:
         return RoundResult(self.step, result.events, result.failed, tuple(self.step_digests),
                            result.world_digest, result.agents_digest, result.digest,
                            calls, wall_total)
-
-
-def _loop_closer(model: object) -> Callable[[], Any] | None:
-    """The ``aclose_loop`` of *model*, or of the model it wraps (``.inner``, all the way down).
-
-    Wrappers (recording, metering, guards) have no clients of their own; the
-    model at the bottom of the chain keeps one per event loop, and it must be
-    closed on the loop that made it, or its connections leak.
-    """
-    seen: set[int] = set()
-    while model is not None and id(model) not in seen:
-        seen.add(id(model))
-        release = getattr(type(model), "aclose_loop", None)
-        if release is not None:
-            return cast("Callable[[], Any]", release.__get__(model))
-        model = getattr(model, "inner", None)
-    return None
 
 
 def _step_factory(world: World, agents: list[Actor], *, model: LanguageModel | None,

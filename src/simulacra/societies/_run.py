@@ -9,9 +9,9 @@ again with every completion served from those recordings (strict: a call that
 is not recorded stops the replay, naming its call site) -- no model is called
 -- and checks that the digest is the one the run ended with.
 
-Step engines are found by name in a registry: ``"round"`` is built in, and the
-event-driven engine registers ``"async_event"`` with
-:func:`register_step_engine` when its module is imported.
+Step engines are found by name in a registry: ``"round"`` is built in, the
+event-driven engine (``"async_event"``) is imported the first time it is
+asked for, and :func:`register_step_engine` adds others.
 """
 
 from __future__ import annotations
@@ -622,21 +622,17 @@ class RunControl:
         self.reason = reason
 
 
-def _step_of(path: Path) -> int:
-    return int(path.stem.rsplit("-", 1)[1])
-
-
 def _pick_checkpoint(probe: RunDirectory, files: list[Path], engine: str,
                      wanted: int | None) -> tuple[Path, Any]:
     """The checkpoint to resume from and its state: the newest, or the one of step *wanted*."""
     from simulacra.errors import CheckpointError  # noqa: PLC0415
 
-    from ._checkpoint import read_checkpoint  # noqa: PLC0415
+    from ._checkpoint import checkpoint_step, read_checkpoint  # noqa: PLC0415
 
     if wanted is not None:
-        match = [f for f in files if _step_of(f) == wanted]
+        match = [f for f in files if checkpoint_step(f) == wanted]
         if not match:
-            steps = ", ".join(str(_step_of(f)) for f in files)
+            steps = ", ".join(str(checkpoint_step(f)) for f in files)
             raise CheckpointError(f"{str(probe.path)!r} has no checkpoint of step {wanted} "
                                   f"(it has: {steps})")
         return match[0], read_checkpoint(match[0], engine)
@@ -648,9 +644,10 @@ def _pick_checkpoint(probe: RunDirectory, files: list[Path], engine: str,
                 read_checkpoint(older, engine)
             except CheckpointError:
                 continue
+            step = checkpoint_step(older)
             raise CheckpointError(
-                f"{damaged}; the newest valid checkpoint is that of step {_step_of(older)}: "
-                f"`simulacra run --resume {probe.path} --from-checkpoint {_step_of(older)}` "
+                f"{damaged}; the newest valid checkpoint is that of step {step}: "
+                f"`simulacra run --resume {probe.path} --from-checkpoint {step}` "
                 "continues from it") from None
         raise
 
@@ -841,17 +838,17 @@ def _find(error: BaseException, kind: type[E]) -> E | None:
 def _budget_stop(why: str, config: RunConfig, rundir: RunDirectory | None, steps: int,
                  spent: _Tally) -> RunStopped:
     """The stop of a run whose budget ran out inside a step: resume from the last checkpoint."""
-    from ._checkpoint import checkpoint_files  # noqa: PLC0415
+    last = None if rundir is None else rundir.last_checkpoint()
+    where = ("" if last is None else f" (from its checkpoint of step {last}; the calls made "
+             "since are served from the recordings)")
+    message = _stop_message("budget", f"{why} in step {steps}", config, rundir, step=steps,
+                            spent=spent)
+    return _run_stopped("budget", message + where, steps, rundir)
 
-    where = ""
-    if rundir is not None:
-        files = checkpoint_files(rundir.checkpoints)
-        if files:
-            where = (f" (from its checkpoint of step {_step_of(files[-1])}; the calls made "
-                     "since are served from the recordings)")
-    error = RunStopped(_stop_message("budget", f"{why} in step {steps}", config, rundir,
-                                     step=steps, spent=spent) + where)
-    error.reason, error.step = "budget", steps
+
+def _run_stopped(kind: str, message: str, step: int, rundir: RunDirectory | None) -> RunStopped:
+    error = RunStopped(message)
+    error.reason, error.step = kind, step
     error.run_dir = None if rundir is None else str(rundir.path)
     return error
 
@@ -859,13 +856,10 @@ def _budget_stop(why: str, config: RunConfig, rundir: RunDirectory | None, steps
 def _stopped(error: ProviderUnavailable, config: RunConfig, rundir: RunDirectory | None,
              steps: int) -> ProviderUnavailable:
     """The error that stops a run whose provider became unusable: what, and how to go on."""
-    from ._checkpoint import checkpoint_files  # noqa: PLC0415
-
     message = f"the run stopped in step {steps}: {error}"
     if rundir is not None:
-        files = checkpoint_files(rundir.checkpoints)
-        if files:
-            step = int(files[-1].stem.rsplit("-", 1)[1])
+        step = rundir.last_checkpoint()
+        if step is not None:
             message += (f"; `simulacra run --resume {rundir.path}` continues it from its "
                         f"checkpoint of step {step}")
         else:
@@ -924,7 +918,7 @@ def _drive(engine: StepEngine, config: RunConfig, rundir: RunDirectory | None,
            accounting: Callable[[], list[dict[str, Any]]],
            spent: Callable[[], _Tally],
            control: RunControl | None,
-           checkpoints: dict[str, Any] | None = None) -> RoundResult:
+           checkpoints: dict[str, Any]) -> RoundResult:
     """Run steps *first* .. ``sim.steps``, with checkpoints, budgets and stop requests.
 
     A checkpoint of the state before step 0 is always written; later ones
@@ -935,15 +929,11 @@ def _drive(engine: StepEngine, config: RunConfig, rundir: RunDirectory | None,
     when *control* asks it to or the next step would exceed ``run.budget``:
     :class:`~simulacra.RunStopped`. *accounting* gives the counts of every
     session so far (stored in the checkpoint, so a resumed run counts them);
-    *spent* the whole run's. The result's ``llm_calls`` and ``wall_s`` are
-    this session's. *checkpoints*, if given, receives ``written`` and
-    ``seconds`` (their count and the wall time they took, engine state included).
+    *spent* the whole run's. *checkpoints* counts in ``written`` and
+    ``seconds`` the checkpoints written and the wall time they took (engine
+    state included).
     """
     from ._checkpoint import write_checkpoint  # noqa: PLC0415
-
-    stats = {"written": 0, "seconds": 0.0} if checkpoints is None else checkpoints
-    stats.setdefault("written", 0)
-    stats.setdefault("seconds", 0.0)
 
     total = config.sim.steps
     every = _checkpoint_steps(config) if rundir is not None else None
@@ -952,24 +942,22 @@ def _drive(engine: StepEngine, config: RunConfig, rundir: RunDirectory | None,
     clock = _time.perf_counter
     since = clock()
     cost = 0.0  # of the last checkpoint
-    written: set[int] = set()
 
     def checkpoint(step: int) -> None:
         nonlocal since, cost
-        if rundir is None or step in written or step >= total:
+        if rundir is None or step >= total:
             return
         if (rundir.checkpoints / f"checkpoint-{step:06d}.ckpt").exists():
-            return  # the checkpoint this run resumed from: never written twice
+            return  # written already, or the one this run resumed from: never twice
         start = clock()
         write_checkpoint(rundir.checkpoints, step, engine_name, {
             "step": step, "files": rundir.positions(), "engine": engine.state(),
             "accounting": accounting(),
             "llm_position": {str(a.id): getattr(a, "calls", 0) for a in agents}})
-        written.add(step)
         cost = clock() - start
         since = clock()
-        stats["written"] += 1
-        stats["seconds"] += cost
+        checkpoints["written"] += 1
+        checkpoints["seconds"] += cost
 
     def stop_reason() -> tuple[str, str] | None:
         if control is not None and control.reason is not None:
@@ -984,7 +972,6 @@ def _drive(engine: StepEngine, config: RunConfig, rundir: RunDirectory | None,
         return waited >= CHECKPOINT_FIRST_S and waited * CHECKPOINT_SHARE >= cost
 
     step = first
-    calls, wall = 0, 0.0
     result = engine.run(0)
     if first == 0 and total > 0:
         # The state before step 0: cheap, and it means that a run stopped for
@@ -995,19 +982,15 @@ def _drive(engine: StepEngine, config: RunConfig, rundir: RunDirectory | None,
     while step < total and stop is None:
         chunk = total - step if every is None else min(every - step % every, total - step)
         result = engine.run(chunk, pause=lambda: stop_reason() is not None or due())
-        calls += result.llm_calls
-        wall += result.wall_s
         step = result.steps
         stop = stop_reason() if step < total else None
         if stop is not None or (every is not None and step % every == 0) or due():
             checkpoint(step)
     if stop is not None:
         kind, why = stop
-        error = RunStopped(_stop_message(kind, why, config, rundir, step=step, spent=spent()))
-        error.reason, error.step = kind, step
-        error.run_dir = None if rundir is None else str(rundir.path)
-        raise error
-    return dataclasses.replace(result, llm_calls=calls, wall_s=wall)
+        raise _run_stopped(kind, _stop_message(kind, why, config, rundir, step=step,
+                                               spent=spent()), step, rundir)
+    return result
 
 
 def _stop_message(kind: str, why: str, config: RunConfig, rundir: RunDirectory | None, *,

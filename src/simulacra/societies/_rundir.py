@@ -239,8 +239,14 @@ class RunDirectory:
 
     def read_events(self) -> list[ActionEvent]:
         """Every event of ``action_events.jsonl``, in order."""
-        with self.file("events").open(encoding="utf-8") as file:
-            return [ActionEvent.from_json(json.loads(line)) for line in file if line.strip()]
+        return list(self.iter_events())
+
+    def last_checkpoint(self) -> int | None:
+        """The step of the newest checkpoint in ``checkpoints/``, or None if there is none."""
+        from ._checkpoint import checkpoint_files, checkpoint_step  # noqa: PLC0415
+
+        files = checkpoint_files(self.checkpoints)
+        return checkpoint_step(files[-1]) if files else None
 
     def iter_events(self) -> Iterator[ActionEvent]:
         """The events of ``action_events.jsonl`` one by one (the file is read as it goes)."""
