@@ -25,6 +25,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from simulacra.agents import canonical_line
 from simulacra.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -47,10 +48,8 @@ def _sha256_file(path: Path) -> str | None:
 
 
 def config_sha256(data: Mapping[str, Any]) -> str:
-    """SHA-256 of the resolved config, canonically encoded (sorted keys, compact JSON)."""
-    text = json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=False,
-                      default=str)
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+    """SHA-256 of the resolved config in the project's canonical encoding (``canonical_line``)."""
+    return hashlib.sha256(canonical_line(data)).hexdigest()
 
 
 def factory_file(ref: str | None) -> Path | None:
