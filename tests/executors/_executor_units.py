@@ -88,3 +88,27 @@ def spin(x: int) -> int:
     for i in range(3_000_000):
         total = (total * 31 + i) % 1_000_003
     return total
+
+
+class WorkerStopped(BaseException):
+    """Not an Exception: what a worker being told to stop raises in a task."""
+
+
+def stop_worker_once(unit: tuple[str, int]) -> int:
+    """Raise a BaseException (not a bug in the unit: the worker stopping) the first time."""
+    directory, x = unit
+    marker = Path(directory) / f"stopped-{x}"
+    if x == 1 and not marker.exists():
+        marker.write_text("", encoding="utf-8")
+        raise WorkerStopped("the worker is shutting down")
+    return x
+
+
+def lock_result(unit: tuple[str, int]) -> Any:
+    """Return something that cannot be pickled back, and count the calls."""
+    import threading
+
+    path, x = unit
+    with Path(path).open("a", encoding="utf-8") as f:
+        f.write(f"{x}\n")
+    return threading.Lock() if x == 1 else x

@@ -376,3 +376,66 @@ def test_file_references_load_the_file(tmp_path: Path) -> None:
 def test_bad_references_say_what_is_wrong(ref: str, message: str) -> None:
     with pytest.raises(ConfigError, match=message):
         resolve_callable(ref)
+
+
+# -- Dask: every failure the cluster reports is a lost worker ------------------------
+
+
+@pytest.fixture(scope="module")
+def dask_executor() -> Iterator[Any]:
+    """A DaskExecutor on one LocalCluster (2 worker processes on loopback) for the module."""
+    pytest.importorskip("distributed")
+    from simulacra.executors import DaskExecutor
+
+    with DaskExecutor(2, retries=2) as executor:
+        yield executor
+
+
+@pytest.mark.slow
+def test_dask_retries_a_failure_that_is_not_killed_worker(
+    dask_executor: Any, tmp_path: Path
+) -> None:
+    # A lost worker reaches the client in shapes other than KilledWorker (a study
+    # once failed with "TypeError: cannot unpack non-iterable Done object" from
+    # distributed itself). A unit's own errors travel inside its result, so any
+    # exception on the future is the cluster's: it is retried, never charged.
+    outcomes = collect(
+        dask_executor, units.stop_worker_once, [(str(tmp_path), x) for x in range(4)]
+    )
+
+    assert (tmp_path / "stopped-1").exists()  # the failure did happen
+    assert outcomes == {i: Done(i) for i in range(4)}
+
+
+@pytest.mark.slow
+def test_dask_reports_a_result_that_cannot_travel_back_as_the_units_error(
+    dask_executor: Any, tmp_path: Path
+) -> None:
+    log = tmp_path / "calls"
+    outcomes = collect(dask_executor, units.lock_result, [(str(log), x) for x in range(3)])
+
+    assert outcomes[0] == Done(0)
+    assert outcomes[2] == Done(2)
+    assert isinstance(outcomes[1], Raised)
+    assert "cannot be pickled to travel back from the Dask worker" in str(outcomes[1].error)
+    assert "_thread.lock" in str(outcomes[1].error)
+    assert sorted(log.read_text(encoding="utf-8").split()) == ["0", "1", "2"]  # not retried
+
+
+@pytest.mark.slow
+def test_dask_reports_a_unit_that_cannot_be_sent_as_an_error(dask_executor: Any) -> None:
+    outcomes = collect(dask_executor, units.identity, [1, threading.Lock(), 3])
+
+    assert outcomes[0] == Done(1)
+    assert outcomes[2] == Done(3)
+    assert isinstance(outcomes[1], Raised)
+
+
+@pytest.mark.slow
+def test_dask_passes_the_units_own_exception_through(dask_executor: Any) -> None:
+    outcomes = collect(dask_executor, units.fail_on_three, [2, 3])
+
+    assert outcomes[0] == Done(2)
+    assert isinstance(outcomes[1], Raised)
+    assert isinstance(outcomes[1].error, ValueError)
+    assert "three is not allowed (got 3)" in str(outcomes[1].error)

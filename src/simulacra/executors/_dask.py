@@ -8,14 +8,49 @@ from __future__ import annotations
 
 import concurrent.futures as cf
 import importlib
-from typing import Any, ClassVar, final
+import pickle
+from collections.abc import Callable
+from typing import Any, ClassVar, TypeVar, final
 
 from simulacra.errors import BackendUnavailable, ConfigError
 
-from ._base import check_retries, check_workers
+from ._base import Done, Raised, call_unit, check_retries, check_workers
 from ._pool import _FuturesExecutor
 
-__all__ = ["DaskExecutor", "import_distributed", "local_dask_client"]
+__all__ = ["DaskExecutor", "call_unit_packed", "import_distributed", "local_dask_client"]
+
+U = TypeVar("U")
+R = TypeVar("R")
+
+
+def call_unit_packed(fn: Callable[[U], R], unit: U) -> bytes:
+    """Run one unit on a Dask worker and return its outcome pickled.
+
+    The outcome travels as bytes, so every failure of the unit (it raised, or
+    its result does not pickle) is a :class:`Raised` inside them, and an
+    exception that Dask sets on the future can only come from the cluster:
+    a lost worker, whatever shape ``distributed`` gives it.
+    """
+    outcome = call_unit(fn, unit, True)
+    try:
+        return pickle.dumps(outcome, pickle.HIGHEST_PROTOCOL)
+    except Exception as exc:
+        value = outcome.value if isinstance(outcome, Done) else outcome.error
+        text = (
+            f"the unit's {'result' if isinstance(outcome, Done) else 'exception'} "
+            f"({type(value).__module__}.{type(value).__qualname__}) cannot be pickled "
+            f"to travel back from the Dask worker: {type(exc).__name__}: {exc}"
+        )
+        error = pickle.PicklingError(text)
+        return pickle.dumps(Raised(error, text), pickle.HIGHEST_PROTOCOL)
+
+
+def _submit_failed(exc: Exception) -> cf.Future[Any]:
+    """A finished future whose outcome says the unit could not be sent."""
+    future: cf.Future[Any] = cf.Future()
+    text = f"the unit cannot be sent to a Dask worker: {type(exc).__name__}: {exc}"
+    future.set_result(Raised(exc, text))
+    return future
 
 
 def import_distributed() -> Any:
@@ -68,8 +103,12 @@ class DaskExecutor(_FuturesExecutor):
     Units are submitted through the client's ``concurrent.futures`` adapter
     with ``pure=False``, so a re-run is never answered from a cached key. When
     a worker dies, Dask itself re-runs the tasks it held (up to the
-    scheduler's ``allowed-failures``); a task that still fails with
-    ``KilledWorker`` is then retried here, alone, up to *retries* times.
+    scheduler's ``allowed-failures``); a task that still fails is then retried
+    here, alone, up to *retries* times. Each unit's outcome comes back pickled
+    inside the task's result (:func:`call_unit_packed`), so any exception Dask
+    sets on a future is the cluster's, not the unit's: ``KilledWorker``, a
+    worker that left, or a failure in a shape ``distributed`` gives no name
+    to. All of them count as a lost worker; none is charged to the model.
 
     Every worker must be able to import ``fn`` and the modules a unit names.
     A ``LocalCluster`` started here inherits ``sys.path``; a remote cluster
@@ -135,8 +174,26 @@ class DaskExecutor(_FuturesExecutor):
         # Each submission is a round trip to the scheduler: keep more in flight.
         return 2 * self._workers
 
+    def _call(self, pool: cf.Executor, fn: Callable[[U], R], unit: U) -> cf.Future[Any]:
+        try:
+            return pool.submit(call_unit_packed, fn, unit)
+        except Exception as exc:  # Dask serialises at submit: the unit does not pickle
+            return _submit_failed(exc)
+
+    def _outcome(self, result: Any) -> Done[Any] | Raised:
+        if isinstance(result, Raised):  # from _submit_failed
+            return result
+        try:
+            outcome: Done[Any] | Raised = pickle.loads(result)  # noqa: S301 (our worker's bytes)
+        except Exception as exc:  # e.g. a class the worker has and this process has not
+            text = f"the unit's outcome cannot be unpickled here: {type(exc).__name__}: {exc}"
+            return Raised(exc, text)
+        return outcome
+
     def _is_lost(self, exc: BaseException) -> bool:
-        return isinstance(exc, self._distributed.KilledWorker)
+        # Unit failures travel inside the result (call_unit_packed): whatever
+        # Dask raised, the cluster failed to run the unit.
+        return True
 
     def close(self) -> None:
         """Cancel what is left, close the client and any ``LocalCluster`` started here."""

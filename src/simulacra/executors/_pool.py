@@ -180,6 +180,15 @@ class _FuturesExecutor(_Closable):
         if self._portable:
             callable_ref(fn, "fn")
 
+    def _call(self, pool: cf.Executor, fn: Callable[[U], R], unit: U) -> cf.Future[Any]:
+        """Submit one unit to *pool*: the trampoline that runs ``fn(unit)`` there."""
+        return pool.submit(call_unit, fn, unit, self._portable)
+
+    def _outcome(self, result: Any) -> Done[Any] | Raised:
+        """The outcome a finished future carries (see :meth:`_call`)."""
+        outcome: Done[Any] | Raised = result
+        return outcome
+
     # -- the loop -------------------------------------------------------------------
 
     def map_units(
@@ -214,11 +223,11 @@ class _FuturesExecutor(_Closable):
     def _submit(self, fn: Callable[[U], R], unit: U) -> tuple[cf.Future[Any], int]:
         pool, generation = self._current_pool()
         try:
-            return pool.submit(call_unit, fn, unit, self._portable), generation
+            return self._call(pool, fn, unit), generation
         except BrokenProcessPool:  # it broke since the last look: replace it, once
             self._discard_pool(generation)
             pool, generation = self._current_pool()
-            return pool.submit(call_unit, fn, unit, self._portable), generation
+            return self._call(pool, fn, unit), generation
 
     def _drive(
         self, fn: Callable[[U], R], units: Sequence[U]
@@ -247,8 +256,7 @@ class _FuturesExecutor(_Closable):
                     index, alone, generation = in_flight.pop(future)
                     exc = None if future.cancelled() else future.exception()
                     if exc is None and not future.cancelled():
-                        outcome: Done[R] | Raised = future.result()
-                        yield index, outcome
+                        yield index, self._outcome(future.result())
                     elif exc is not None and not self._is_lost(exc):
                         # The pool failed to deliver (e.g. an unpicklable unit or
                         # result): an error in the work, not a dead worker.
