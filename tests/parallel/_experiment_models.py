@@ -12,7 +12,7 @@ import signal
 from pathlib import Path
 from typing import Any
 
-from simulacra import Resource, SeedTree, Sim
+from simulacra import Agent, Model, Resource, SeedTree, Sequence, Sim
 
 BANK = Path(__file__).resolve().parents[2] / "examples" / "bank.py"
 
@@ -133,3 +133,28 @@ class Holder:
     @classmethod
     def factory(cls, stream: SeedTree, config: dict[str, Any]) -> dict[str, Any]:
         return draws(stream, config)
+
+
+class Saver(Agent):
+    def __init__(self, id: int) -> None:
+        super().__init__(id)
+        self.wealth = 0
+
+    def save(self, ctx: Any) -> None:
+        self.wealth += 1
+
+
+def returns_run_result(seed: int = 0, *, agents: int = 3, steps: int = 2) -> Any:
+    """A common first try: return the Model's RunResult itself instead of KPIs."""
+    model = Model(seed=seed)
+    for i in range(agents):
+        model.add(Saver, i)
+    return model.run(Sequence(Saver.save), steps=steps)
+
+
+def needs_rate(seed: int, *, servers: int, rate: float, customers: int = 10) -> dict[str, Any]:
+    return {"servers": servers, "rate": rate, "customers": customers, "seed_bits": seed % 7}
+
+
+def takes_anything(seed: int, **params: Any) -> dict[str, Any]:
+    return {"n": len(params)}

@@ -255,6 +255,52 @@ def test_the_kpi_contract_is_checked(model: Any, message: str) -> None:
     assert (info.value.config_index, info.value.replication) == (0, 0)
 
 
+@pytest.mark.parametrize("backend", ["sequential", "processes"])
+def test_a_run_result_returned_as_kpis_is_named_not_a_pickling_error(backend: str) -> None:
+    study = Experiment.from_run(models.returns_run_result, [{"agents": 2}], master_seed=1)
+
+    with pytest.raises(ReplicationFailed) as info:
+        study.run(1, backend, 1)
+
+    message = str(info.value)
+    assert "returned RunResult, expected a mapping of KPI names" in message
+    assert "expected a mapping of KPI names" in message
+    assert "return a dict of KPIs" in message
+    assert "pickle" not in message
+
+
+def test_config_keys_are_checked_against_the_models_signature_before_any_run(
+    tmp_path: Path,
+) -> None:
+    spool = tmp_path / "study"
+    typo = Experiment.from_run(
+        models.needs_rate,
+        [{"servers": 2, "rate": 1.0}, {"servers": 2, "rat": 1.0}],
+        master_seed=1,
+        spool_dir=spool,
+    )
+    with pytest.raises(
+        ConfigError,
+        match=r"config 1 sets 'rat', which model .*needs_rate does "
+        r"not take \(its parameters: servers, rate, customers\); did you mean "
+        r"'rate'\?",
+    ):
+        typo.run(1, "sequential")
+    assert not (spool / "results.jsonl").exists()  # nothing ran
+
+    missing = Experiment.from_run(models.needs_rate, [{"servers": 2}], master_seed=1)
+    with pytest.raises(ConfigError, match=r"config 0 does not set 'rate', which model"):
+        missing.run(1, "sequential")
+    with pytest.raises(ConfigError, match=r"config 0 does not set 'rate'"):
+        missing.run_one(0, 0)
+
+
+def test_a_model_taking_kwargs_accepts_any_config_key() -> None:
+    study = Experiment.from_run(models.takes_anything, [{"whatever": 1, "else": 2}], master_seed=1)
+
+    assert [dict(r.kpis) for r in study.run(1, "sequential")] == [{"n": 2}]
+
+
 # -- the spool -------------------------------------------------------------------------
 
 
@@ -484,7 +530,8 @@ def test_no_progress_bar_when_not_a_terminal(capsys: pytest.CaptureFixture[str])
 def test_interpreters_backend_says_why_it_is_unavailable(tmp_path: Path) -> None:
     study = draws_study(spool_dir=tmp_path)
 
-    with pytest.raises(BackendUnavailable,
-                       match=r"needs sub-interpreters: Python 3\.14.s concurrent\.futures"):
+    with pytest.raises(
+        BackendUnavailable, match=r"needs sub-interpreters: Python 3\.14.s concurrent\.futures"
+    ):
         study.run(1, "interpreters")
     assert (tmp_path / "study.json").exists()  # nothing half-open is left behind

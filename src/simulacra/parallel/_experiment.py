@@ -12,7 +12,9 @@ and resumed run gives the same table.
 from __future__ import annotations
 
 import copy
+import difflib
 import hashlib
+import inspect
 import itertools
 import json
 import logging
@@ -104,6 +106,26 @@ class _Unit:
 _MODELS: dict[str, Callable[..., Any]] = {}
 
 
+@final
+@dataclass(frozen=True, slots=True)
+class _NotKPIs:
+    """What a worker sends back for a model that returned something other than a mapping.
+
+    The value itself may not even pickle (a ``RunResult`` holds a
+    ``mappingproxy``), so only its type travels, and the parent reports the
+    broken contract by name instead of the pickling error.
+    """
+
+    type_name: str
+
+
+def _model(reference: str) -> Callable[..., Any]:
+    model = _MODELS.get(reference)
+    if model is None:
+        model = _MODELS[reference] = resolve_callable(reference, "model_fn")
+    return model
+
+
 def _stream_for(
     master_seed: int | str | bytes, config_index: int, replication: int, common: bool
 ) -> SeedTree:
@@ -115,9 +137,7 @@ def _stream_for(
 
 def _run_unit(unit: _Unit) -> object:
     """Run one replication (in whatever worker the executor chose); return the model's KPIs."""
-    model = _MODELS.get(unit.model)
-    if model is None:
-        model = _MODELS[unit.model] = resolve_callable(unit.model, "model_fn")
+    model = _model(unit.model)
     stream = _stream_for(
         unit.master_seed, unit.config_index, unit.replication, unit.common_random_numbers
     )
@@ -125,8 +145,56 @@ def _run_unit(unit: _Unit) -> object:
     # replication (which, inline or on threads, would get the same objects).
     config = copy.deepcopy(unit.config)
     if unit.convention == "run":
-        return model(seed=stream.seed, **config)
-    return model(stream, config)
+        result = model(seed=stream.seed, **config)
+    else:
+        result = model(stream, config)
+    if isinstance(result, Mapping):
+        return result if type(result) is dict else dict(result)
+    return _NotKPIs(type(result).__qualname__)
+
+
+def _check_parameters(reference: str, configs: Sequence[Mapping[str, Any]]) -> None:
+    """Check each config against a ``run``-convention model's signature, before any runs.
+
+    A parameter the model does not take, or one it needs and no config gives,
+    is a ConfigError naming the config, the key and (for a typo) the closest
+    parameter. A model that takes ``**kwargs`` accepts every key.
+
+    Raises:
+        ConfigError: A config does not fit the model's parameters.
+    """
+    model = _model(reference)
+    try:
+        signature = inspect.signature(model)
+    except (TypeError, ValueError):  # a builtin or C function without a signature
+        return
+    params = signature.parameters
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
+        return
+    accepted = [
+        name
+        for name, p in params.items()
+        if p.kind in (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+        and name != "seed"
+    ]
+    required = [
+        name for name in accepted if params[name].default is inspect.Parameter.empty
+    ]
+    for index, config in enumerate(configs):
+        for key in config:
+            if key not in accepted:
+                close = difflib.get_close_matches(key, accepted, n=1)
+                hint = f"; did you mean {close[0]!r}?" if close else ""
+                raise ConfigError(
+                    f"config {index} sets {key!r}, which model {reference} does not take "
+                    f"(its parameters: {', '.join(accepted) or 'none but seed'}){hint}"
+                )
+        missing = [name for name in required if name not in config]
+        if missing:
+            raise ConfigError(
+                f"config {index} does not set {', '.join(map(repr, missing))}, which model "
+                f"{reference} needs (it has no default)"
+            )
 
 
 # -- checking what the user gives us -------------------------------------------------
@@ -218,10 +286,17 @@ def _checked_kpis(result: object, model: str, key: Key) -> dict[str, KPIValue]:
         ReplicationFailed: The value breaks the contract.
     """
     where = f"model {model} (config {key[0]}, replication {key[1]})"
-    if not isinstance(result, Mapping):
+    if isinstance(result, _NotKPIs) or not isinstance(result, Mapping):
+        name = result.type_name if isinstance(result, _NotKPIs) else type(result).__name__
+        hint = (
+            ": return a dict of KPIs computed from the run, e.g. "
+            "{'mean_wealth': ..., 'steps': result.steps}"
+            if name == "RunResult"
+            else ""
+        )
         raise _replication_failed(
-            f"{where} returned {type(result).__name__}, expected a mapping of KPI names (str) "
-            "to int, float, bool or str",
+            f"{where} returned {name}, expected a mapping of KPI names (str) "
+            f"to int, float, bool or str{hint}",
             key,
         )
     kpis: dict[str, KPIValue] = {}
@@ -953,6 +1028,8 @@ class Experiment:
             ReplicationFailed: The model broke the KPI contract.
         """
         self._check_key(config_index, replication)
+        if self._convention == "run":
+            _check_parameters(self._model, [self._configs[config_index]])
         result = _run_unit(self._unit(config_index, replication))
         return _checked_kpis(result, self._model, (config_index, replication))
 
@@ -1018,7 +1095,10 @@ class Experiment:
             The results, keyed and ordered by ``(config_index, replication)``.
 
         Raises:
-            ConfigError: An argument is invalid.
+            ConfigError: An argument is invalid, or (convention ``"run"``) a
+                config sets a parameter the model does not take or leaves out
+                one it needs: checked before the first replication runs, with
+                the closest parameter name for a typo.
             BackendUnavailable: The backend cannot run here; the message says why.
             SpoolError: ``spool_dir`` holds another study, or is damaged.
             ReplicationFailed: The model raised (chained as ``__cause__``) or
@@ -1035,6 +1115,8 @@ class Experiment:
             )
         if progress is not None and not isinstance(progress, bool):
             raise ConfigError(f"progress must be a bool or None, got {progress!r}")
+        if self._convention == "run":
+            _check_parameters(self._model, self._configs)
         executor, name, reason = self._executor(backend, max_workers, scheduler_address, retries)
         try:
             spool = (
