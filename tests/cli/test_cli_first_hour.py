@@ -54,6 +54,28 @@ def test_options_nobody_reads_are_refused(tmp_path: Path,
     assert "--out is for run configs" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize(
+    ("option", "message"),
+    [
+        ("lookahead=maybe", "sim.engine.step.options.lookahead must be true or false, got str "
+                            "'maybe'"),
+        ("window=-1", "sim.engine.step.options.window must be a finite number > 0, got -1"),
+        ("lookahed=false", "sim.engine.step.options.lookahed is not an option of the "
+                           "async_event engine"),
+    ],
+)
+def test_event_engine_options_are_checked_before_anything_is_written(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], option: str, message: str
+) -> None:
+    out = tmp_path / "run"
+    assert main(["run", str(SOCIAL / "config.yaml"), "sim.engine.step.built_in=async_event",
+                 f"sim.engine.step.options.{option}", "--out", str(out), "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert message in err
+    assert len(err.strip().splitlines()) == 1
+    assert not out.exists()
+
+
 @pytest.mark.timeout(120)
 def test_ctrl_c_in_replay_is_one_line(tmp_path: Path) -> None:
     run_dir = tmp_path / "run"

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures as cf
+import difflib
 import functools
 import hashlib
 import heapq
@@ -318,8 +319,12 @@ class EventEngine:
         self._min = float(minimum)
         self._world = world
         self._mode = mode
-        self._lookahead = bool(lookahead)
-        self._fail_fast = bool(fail_fast)
+        for name, flag in (("lookahead", lookahead), ("fail_fast", fail_fast)):
+            if not isinstance(flag, bool):
+                raise ConfigError(
+                    f"{name} must be true or false, got {type(flag).__name__} {flag!r}")
+        self._lookahead = lookahead
+        self._fail_fast = fail_fast
         self._on_event = on_event
         self._on_window = on_window
         self._on_turn = on_turn
@@ -1054,6 +1059,35 @@ class EventSteps:
                            calls, wall_total)
 
 
+def check_step_options(given: Mapping[str, Any]) -> dict[str, Any]:
+    """Check ``sim.engine.step.options`` for this engine; return them as a dict.
+
+    Raises:
+        ConfigError: An option this engine does not take (with the closest
+            name), or a value of the wrong type, naming the dotted key.
+    """
+    options = dict(given)
+    prefix = "sim.engine.step.options"
+    unknown = sorted(set(options) - STEP_OPTIONS)
+    if unknown:
+        close = difflib.get_close_matches(str(unknown[0]), sorted(STEP_OPTIONS), n=1)
+        hint = f"; did you mean {close[0]!r}?" if close else ""
+        raise ConfigError(
+            f"{prefix}.{unknown[0]} is not an option of the async_event engine "
+            f"(it takes: {', '.join(sorted(STEP_OPTIONS))}){hint}")
+    if options.get("max_turns") is not None:
+        _check_int(f"{prefix}.max_turns", options["max_turns"], 1)
+    for name, positive in (("window", True), ("wake_interval", True),
+                           ("reaction_delay", False)):
+        if name in options:
+            options[name] = _check_float(f"{prefix}.{name}", options[name], positive=positive)
+    if "lookahead" in options and not isinstance(options["lookahead"], bool):
+        value = options["lookahead"]
+        raise ConfigError(f"{prefix}.lookahead must be true or false, got "
+                          f"{type(value).__name__} {value!r}")
+    return options
+
+
 def _step_factory(world: World, agents: list[Actor], *, model: LanguageModel | None,
                   seed: SeedTree, config: Any, on_step: Callable[[Any], None] | None,
                   on_turn: Callable[[], None] | None,
@@ -1062,18 +1096,10 @@ def _step_factory(world: World, agents: list[Actor], *, model: LanguageModel | N
     from simulacra.llm import LatencyModel  # noqa: PLC0415  (lazy: layer-1 import)
 
     settings = config.sim.engine
-    options = dict(settings.step.options)
-    unknown = sorted(set(options) - STEP_OPTIONS)
-    if unknown:
-        raise ConfigError(
-            f"sim.engine.step.options.{unknown[0]} is not an option of the async_event engine "
-            f"(it takes: {', '.join(sorted(STEP_OPTIONS))})")
+    options = check_step_options(settings.step.options)
     latency = config.sim.llm.latency
     max_turns = options.pop("max_turns", None)
-    if max_turns is not None:
-        _check_int("sim.engine.step.options.max_turns", max_turns, 1)
-    width = _check_float("sim.engine.step.options.window", options.pop("window", 1.0),
-                         positive=True)
+    width = options.pop("window", 1.0)
     engine = EventEngine(
         world, agents, model=model,
         latency=LatencyModel(base=latency.base, prefill_per_token=latency.prefill_per_token,

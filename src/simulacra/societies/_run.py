@@ -373,6 +373,10 @@ def run_society(config: RunConfig | Mapping[str, Any], *,
         first = sorted(step.options)[0]
         raise ConfigError(f"sim.engine.step.options.{first}: the round engine takes no step "
                           "options (they are for sim.engine.step.built_in=async_event)")
+    if step.built_in == "async_event":
+        from ._events import check_step_options  # noqa: PLC0415  (lazy, as _step_engine)
+
+        check_step_options(step.options)  # before anything is written
     if model is None and config.run.preflight:
         preflight(config)  # before anything is written or spent
     target = out if out is not None else config.run.out if write else None
