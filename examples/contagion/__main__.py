@@ -20,16 +20,20 @@ from pathlib import Path
 if importlib.util.find_spec("simulacra") is None:  # a source checkout without `pip install`
     sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "src"))
 
-from simulacra import ConfigError
+from simulacra import BackendUnavailable, ConfigError
 
 if __package__:
-    from .model import cascade_distribution
+    from .model import build, cascade_distribution
 else:  # `python examples/contagion`: this directory is on sys.path, not its parent
-    from model import cascade_distribution  # type: ignore[no-redef,import-not-found,unused-ignore]
+    from model import (  # type: ignore[no-redef,import-not-found,unused-ignore]
+        build,
+        cascade_distribution,
+    )
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description="Gai-Kapadia contagion: cascade sizes over seeds")
+    parser = argparse.ArgumentParser(prog="python examples/contagion",
+                                     description="Gai-Kapadia contagion: cascade sizes over seeds")
     parser.add_argument("--banks", type=int, default=100)
     parser.add_argument("--degree", type=float, action="append",
                         help="average degree (repeatable; default 1, 2, 4, 8)")
@@ -38,6 +42,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--capital-ratio", type=float, default=0.04)
     args = parser.parse_args(argv)
     degrees = args.degree or [1.0, 2.0, 4.0, 8.0]
+    try:  # every option is checked before the first cascade runs (building is cheap)
+        if args.seeds < 1:
+            raise ConfigError(f"seeds must be an int >= 1, got {args.seeds}")
+        for degree in degrees:
+            build(0, banks=args.banks, degree=degree, capital_ratio=args.capital_ratio,
+                  backend=args.backend)
+    except ConfigError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     print(f"Gai-Kapadia contagion: {args.banks} banks, capital ratio {args.capital_ratio:.0%}, "
           f"interbank share 20%, zero recovery; seeds 0-{args.seeds - 1}; "
           f"backend {args.backend!r}")
@@ -54,7 +67,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                   f"{'-' if extent is None else f'{extent:.0%}':>6}  {d['mean']:>6.1%}  "
                   f"{h['0-5%']:>5} {h['5-25%']:>5} {h['25-50%']:>6} {h['50-75%']:>6} "
                   f"{h['75-100%']:>7}")
-    except ConfigError as exc:
+    except (ConfigError, BackendUnavailable) as exc:  # e.g. a backend whose extra is missing
         print(f"error: {exc}", file=sys.stderr)
         return 2
     print(f"({time.perf_counter() - start:.1f} s)")

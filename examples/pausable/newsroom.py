@@ -100,10 +100,14 @@ def fan_in(writers: int = 4) -> list[tuple[str, int]]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Print the desk of one seed and the async fan-in."""
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python examples/pausable/newsroom.py",
+                                     description=__doc__.splitlines()[0])
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--writers", type=int, default=4)
     args = parser.parse_args(argv)
+    if args.writers < 1:
+        print(f"error: writers must be an int >= 1, got {args.writers}", file=sys.stderr)
+        return 2
     result = newsroom(args.seed, args.writers)
     for name, post in result["posts"].items():
         notes = ", ".join(post["notes"]) or "-"

@@ -3,7 +3,9 @@
 Prints the top PageRank vertices, the number of weakly connected
 components, and -- when networkx is installed -- the L1 difference to
 ``nx.pagerank`` and whether the components equal networkx's. Options:
-``--vertices N``, ``--edges M``, ``--seed S``.
+``--vertices N``, ``--edges M``, ``--seed S``. It needs numpy (the graphs are
+arrays): ``pip install 'simulacra[numpy]'``; without it, it says so in one
+line and exits with status 2 before doing anything.
 """
 
 from __future__ import annotations
@@ -18,7 +20,13 @@ from pathlib import Path
 if importlib.util.find_spec("simulacra") is None:  # a source checkout without `pip install`
     sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "src"))
 
-import numpy as np
+try:
+    import numpy as np
+except ImportError:  # checked before anything runs: every module of this example needs it
+    print("examples/pregel needs numpy: pip install 'simulacra[numpy]'", file=sys.stderr)
+    sys.exit(2)
+
+from simulacra import SimError
 
 if __package__:
     from .components import components, labels_per_vertex, labels_vectorized
@@ -39,12 +47,17 @@ else:  # `python examples/pregel`: this directory is on sys.path, not its parent
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description="Pregel PageRank and components")
+    parser = argparse.ArgumentParser(prog="python examples/pregel",
+                                     description="Pregel PageRank and components")
     parser.add_argument("--vertices", type=int, default=2000)
     parser.add_argument("--edges", type=int, default=5000)
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
-    graph = random_graph(args.seed, args.vertices, args.edges)
+    try:
+        graph = random_graph(args.seed, args.vertices, args.edges)
+    except SimError as exc:  # the graph checks --vertices and --edges
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     print(f"random directed graph: {graph.num_vertices} vertices, {graph.num_edges} edges, "
           f"seed {args.seed}")
 

@@ -15,8 +15,10 @@ def random_edges(seed: int | str, vertices: int, edges: int, *,
 
     The generator is the numpy stream ``"graph"`` of ``SeedTree(seed)``.
     """
-    if vertices < 1 or edges < 0:
-        raise ConfigError(f"need vertices >= 1 and edges >= 0, got {vertices} and {edges}")
+    if vertices < 1:
+        raise ConfigError(f"random graph: vertices must be an int >= 1, got {vertices!r}")
+    if edges < 0:
+        raise ConfigError(f"random graph: edges must be an int >= 0, got {edges!r}")
     possible = vertices * vertices - (0 if self_loops else vertices)
     if edges > possible:
         raise ConfigError(f"{vertices} vertices have only {possible} possible edges, not {edges}")

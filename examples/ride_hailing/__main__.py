@@ -1,4 +1,7 @@
-"""The flagship demo: ``python examples/ride_hailing`` runs the robotaxi fleet and prints its KPIs.
+"""The SimPy-style fleet demo: ``python examples/ride_hailing`` runs a robotaxi fleet, prints KPIs.
+
+It is the README's example of a SimPy-style model (processes, resources, stores);
+the flagship demo is the society of LLM agents in ``examples/social``.
 
 It runs the model once per dispatch policy with the same seed and prints the
 parameters and a KPI table, with ``rich`` when it is installed and as plain

@@ -18,6 +18,8 @@ from pathlib import Path
 if importlib.util.find_spec("simulacra") is None:  # a source checkout without `pip install`
     sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "src"))
 
+from simulacra import BackendUnavailable, ConfigError
+
 if __package__:
     from .model import curve, run
 else:  # `python examples/sir`: this directory is on sys.path, not its parent
@@ -25,7 +27,8 @@ else:  # `python examples/sir`: this directory is on sys.path, not its parent
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description="SIR epidemic on a seeded contact network")
+    parser = argparse.ArgumentParser(prog="python examples/sir",
+                                     description="SIR epidemic on a seeded contact network")
     parser.add_argument("--people", type=int, default=500)
     parser.add_argument("--degree", type=float, default=6.0)
     parser.add_argument("--beta", type=float, default=0.1)
@@ -35,8 +38,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--backend", default="local")
     args = parser.parse_args(argv)
     start = time.perf_counter()
-    result = run(args.seed, steps=args.steps, backend=args.backend, people=args.people,
-                 degree=args.degree, beta=args.beta, gamma=args.gamma)
+    try:
+        result = run(args.seed, steps=args.steps, backend=args.backend, people=args.people,
+                     degree=args.degree, beta=args.beta, gamma=args.gamma)
+    except (ConfigError, BackendUnavailable) as exc:  # checked before the epidemic runs
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     points = curve(result)
     print(f"SIR: {args.people} people, mean degree {args.degree:g}, beta {args.beta:g}, "
           f"gamma {args.gamma:g}, seed {args.seed!r}, backend {args.backend!r}")

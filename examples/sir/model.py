@@ -18,11 +18,12 @@ example a networkx graph's) can be passed instead.
 
 from __future__ import annotations
 
+import math
 import random
 from collections.abc import Sequence as AbstractSequence
 from typing import Any
 
-from simulacra import Agent, Context, Model, RunResult, SeedTree, Sequence
+from simulacra import Agent, ConfigError, Context, Model, RunResult, SeedTree, Sequence
 
 __all__ = ["Person", "STEP", "build", "curve", "network", "run"]
 
@@ -82,15 +83,36 @@ def build(seed: int | str = 0, *, people: int = 500, degree: float = 6.0, beta: 
           gamma: float = 0.2, infected: int = 5,
           neighbours: AbstractSequence[AbstractSequence[int]] | None = None,
           backend: Any = None) -> Model:
-    """The model: *people* persons on a contact graph (seeded, or *neighbours*)."""
+    """The model: *people* persons on a contact graph (seeded, or *neighbours*).
+
+    Raises:
+        ConfigError: A parameter is out of range; the message names it.
+    """
+    _check(people=people, degree=degree, beta=beta, gamma=gamma, infected=infected)
     adjacency = network(seed, people, degree) if neighbours is None else [
         tuple(n) for n in neighbours]
+    if infected > len(adjacency):
+        raise ConfigError(f"sir: infected must be at most the {len(adjacency)} people, "
+                          f"got {infected!r}")
     world = {"neighbours": adjacency, "beta": beta, "gamma": gamma}
     model = Model(seed=seed, backend=backend, world=world)
     sick = set(patients_zero(seed, len(adjacency), infected))
     for person in range(len(adjacency)):
         model.add(Person, person, state="I" if person in sick else "S")
     return model
+
+
+def _check(*, people: object, degree: object, beta: object, gamma: object,
+           infected: object) -> None:
+    for name, value, least in (("people", people, 1), ("infected", infected, 0)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < least:
+            raise ConfigError(f"sir: {name} must be an int >= {least}, got {value!r}")
+    for name, value, high in (("degree", degree, math.inf), ("beta", beta, 1.0),
+                              ("gamma", gamma, 1.0)):
+        if (isinstance(value, bool) or not isinstance(value, int | float)
+                or not 0.0 <= value <= high or math.isnan(value)):
+            expected = "a number >= 0" if high == math.inf else f"a number in [0, {high:g}]"
+            raise ConfigError(f"sir: {name} must be {expected}, got {value!r}")
 
 
 def curve(result: RunResult) -> list[tuple[int, int, int]]:
