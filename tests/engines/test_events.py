@@ -46,9 +46,15 @@ def reference() -> Any:
 
 def test_the_reference_run_does_something(reference: Any) -> None:
     assert reference.turns == 30 * 4
-    assert reference.events >= reference.turns
+    assert reference.event_count >= reference.turns
     assert reference.chain_max >= 2  # mentions and replies woke agents
     assert len({w.index for w in reference.windows}) > 1
+
+
+def test_the_old_name_of_the_event_count_still_works_and_warns(reference: Any) -> None:
+    with pytest.warns(DeprecationWarning, match="EventResult.events is deprecated: it is a "
+                      "count, now called event_count"):
+        assert reference.events == reference.event_count
 
 
 @pytest.mark.parametrize(("mode", "lookahead"), [

@@ -104,7 +104,9 @@ def test_same_digest_sequentially_on_threads_and_on_asyncio(resolution: str) -> 
             result, other = _run(mode, resolution=resolution, flows=2)
             assert result.digest == reference.digest, mode
             assert other.log == world.log
-    assert reference.events == 4 * 24
+    assert reference.event_count == 4 * 24
+    with pytest.warns(DeprecationWarning, match="RoundResult.events is deprecated"):
+        assert reference.events == reference.event_count
 
 
 def test_resolution_is_by_agent_id_not_completion_order() -> None:

@@ -36,7 +36,7 @@ def test_the_example_at_50_agents_x_5_steps_writes_a_run_and_replays(tmp_path: P
     for key in ("posts", "replies", "likes", "mentions", "mention chains"):
         assert summary[key] > 0, key
     assert summary["failed turns"] == 0
-    assert run.result.events == 250
+    assert run.result.event_count == 250
     assert run.llm["calls"] == 250
 
     folder = tmp_path / "run"
@@ -215,7 +215,7 @@ def test_async_event_runs_from_config_and_replays(tmp_path: Path) -> None:
 
     assert "async_event" in simulacra.societies.step_engine_names()
     assert run.result.steps == 4
-    assert run.result.events > 0
+    assert run.result.event_count > 0
     telemetry = (tmp_path / "run" / "telemetry.jsonl").read_text().splitlines()
     assert len(telemetry) == 4
     report = simulacra.replay_run(tmp_path / "run")

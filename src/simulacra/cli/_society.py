@@ -290,7 +290,7 @@ def _title(config: Any, run: Any, *, resumed: bool) -> str:
     sim = config.sim
     how = "resumed, " if resumed else ""
     return (f"{config.name}: {how}{sim.agents} agents, {run.result.steps} steps, "
-            f"{run.result.events} events ({sim.engine.step.built_in} engine, "
+            f"{run.result.event_count} events ({sim.engine.step.built_in} engine, "
             f"{sim.engine.mode}, seed {config.seed})")
 
 
@@ -389,7 +389,7 @@ def _cmd_replay(args: argparse.Namespace) -> int:
             print(f"error: event log mismatch: {report.divergence}", file=sys.stderr)
         return EXIT_FAILED
     print(f"digest matches: {report.digest}")
-    print(f"all {report.events} events of action_events.jsonl match")
+    print(f"all {report.event_count} events of action_events.jsonl match")
     return EXIT_OK
 
 

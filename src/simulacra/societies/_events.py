@@ -52,7 +52,7 @@ from simulacra.errors import AgentActionError, CheckpointError, ConfigError, Inv
 from simulacra.rng import SeedTree, as_seed_tree
 
 from ._events_blocking import BlockingAgent
-from ._rounds import _check_int, agents_digest, index_agents
+from ._rounds import _check_int, agents_digest, deprecated_count, index_agents
 
 if TYPE_CHECKING:
     from simulacra.llm import CallSite, Completion, CompletionRequest, LanguageModel
@@ -121,7 +121,8 @@ class EventResult:
 
     Attributes:
         turns: Turns resolved.
-        events: World events made.
+        event_count: How many world events were made (``events`` is the
+            same number under its old name, deprecated).
         failed: Turns that failed.
         time: The virtual time of the last resolution.
         events_digest: The running digest of every event, in order.
@@ -136,7 +137,7 @@ class EventResult:
     """
 
     turns: int
-    events: int
+    event_count: int
     failed: int
     time: float
     events_digest: str
@@ -148,6 +149,11 @@ class EventResult:
     llm_calls: int = 0
     peak_in_flight: int = 0
     wall_s: float = 0.0
+
+    @property
+    def events(self) -> int:
+        """Deprecated: the count :attr:`event_count` gives."""
+        return deprecated_count(self, self.event_count)
 
 
 class _Window:
@@ -1054,7 +1060,7 @@ class EventSteps:
         self.wall += wall_total
         result = engine._result(wall_total, calls)
         # Like RoundEngine.run: the calls and wall clock of *this* call, not running totals.
-        return RoundResult(self.step, result.events, result.failed, tuple(self.step_digests),
+        return RoundResult(self.step, result.event_count, result.failed, tuple(self.step_digests),
                            result.world_digest, result.agents_digest, result.digest,
                            calls, wall_total)
 

@@ -26,6 +26,7 @@ import hashlib
 import json
 import threading
 import time as _time
+import warnings
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final, final
@@ -52,6 +53,14 @@ _Outcome = tuple[bool, Any]
 
 _FAST = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False,
                          allow_nan=False).encode
+
+
+def deprecated_count(owner: object, value: int) -> int:
+    """*value*, with a DeprecationWarning for the old name ``events`` of a count."""
+    warnings.warn(
+        f"{type(owner).__name__}.events is deprecated: it is a count, now called event_count",
+        DeprecationWarning, stacklevel=3)
+    return value
 
 
 def _line(value: object) -> bytes:
@@ -120,7 +129,8 @@ class RoundResult:
 
     Attributes:
         steps: How many steps ran (in total, over every :meth:`RoundEngine.run`).
-        events: How many events were resolved.
+        event_count: How many events were resolved (``events`` is the same
+            number under its old name, deprecated).
         failed: How many turns failed.
         step_digests: The running event digest after each step.
         world_digest: The world's final state digest.
@@ -132,7 +142,7 @@ class RoundResult:
     """
 
     steps: int
-    events: int
+    event_count: int
     failed: int
     step_digests: tuple[str, ...]
     world_digest: str
@@ -140,6 +150,11 @@ class RoundResult:
     digest: str
     llm_calls: int = 0
     wall_s: float = 0.0
+
+    @property
+    def events(self) -> int:
+        """Deprecated: the count :attr:`event_count` gives."""
+        return deprecated_count(self, self.event_count)
 
 
 class _Metered:

@@ -44,6 +44,7 @@ from ._config import RunConfig, parse_config
 from ._manifest import finish_manifest, portable_factory, read_manifest, start_manifest
 from ._provider import ProviderGuard, preflight
 from ._rounds import RoundEngine, RoundResult, StepReport
+from ._rounds import deprecated_count as _deprecated_count
 from ._rundir import RunDirectory, event_line
 
 E = TypeVar("E", bound=BaseException)
@@ -795,7 +796,7 @@ def _execute(config: RunConfig, rundir: RunDirectory | None, model: LanguageMode
         if rundir is not None:
             rundir.finish(result.digest, {
                 "name": config.name, "seed": config.seed, "digest": result.digest,
-                "steps": result.steps, "agents": len(agents), "events": result.events,
+                "steps": result.steps, "agents": len(agents), "events": result.event_count,
                 "failed_turns": result.failed, "step_digests": list(result.step_digests),
                 "world_digest": result.world_digest, "agents_digest": result.agents_digest,
                 "engine": {"step": config.sim.engine.step.built_in,
@@ -1041,9 +1042,14 @@ class ReplayReport:
     run: SocietyRun
 
     @property
+    def event_count(self) -> int:
+        """How many events the replay made (and compared with the log)."""
+        return self.run.result.event_count
+
+    @property
     def events(self) -> int:
-        """The events the replay made (and compared with the log)."""
-        return self.run.result.events
+        """Deprecated: the count :attr:`event_count` gives."""
+        return _deprecated_count(self, self.event_count)
 
     @property
     def matches(self) -> bool:

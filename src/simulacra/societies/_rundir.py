@@ -65,6 +65,14 @@ def event_line(event: ActionEvent) -> str:
     return _dumps(event.to_json())
 
 
+def _size_of(entry: os.DirEntry[str]) -> int:
+    """The size of a file *entry*; 0 if it went away since it was listed (a ``-wal`` file)."""
+    try:
+        return entry.stat(follow_symlinks=False).st_size
+    except FileNotFoundError:
+        return 0
+
+
 def _dumps(obj: object) -> str:
     return json.dumps(obj, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
 
@@ -247,6 +255,34 @@ class RunDirectory:
 
         files = checkpoint_files(self.checkpoints)
         return checkpoint_step(files[-1]) if files else None
+
+    def size_bytes(self) -> int:
+        """The bytes the run directory holds: every regular file under it, checkpoints included.
+
+        Counts what is on disk now (SQLite's ``-wal`` and ``-shm`` files of a
+        run still writing too); links are not followed. A directory that does
+        not exist holds 0 bytes.
+
+        Raises:
+            ConfigError: The directory cannot be read.
+        """
+        total = 0
+        pending = [self.path]
+        while pending:
+            folder = pending.pop()
+            try:
+                with os.scandir(folder) as entries:
+                    for entry in entries:
+                        if entry.is_dir(follow_symlinks=False):
+                            pending.append(Path(entry.path))
+                        elif entry.is_file(follow_symlinks=False):
+                            total += _size_of(entry)
+            except FileNotFoundError:  # gone while we looked: it holds nothing
+                continue
+            except OSError as exc:
+                raise ConfigError(f"cannot measure run directory {str(self.path)!r}: "
+                                  f"{exc}") from None
+        return total
 
     def iter_events(self) -> Iterator[ActionEvent]:
         """The events of ``action_events.jsonl`` one by one (the file is read as it goes)."""
