@@ -318,6 +318,26 @@ def test_the_registry_builds_it_without_starting_a_cluster() -> None:
         get_backend("dask", max_workers=2)
 
 
+def test_seed_001s_partition_strategy_is_another_name_for_partition() -> None:
+    from simulacra.backends import parse_settings
+
+    for backend in (
+        DaskBackend(n_workers=2, partition_strategy="hash"),
+        get_backend("dask", n_workers=2, partition_strategy="hash"),
+        parse_settings({"orchestration": {"mode": "dask", "n_workers": 2,
+                                          "partition_strategy": "hash"}}).backend(),
+    ):
+        assert backend.partition == "hash"  # type: ignore[attr-defined]
+        backend.close()
+    with pytest.raises(ConfigError, match="partition_strategy is another name for partition"):
+        DaskBackend(partition="hash", partition_strategy="round_robin")
+    with pytest.raises(ConfigError, match=r"orchestration\.partition is given twice"):
+        parse_settings({"orchestration": {"mode": "dask", "partition": "hash",
+                                          "partition_strategy": "hash"}})
+    with pytest.raises(ConfigError, match="partition must be one of"):
+        get_backend("dask", partition_strategy="zigzag")
+
+
 @pytest.mark.timeout(60)
 def test_an_unreachable_scheduler_is_backend_unavailable() -> None:
     import socket

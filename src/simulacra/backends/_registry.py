@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import importlib
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Final
 
 from simulacra.errors import BackendUnavailable, ConfigError
@@ -13,8 +13,8 @@ from ._base import ExecutionBackend
 from ._local import LocalBackend, ThreadPoolBackend
 from ._processes import ProcessPoolBackend
 
-__all__ = ["BACKEND_ALIASES", "PLUGIN_BACKENDS", "RESERVED_BACKENDS", "backend_names",
-           "backend_options", "canonical_backend",
+__all__ = ["BACKEND_ALIASES", "OPTION_ALIASES", "PLUGIN_BACKENDS", "RESERVED_BACKENDS",
+           "backend_names", "backend_options", "canonical_backend", "canonical_options",
            "ensure_buildable", "get_backend", "register_backend"]
 
 def _pregel_backend(max_supersteps: int = 100) -> ExecutionBackend:
@@ -118,6 +118,28 @@ def ensure_buildable(name: str) -> None:
     )
 
 
+#: Other names for backend options: seed 001 calls the Dask backend's ``partition``
+#: ``partition_strategy``.
+OPTION_ALIASES: Final[dict[str, str]] = {"partition_strategy": "partition"}
+
+
+def canonical_options(options: Mapping[str, Any], where: str = "") -> dict[str, Any]:
+    """*options* with each alias (:data:`OPTION_ALIASES`) under its registered name.
+
+    Raises:
+        ConfigError: An option is given under both names.
+    """
+    result: dict[str, Any] = {}
+    for key, value in options.items():
+        name = OPTION_ALIASES.get(key, key)
+        if name in result:
+            raise ConfigError(
+                f"{where}{name} is given twice ({key!r} is another name for {name!r}): "
+                "give one of them")
+        result[name] = value
+    return result
+
+
 def backend_options(name: str) -> frozenset[str]:
     """The keyword options backend *name* takes (also for reserved names).
 
@@ -164,6 +186,7 @@ def get_backend(name: str, /, **options: Any) -> ExecutionBackend:
     ensure_buildable(name)
     name = canonical_backend(name)
     factory, accepted = _REGISTRY[name]
+    options = canonical_options(options)
     unknown = sorted(set(options) - accepted)
     if unknown:
         takes = ", ".join(sorted(accepted)) or "no options"

@@ -31,6 +31,7 @@ from ._registry import (
     backend_names,
     backend_options,
     canonical_backend,
+    canonical_options,
     get_backend,
 )
 
@@ -74,6 +75,7 @@ def _schema() -> Any:
         max_workers: int | None = Field(default=None, ge=1)
         start_method: str | None = None
         partition: str | None = None
+        partition_strategy: str | None = None  # seed 001's name for partition
         async_semaphore_limit: int | None = Field(default=None, ge=1)
         max_supersteps: int | None = Field(default=None, ge=1)
         scheduler_address: str | None = None
@@ -116,8 +118,9 @@ def parse_settings(data: object, source: str = "<settings>") -> Settings:
             f"{source}: orchestration.mode must be one of {', '.join(backend_names())}"
             f"{reserved}, got {mode!r}"
         )
-    given = {key: value for key, value in orchestration.model_dump().items()
-             if key != "mode" and value is not None}
+    given = canonical_options(
+        {key: value for key, value in orchestration.model_dump().items()
+         if key != "mode" and value is not None}, f"{source}: orchestration.")
     accepted = backend_options(mode)
     for key in sorted(given):
         if key not in accepted:

@@ -119,6 +119,7 @@ class DaskBackend(BackendBase):
             connected at start). Never more than there are agents.
         partition: ``"round_robin"`` over sorted ids (the default) or ``"hash"``
             (SHA-256 of the id); see :func:`~simulacra.backends.partition_ids`.
+        partition_strategy: The same option under the name seed 001 gives it.
         connect_timeout: Seconds to wait for the scheduler to answer, and for
             the workers a run needs to join (a Python-only option).
 
@@ -132,7 +133,15 @@ class DaskBackend(BackendBase):
     name = "dask"
 
     def __init__(self, scheduler_address: str | None = None, n_workers: int | None = None,
-                 partition: str = "round_robin", *, connect_timeout: float = _CONNECT_S) -> None:
+                 partition: str = "round_robin", *, connect_timeout: float = _CONNECT_S,
+                 partition_strategy: str | None = None) -> None:
+        if partition_strategy is not None:  # seed 001's name for the same option
+            if partition not in ("round_robin", partition_strategy):
+                raise ConfigError(
+                    f"partition={partition!r} and partition_strategy={partition_strategy!r} "
+                    "name one option twice (partition_strategy is another name for "
+                    "partition): give one of them")
+            partition = partition_strategy
         address: object = scheduler_address
         if address is not None and (not isinstance(address, str) or not address):
             raise ConfigError(
