@@ -13,7 +13,8 @@ from ._base import ExecutionBackend
 from ._local import LocalBackend, ThreadPoolBackend
 from ._processes import ProcessPoolBackend
 
-__all__ = ["BACKEND_ALIASES", "OPTION_ALIASES", "PLUGIN_BACKENDS", "RESERVED_BACKENDS",
+__all__ = ["BACKEND_ALIASES", "OPTION_ALIASES", "PLUGIN_BACKENDS", "PLUGIN_REQUIRES",
+           "RESERVED_BACKENDS",
            "backend_names", "backend_options", "canonical_backend", "canonical_options",
            "ensure_buildable", "get_backend", "register_backend"]
 
@@ -59,6 +60,30 @@ PLUGIN_BACKENDS: Final[dict[str, tuple[str, str, frozenset[str], str]]] = {
                  frozenset({"mcp_config"}), "mcp"),
 }
 
+#: The top-level modules each plugin backend needs, checked before anything
+#: starts (a worker process, a cluster), so that a missing extra is one line
+#: naming it instead of a traceback from the first import deep inside.
+PLUGIN_REQUIRES: Final[dict[str, tuple[str, ...]]] = {
+    "dask": ("distributed",),
+    "mcp": ("mcp", "httpx2", "uvicorn"),
+    "emulator": ("mcp",),
+}
+
+
+def missing_modules(names: Iterable[str]) -> list[str]:
+    """The modules of *names* that cannot be found here (without importing them)."""
+    import importlib.util  # noqa: PLC0415
+
+    missing = []
+    for name in names:
+        try:
+            found = importlib.util.find_spec(name) is not None
+        except (ImportError, ValueError):
+            found = False
+        if not found:
+            missing.append(name)
+    return missing
+
 
 #: Other names for the same backends: the words the executors and the society engines
 #: use for the same ideas (``Experiment(backend="threads")``, ``sim.engine.mode=
@@ -78,6 +103,17 @@ def canonical_backend(name: str) -> str:
 def backend_names() -> tuple[str, ...]:
     """The names :func:`get_backend` can build (built in, registered or plugin), sorted."""
     return tuple(sorted(set(_REGISTRY) | set(PLUGIN_BACKENDS)))
+
+
+def _check_requires(name: str) -> None:
+    """BackendUnavailable naming the extra, if a module plugin *name* needs is missing."""
+    missing = missing_modules(PLUGIN_REQUIRES.get(name, ()))
+    if missing:
+        _, what, _, extra = PLUGIN_BACKENDS[name]
+        raise BackendUnavailable(
+            f"backend {name!r} ({what}) needs the package {missing[0]!r}, which is not "
+            f"installed: pip install 'simulacra[{extra}]'"
+        )
 
 
 def _load_plugin(name: str) -> None:
@@ -107,6 +143,8 @@ def ensure_buildable(name: str) -> None:
     if not isinstance(key, str) or (name not in _REGISTRY and name not in PLUGIN_BACKENDS
                                     and name not in RESERVED_BACKENDS):
         raise _unknown(key)
+    if name in PLUGIN_BACKENDS:
+        _check_requires(name)
     if name in _REGISTRY:
         return
     if name in PLUGIN_BACKENDS:

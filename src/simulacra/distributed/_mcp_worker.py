@@ -211,6 +211,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--parent-pid", type=int, default=None,
                         help="exit when this process is no longer the parent")
     args = parser.parse_args(argv)
+    try:  # what _serve imports, before anything is bound
+        import mcp.server  # noqa: PLC0415, F401
+        import uvicorn  # noqa: PLC0415, F401
+    except ImportError as exc:
+        name = (exc.name or "mcp").partition(".")[0]
+        print(f"simulacra worker: needs the package {name!r}, which is not installed: "
+              "pip install 'simulacra[mcp]'", file=sys.stderr)
+        return 2
     try:
         if not is_loopback(args.host) and not args.allow_remote:
             raise ConfigError(
