@@ -15,6 +15,8 @@ sys.path.insert(0, str(ROOT / "examples"))
 
 from ride_hailing import fleet_sizing  # noqa: E402
 
+from simulacra import BackendUnavailable, ConfigError  # noqa: E402
+
 SMALL = {"fleet_sizes": (15, 40), "demand_rates": (2.0, 4.0), "replications": 3,
          "horizon": 120.0}
 
@@ -54,14 +56,39 @@ def test_plot_and_csv_are_written(tmp_path: Path) -> None:
     assert len(csv_text.splitlines()) == 1 + len(rows)
 
 
-@pytest.mark.slow
 def test_script_prints_the_table_and_writes_files(tmp_path: Path) -> None:
+    pytest.importorskip("matplotlib")
     env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
     done = subprocess.run(
         [sys.executable, str(ROOT / "examples/ride_hailing/fleet_sizing.py"), str(tmp_path),
-         "--replications", "2"],
+         "--replications", "2", "--horizon", "60"],
         capture_output=True, text=True, env=env, timeout=300, check=False)
     assert done.returncode == 0, done.stderr
     assert "mean wait" in done.stdout
     assert (tmp_path / "fleet_sizing.png").exists()
     assert (tmp_path / "fleet_sizing.csv").exists()
+
+
+@pytest.mark.parametrize(("options", "field"), [
+    ({"replications": 1}, "replications"),
+    ({"replications": True}, "replications"),
+    ({"backend": "thread"}, "backend"),
+    ({"max_workers": 0}, "workers"),
+    ({"horizon": 0.0}, "horizon"),
+    ({"fleet_sizes": (0,)}, "vehicles"),
+    ({"patience": float("nan")}, "patience"),
+])
+def test_check_refuses_what_the_study_would_refuse_late(options: dict[str, object],
+                                                        field: str) -> None:
+    """Every option is checked at once, before the first replication (and any progress bar)."""
+    with pytest.raises(ConfigError, match=field):
+        fleet_sizing.check(**options)
+    fleet_sizing.check(replications=2, backend="processes", max_workers=2, horizon=60.0)
+
+
+def test_check_names_the_dask_extra(monkeypatch: pytest.MonkeyPatch) -> None:
+    real = fleet_sizing.importlib.util.find_spec
+    monkeypatch.setattr(fleet_sizing.importlib.util, "find_spec",
+                        lambda name, *a: None if name == "distributed" else real(name, *a))
+    with pytest.raises(BackendUnavailable, match=r"pip install 'simulacra\[dask\]'"):
+        fleet_sizing.check(backend="dask")

@@ -215,6 +215,22 @@ def test_sweep_rows_and_plot(sweep_module: ModuleType, tmp_path: Path) -> None:
     assert lines[0].startswith("servers,batch_size,concurrency,replications,tasks,")
 
 
+@pytest.mark.parametrize(("options", "field"), [
+    ({"replications": 0}, "replications"),
+    ({"experiment_backend": "nope"}, "backend"),
+    ({"experiment_workers": 0}, "workers"),
+    ({"horizon": -1.0}, "horizon"),
+    ({"servers": (1, 0)}, "servers"),
+    ({"workers": 0, "backend": "threads"}, "max_workers"),
+])
+def test_sweep_check_refuses_before_any_run(sweep_module: ModuleType, options: dict[str, Any],
+                                            field: str) -> None:
+    """What the sweep would refuse mid-way is refused at once, before any progress bar."""
+    with pytest.raises(simulacra.ConfigError, match=field):
+        sweep_module.check(**options)
+    sweep_module.check(replications=2, experiment_backend="processes", horizon=60.0)
+
+
 @pytest.mark.determinism
 @pytest.mark.slow
 def test_sweep_is_the_same_on_processes(sweep_module: ModuleType) -> None:

@@ -4,9 +4,13 @@ Options: ``--seed N``, ``--servers N``, ``--batch-size N``, ``--concurrency N``,
 ``--arrival-rate X``, ``--horizon T``, ``--planner-work N``, ``--backend
 inline|threads|processes`` and ``--workers N`` (where the planner's scoring
 runs: the KPIs are the same on every backend), ``--sweep DIR`` (run the
-capacity sweep instead and write ``capacity_sweep.png`` and ``.csv`` to DIR),
-``--replications N``, ``--sweep-backend NAME`` and ``--sweep-workers N`` (how the
-sweep's :class:`simulacra.parallel.Experiment` runs), ``--plain``.
+capacity sweep instead and write ``capacity_sweep.csv`` and ``.png`` to DIR;
+``--servers``, ``--batch-size`` and ``--concurrency`` are its axes, so they
+are refused with it), ``--replications N``, ``--sweep-backend NAME`` and
+``--sweep-workers N`` (how the sweep's :class:`simulacra.parallel.Experiment`
+runs), ``--plot/--no-plot`` (the sweep's PNG needs matplotlib, ``pip install
+'simulacra[plot]'``; by default it is drawn when matplotlib is installed, and
+otherwise the sweep says so in one line and writes the CSV only), ``--plain``.
 """
 
 from __future__ import annotations
@@ -28,21 +32,21 @@ try:
     from rich import box
     from rich.console import Console
     from rich.table import Table
-except ImportError:  # rich is optional: fall back to plain text
+except ImportError:  # rich is a dependency, but the text report needs nothing
     HAVE_RICH = False
 else:
     HAVE_RICH = True
 
 if __package__:
     from .model import Params, run
-    from .sweep import plot, sweep, write_csv
+    from .sweep import run_sweep
 else:  # `python examples/llm_workflow`: this directory is on sys.path, not its parent
     from model import Params, run  # type: ignore[no-redef,import-not-found,unused-ignore]
-    from sweep import (  # type: ignore[no-redef,import-not-found,unused-ignore]
-        plot,
-        sweep,
-        write_csv,
-    )
+    from sweep import run_sweep  # type: ignore[no-redef,import-not-found,unused-ignore]
+
+#: The sweep's axes: options that a run without --sweep takes and the sweep refuses.
+AXES = (("servers", "--servers"), ("batch_size", "--batch-size"),
+        ("concurrency", "--concurrency"))
 
 #: KPI name, how to show its value, what it means.
 ROWS: list[tuple[str, str, str]] = [
@@ -83,9 +87,9 @@ def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
         description="Simulate agentic tasks on batching LLM servers and print the KPIs.",
     )
     parser.add_argument("--seed", type=int, default=7, help="master seed (default 7)")
-    parser.add_argument("--servers", type=int, default=defaults.servers)
-    parser.add_argument("--batch-size", type=int, default=defaults.batch_size)
-    parser.add_argument("--concurrency", type=int, default=defaults.concurrency)
+    parser.add_argument("--servers", type=int, help=f"default {defaults.servers}")
+    parser.add_argument("--batch-size", type=int, help=f"default {defaults.batch_size}")
+    parser.add_argument("--concurrency", type=int, help=f"default {defaults.concurrency}")
     parser.add_argument("--arrival-rate", type=float, default=defaults.arrival_rate,
                         help="tasks per second")
     parser.add_argument("--horizon", type=float, default=defaults.horizon, help="seconds")
@@ -100,8 +104,16 @@ def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--sweep-backend", default="sequential",
                         help="sweep: where replications run (sequential, processes, auto...)")
     parser.add_argument("--sweep-workers", type=int, help="sweep: workers of that backend")
+    parser.add_argument("--plot", action=argparse.BooleanOptionalAction, default=None,
+                        help="sweep: draw capacity_sweep.png (needs matplotlib; default: "
+                             "when it is installed)")
     parser.add_argument("--plain", action="store_true", help="plain text, even with rich")
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    if not args.sweep:
+        for name, _ in AXES:
+            if getattr(args, name) is None:
+                setattr(args, name, getattr(defaults, name))
+    return args
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -110,9 +122,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     params: dict[str, Any] = {"arrival_rate": args.arrival_rate, "horizon": args.horizon,
                               "planner_work": args.planner_work}
     pool: dict[str, Any] = {"backend": args.backend, "workers": args.workers}
+    if args.sweep:
+        given = [option for name, option in AXES if getattr(args, name) is not None]
+        if given:
+            print(f"error: {given[0]} is an axis of the capacity sweep (which runs 1, 2, 4 "
+                  "servers x batch 1, 4, 8 x 4, 16, 64 agents): drop it, or run without "
+                  "--sweep", file=sys.stderr)
+            return 2
+        return run_sweep(args.sweep, seed=args.seed, replications=args.replications,
+                         experiment_backend=args.sweep_backend,
+                         experiment_workers=args.sweep_workers, plot_it=args.plot,
+                         **params, **pool)
     try:
-        if args.sweep:
-            return _run_sweep(args, params, pool)
         start = time.perf_counter()
         kpis = run(args.seed, servers=args.servers, batch_size=args.batch_size,
                    concurrency=args.concurrency, **params, **pool)
@@ -135,25 +156,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         _print_rich(title, settings, rows, footer)
     else:
         _print_plain(title, settings, rows, footer)
-    return 0
-
-
-def _run_sweep(args: argparse.Namespace, params: dict[str, Any], pool: dict[str, Any]) -> int:
-    start = time.perf_counter()
-    rows = sweep(args.seed, replications=args.replications,
-                 experiment_backend=args.sweep_backend, experiment_workers=args.sweep_workers,
-                 **params, **pool)
-    png = plot(rows, args.sweep)
-    table = write_csv(rows, Path(args.sweep) / "capacity_sweep.csv")
-    print(f"capacity sweep: {len(rows)} configurations x {args.replications} replications "
-          f"({args.sweep_backend}) in {time.perf_counter() - start:.1f} s; mean KPIs")
-    print(f"{'servers':>7} {'batch':>5} {'agents':>6} {'p95 latency':>12} {'queue':>6} "
-          f"{'utilisation':>11} {'serving $/task':>14}")
-    for row in rows:
-        print(f"{row['servers']:>7} {row['batch_size']:>5} {row['concurrency']:>6} "
-              f"{row['p95_latency']:>10.1f} s {row['mean_queue_depth']:>6.2f} "
-              f"{row['server_utilisation']:>11.1%} {row['serving_cost_per_task']:>14.4f}")
-    print(f"wrote {png} and {table}")
     return 0
 
 
