@@ -78,3 +78,13 @@ def describe_error(error: Mapping[str, Any],
     shown = repr(error.get("input"))
     shown = shown if len(shown) <= 60 else shown[:57] + "..."
     return f"{where} {message} (got {shown})"
+
+
+def yaml_problem(exc: BaseException) -> str:
+    """One line for a YAML error: ``line L, column C: <problem>`` (PyYAML's text spans lines)."""
+    mark = getattr(exc, "problem_mark", None)
+    problem = getattr(exc, "problem", None) or getattr(exc, "context", None)
+    if mark is not None and problem:
+        return f"line {mark.line + 1}, column {mark.column + 1}: {problem}"
+    text = " ".join(str(exc).split())
+    return text or type(exc).__name__

@@ -144,3 +144,14 @@ def test_experiment_example_runs_as_printed(capsys: pytest.CaptureFixture[str],
     assert (tmp_path / "out" / "summary.csv").is_file()
     assert main(["experiment"]) == 2
     assert "--example" in capsys.readouterr().err
+
+
+def test_broken_yaml_is_one_line_with_its_position(tmp_path: Path,
+                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    config = tmp_path / "config.yaml"
+    config.write_text("sim:\n  steps: [\n", encoding="utf-8")
+    assert main(["run", str(config), "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert err.strip().splitlines() == [
+        f"error: {config}: not valid YAML: line 3, column 1: expected the node content, "
+        "but found '<stream end>'"]

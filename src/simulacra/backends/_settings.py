@@ -22,7 +22,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any, final
 
-from simulacra._util import describe_error
+from simulacra._util import describe_error, yaml_problem
 from simulacra.errors import ConfigError
 
 from ._base import ExecutionBackend
@@ -159,7 +159,7 @@ def _read(path: Path) -> object:
         raise ConfigError(f"cannot read settings file {str(path)!r}: {exc}") from None
     except Exception as exc:  # yaml.YAMLError and friends
         if type(exc).__module__.startswith("yaml"):
-            raise ConfigError(f"{path}: not valid YAML: {exc}") from None
+            raise ConfigError(f"{path}: not valid YAML: {yaml_problem(exc)}") from None
         raise
     raise ConfigError(
         f"settings file {str(path)!r} must end in .json, .toml, .yaml or .yml, "

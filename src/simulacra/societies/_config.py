@@ -22,7 +22,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any, Final, final
 
-from simulacra._util import describe_error
+from simulacra._util import describe_error, yaml_problem
 from simulacra.errors import ConfigError
 
 __all__ = ["DEFAULTS", "STEP_ENGINES_BUILT_IN", "RunConfig", "apply_overrides", "load_config",
@@ -337,7 +337,7 @@ def load_config(path: str | os.PathLike[str] | None = None,
     except OSError as exc:
         raise ConfigError(f"cannot read config file {str(where)!r}: {exc}") from None
     except yaml.YAMLError as exc:
-        raise ConfigError(f"{where}: not valid YAML: {exc}") from None
+        raise ConfigError(f"{where}: not valid YAML: {yaml_problem(exc)}") from None
     if isinstance(data, dict):
         data = _absolute_factory(data, where.resolve().parent)
     return parse_config(data, str(where), overrides)

@@ -29,6 +29,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import IO, Any, Final, final
 
+from simulacra._util import yaml_problem
 from simulacra.agents import ActionEvent
 from simulacra.errors import ConfigError
 
@@ -227,9 +228,8 @@ class RunDirectory:
             with where.open(encoding="utf-8") as file:
                 data = yaml.safe_load(file)
         except (yaml.YAMLError, UnicodeDecodeError) as exc:
-            first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-            raise ConfigError(f"{where}: not valid YAML ({first}); the run directory was "
-                              "changed or damaged") from None
+            raise ConfigError(f"{where}: not valid YAML ({yaml_problem(exc)}); the run "
+                              "directory was changed or damaged") from None
         if not isinstance(data, dict):
             raise ConfigError(f"{where}: not a run config")
         return data
