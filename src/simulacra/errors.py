@@ -42,6 +42,7 @@ catches ``ValueError`` or ``RuntimeError`` keeps working::
     │   ├── AgentActionError       an agent's action raised: agent, phase, step (also RuntimeError)
     │   ├── UnknownRecipient       a message to an agent the model lacks (also LookupError)
     │   ├── ContextClosed          a Context used after its action returned (also RuntimeError)
+    │   ├── UncopyableState        state or a payload that will not copy or pickle (also TypeError)
     │   └── InvalidAction          an agent's action cannot be read or resolved (also ValueError)
     ├── LLMError                   a language-model call or recording went wrong
     │   ├── ProviderError          a provider failed or did not answer (also RuntimeError)
@@ -108,6 +109,7 @@ __all__ = [
     "AgentActionError",
     "UnknownRecipient",
     "ContextClosed",
+    "UncopyableState",
     # pausable agents
     "AgentStateError",
     "ChannelClosed",
@@ -370,6 +372,30 @@ class UnknownRecipient(AgentError, LookupError):
 
 class ContextClosed(AgentError, RuntimeError):
     """A phase ``Context`` was used to send after the action that received it returned."""
+
+
+class UncopyableState(AgentError, TypeError):
+    """Agent state, an initial state argument or a message payload cannot be copied or pickled.
+
+    Agent state is deep-copied for every snapshot, initial state when it is
+    added to a model, and a mutable payload when it is sent; whatever leaves a
+    worker process (state, payloads, initial state) is pickled as well. A lock,
+    an open file or an instance of a class defined inside a function fails
+    there. The message names the agent and its class, the attribute, argument
+    or message, the phase and the step, and what would work; the exception of
+    the copy or pickle is chained as ``__cause__``. Attributes (``None`` when
+    not known or not applicable): :attr:`agent` (the id of the agent whose
+    state it is, or of the sender), :attr:`attribute` (the state attribute or
+    initial state argument), :attr:`recipient` and :attr:`topic` (of a
+    message), :attr:`phase`, :attr:`step`.
+    """
+
+    agent: object = None
+    attribute: str | None = None
+    recipient: object = None
+    topic: str | None = None
+    phase: str | None = None
+    step: int | None = None
 
 
 # -- language models (layer 1) -------------------------------------------------

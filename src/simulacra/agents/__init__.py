@@ -24,6 +24,7 @@ from ._agent import AgentId as AgentId
 from ._agent import AgentSpec as AgentSpec
 from ._agent import check_agent_class as check_agent_class
 from ._agent import check_id as check_id
+from ._agent import copy_initial_state as copy_initial_state
 from ._agent import is_immutable as is_immutable
 from ._agent import private_copy as private_copy
 from ._context import Context as Context
@@ -35,6 +36,12 @@ from ._context import close_context as close_context
 from ._context import count_entries as count_entries
 from ._context import expand_entries as expand_entries
 from ._context import new_context as new_context
+from ._copies import COPY_ADVICE as COPY_ADVICE
+from ._copies import PICKLE_ADVICE as PICKLE_ADVICE
+from ._copies import first_failure as first_failure
+from ._copies import payload_error as payload_error
+from ._copies import state_error as state_error
+from ._copies import type_name as type_name
 from ._digest import MESSAGE_SCHEME as MESSAGE_SCHEME
 from ._digest import STATE_SCHEME as STATE_SCHEME
 from ._digest import MessageDigest as MessageDigest
@@ -45,6 +52,7 @@ from ._phase import Phase as Phase
 from ._phase import Sequence as Sequence
 from ._population import Population as Population
 from ._population import freeze_world as freeze_world
+from ._population import snapshot_when as snapshot_when
 from ._population import sorted_ids as sorted_ids
 from ._refs import object_ref as object_ref
 from ._refs import resolve_ref as resolve_ref
@@ -64,6 +72,9 @@ __all__ = [
     "Population", "Frame", "new_context", "close_context", "freeze_world", "sorted_ids",
     "check_id", "check_agent_class", "is_immutable", "private_copy", "object_ref",
     "resolve_ref", "Entry", "Fanout", "expand_entries", "count_entries",
+    # state and payloads that cannot be copied or pickled: the errors that name them
+    "copy_initial_state", "first_failure", "state_error", "payload_error", "snapshot_when",
+    "type_name", "COPY_ADVICE", "PICKLE_ADVICE",
     # LLM agent societies: observe/act agents and worlds (game masters)
     "World", "LLMAgent", "Actor", "ActionSpec", "ActionEvent", "WORLD_SCHEME",
 ]

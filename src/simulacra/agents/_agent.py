@@ -9,6 +9,7 @@ from typing import Any, TypeAlias, final
 
 from simulacra.errors import AgentActionError, ConfigError
 
+from ._copies import INITIAL_ADVICE, first_failure, state_error
 from ._refs import object_ref, resolve_ref
 
 __all__ = [
@@ -17,6 +18,7 @@ __all__ = [
     "AgentSpec",
     "check_agent_class",
     "check_id",
+    "copy_initial_state",
     "is_immutable",
     "private_copy",
 ]
@@ -55,6 +57,22 @@ def private_copy(value: Any) -> Any:
     if type(value) in _SCALARS or is_immutable(value):
         return value
     return copy.deepcopy(value)
+
+
+def copy_initial_state(cls: type, agent_id: object, state: Mapping[str, Any], *,
+                       when: str) -> dict[str, Any]:
+    """A private copy of initial *state* (see :func:`private_copy`), value by value.
+
+    Raises:
+        UncopyableState: A value cannot be deep-copied (a lock, an open file);
+            names the agent, its class and the argument, and says what works.
+    """
+    try:
+        return {key: private_copy(value) for key, value in state.items()}
+    except Exception as exc:
+        found = first_failure(state.items(), private_copy)
+        raise state_error(agent_id, cls.__qualname__, found, exc, pickled=False, when=when,
+                          advice=INITIAL_ADVICE, argument=True) from exc
 
 
 def check_id(value: object, field: str = "id") -> AgentId:
@@ -169,12 +187,14 @@ class AgentSpec:
                 (its ``__init__`` must call ``super().__init__(id)``).
             AgentActionError: The class's ``__init__`` raised; the exception is
                 chained.
+            UncopyableState: A state value cannot be deep-copied.
         """
         cls = _CLASSES.get(self.cls_path) or _resolve_class(self.cls_path)
         state = self.state  # passed as **state: the agent gets its own dict either way
         for value in state.values():
             if type(value) not in _SCALARS and not is_immutable(value):
-                state = {key: private_copy(value) for key, value in state.items()}
+                state = copy_initial_state(cls, self.id, state,
+                                           when="when the agent was built for a run")
                 break
         try:
             agent = cls(self.id, **state)

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, Final, NamedTuple, NoReturn, Protocol, Ty
 from simulacra.errors import ConfigError, ContextClosed, UnknownRecipient
 
 from ._agent import AgentId, is_immutable
+from ._copies import payload_error
 
 if TYPE_CHECKING:
     from simulacra.rng import SeedTree
@@ -274,6 +275,9 @@ class Context:
         Raises:
             UnknownRecipient: The model has no agent *to*.
             ConfigError: *topic* is not a str.
+            UncopyableState: *payload* is mutable and cannot be deep-copied (a
+                lock, an open file); names the sender, recipient, topic, phase
+                and step.
         """
         frame = self._frame
         if type(to) is not frame.id_type or to not in frame.ids:
@@ -281,7 +285,10 @@ class Context:
         if type(topic) is not str:
             _bad_topic(topic)
         if type(payload) not in _SCALARS and not is_immutable(payload):
-            payload = copy.deepcopy(payload)
+            try:
+                payload = copy.deepcopy(payload)
+            except Exception as exc:
+                _uncopyable(self, to, topic, payload, exc)
         seq = self._seq
         self._seq = seq + 1
         self._out.append(
@@ -302,6 +309,7 @@ class Context:
         Raises:
             UnknownRecipient: The model has no agent with one of the ids in *to*.
             ConfigError: *topic* is not a str, or *to* is a single id.
+            UncopyableState: *payload* is mutable and cannot be deep-copied.
         """
         frame = self._frame
         recipients: tuple[AgentId, ...]
@@ -499,11 +507,23 @@ def _send_copies(ctx: Context, recipients: tuple[AgentId, ...], topic: str,
     """
     seq = ctx._seq
     index, sender, deepcopy = ctx._frame.phase_index, ctx._id, copy.deepcopy
-    ctx._out.extend([
-        _new_message(Message, (index, sender, n, recipient, topic, deepcopy(payload)))
-        for n, recipient in enumerate(recipients, seq)
-    ])
+    try:
+        copies = [
+            _new_message(Message, (index, sender, n, recipient, topic, deepcopy(payload)))
+            for n, recipient in enumerate(recipients, seq)
+        ]
+    except Exception as exc:
+        _uncopyable(ctx, recipients[0], topic, payload, exc)
+    ctx._out.extend(copies)
     ctx._seq = seq + len(recipients)
+
+
+def _uncopyable(ctx: Context, recipient: AgentId, topic: str, payload: Any,
+                exc: Exception) -> NoReturn:
+    """Raise UncopyableState for a payload whose deep copy raised *exc*."""
+    frame = ctx._frame
+    raise payload_error(ctx._id, recipient, topic, payload, exc, phase=frame.phase,
+                        step=frame.step, pickled=False) from exc
 
 
 def _bad_topic(topic: object) -> NoReturn:

@@ -20,10 +20,17 @@ from collections.abc import Set as AbstractSet
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, final
 
-from simulacra.errors import AgentActionError, ConfigError, KernelBug, UnknownRecipient
+from simulacra.errors import (
+    AgentActionError,
+    ConfigError,
+    KernelBug,
+    UncopyableState,
+    UnknownRecipient,
+)
 
 from ._agent import Agent, AgentId, AgentSpec, check_id, is_immutable, private_copy
 from ._context import _CLOSED, Context, Entry, Frame, Message, expand_entries
+from ._copies import COPY_ADVICE, first_failure, state_error
 
 #: Reference counts tell whether an action kept its Context (see Population.run_entries).
 _refcount = sys.getrefcount
@@ -36,7 +43,7 @@ if TYPE_CHECKING:
 
     from ._phase import Phase
 
-__all__ = ["Population", "freeze_world", "sorted_ids"]
+__all__ = ["Population", "freeze_world", "snapshot_when", "sorted_ids"]
 
 _PLAIN_SCALARS = (type(None), bool, int, float, complex, str, bytes)
 #: The same as a set: a state value of one of these types is copied as it is.
@@ -97,6 +104,13 @@ def _freeze(value: object, path: str) -> object:
     )
 
 
+def snapshot_when(ran: tuple[str, int] | None, done: str) -> str:
+    """``"when its state <done> for a snapshot after phase 'p' at step s"`` (or before any)."""
+    if ran is None:
+        return f"when its state {done} for a snapshot before any phase ran"
+    return f"when its state {done} for a snapshot after phase {ran[0]!r} at step {ran[1]}"
+
+
 def sorted_ids(ids: Iterable[object], field: str = "ids") -> list[AgentId]:
     """Return *ids* checked (one type, int or str, no duplicates) and sorted.
 
@@ -149,8 +163,8 @@ class Population:
         AgentActionError: An agent's ``__init__`` raised.
     """
 
-    __slots__ = ("_agents", "_all_ids", "_eligible", "_ids", "_inboxes", "_known", "_seed",
-                 "_start", "_world")
+    __slots__ = ("_agents", "_all_ids", "_eligible", "_ids", "_inboxes", "_known", "_ran",
+                 "_seed", "_start", "_world")
 
     #: The held agents, by id.
     _agents: dict[AgentId, Agent]
@@ -173,6 +187,8 @@ class Population:
     _eligible: dict[Phase, list[tuple[AgentId, Agent]]]
     _seed: SeedTree
     _world: Mapping[str, Any] | None
+    #: (phase name, step) of the last phase run, for errors; None before the first.
+    _ran: tuple[str, int] | None
 
     def __init__(self, specs: Iterable[AgentSpec], seed: SeedTree,
                  world: Mapping[str, Any] | None = None, *,
@@ -201,6 +217,17 @@ class Population:
         self._known = {}
         self._eligible = {}
         self._seed = seed
+        self._ran = None
+
+    @property
+    def last_phase(self) -> tuple[str, int] | None:
+        """``(phase name, step)`` of the last phase run here, or ``None`` before the first."""
+        return self._ran
+
+    def class_name(self, agent_id: AgentId) -> str | None:
+        """The class (qualified name) of held agent *agent_id*, or ``None`` if not held."""
+        agent = self._agents.get(agent_id)
+        return None if agent is None else type(agent).__qualname__
 
     @property
     def ids(self) -> tuple[AgentId, ...]:
@@ -263,6 +290,8 @@ class Population:
             AgentActionError: An action raised; it names the agent, the phase
                 and the step, and chains the exception. No later agent runs.
             UnknownRecipient: An agent sent to an id the model lacks.
+            UncopyableState: An agent sent a mutable payload that cannot be
+                deep-copied.
         """
         return expand_entries(self.run_entries(phase, step, phase_index, ids))
 
@@ -280,6 +309,7 @@ class Population:
             agents = self._agents
             pairs = [(agent_id, agents[agent_id]) for agent_id in ids]
         frame = self._frame(phase, step, phase_index)
+        self._ran = (phase.name, step)
         out: list[Entry] = []
         action = phase.action
         inboxes = self._inboxes
@@ -318,7 +348,7 @@ class Population:
                     ctx = new(Context)
                     ctx._frame = frame
                     ctx._out = out
-        except UnknownRecipient:
+        except (UnknownRecipient, UncopyableState):
             raise
         except Exception as exc:
             raise self._failure(agent_id, phase, step, exc) from exc
@@ -342,9 +372,11 @@ class Population:
                 coroutine included). When a plain (non-async) action raises, no
                 later agent's action is called, as in :meth:`run`; tasks
                 already started run to their end first.
-            UnknownRecipient: Of the lowest sender, likewise.
+            UnknownRecipient: Of the lowest sender, likewise (and
+                UncopyableState, for a payload that cannot be copied).
         """
         frame = self._frame(phase, step, phase_index)
+        self._ran = (phase.name, step)
         action = phase.action
         get_inbox = self._inbox_getter()
         new = object.__new__
@@ -382,7 +414,8 @@ class Population:
             ctx._out = _CLOSED
         if failures:
             failed, first = min(failures, key=_first)
-            if isinstance(first, UnknownRecipient) or not isinstance(first, Exception):
+            if isinstance(first, UnknownRecipient | UncopyableState) or not isinstance(
+                    first, Exception):
                 raise first
             raise self._failure(failed, phase, step, first) from first
         return [entry for out in outs for entry in out]
@@ -481,18 +514,32 @@ class Population:
 
         Each state value is copied by the no-sharing rule (immutable values as
         they are, the rest deep-copied), so the snapshot never changes later.
+
+        Raises:
+            UncopyableState: A state value cannot be deep-copied (a lock, an
+                open file); names the agent, its class, the attribute and the
+                last phase and step that ran.
         """
         scalars = _SCALAR_TYPES
         out: dict[AgentId, tuple[str, dict[str, Any]]] = {}
-        for agent_id, agent in self._agents.items():
-            state = vars(agent)
-            for value in state.values():
-                if type(value) not in scalars and not is_immutable(value):
-                    state = {key: private_copy(value) for key, value in state.items()}
-                    break
-            else:
-                state = state.copy()  # every value immutable: a shallow copy is a private one
-            out[agent_id] = (type(agent).__qualname__, state)
+        agent_id: AgentId = 0
+        try:
+            for agent_id, agent in self._agents.items():
+                state = vars(agent)
+                for value in state.values():
+                    if type(value) not in scalars and not is_immutable(value):
+                        state = {key: private_copy(value) for key, value in state.items()}
+                        break
+                else:
+                    state = state.copy()  # every value immutable: a shallow copy is a private one
+                out[agent_id] = (type(agent).__qualname__, state)
+        except Exception as exc:
+            agent = self._agents[agent_id]
+            found = first_failure(vars(agent).items(), private_copy)
+            phase, step = self._ran or (None, None)
+            raise state_error(agent_id, type(agent).__qualname__, found, exc, pickled=False,
+                              when=snapshot_when(self._ran, "was copied"), advice=COPY_ADVICE,
+                              phase=phase, step=step) from exc
         return out
 
     def __repr__(self) -> str:

@@ -58,6 +58,10 @@ from ._wire import pack_exception as pack_exception
 from ._wire import pack_failure as pack_failure
 from ._wire import plain_world as plain_world
 from ._wire import unpack_error as unpack_error
+from ._wire import unpicklable_commands as unpicklable_commands
+from ._wire import unpicklable_messages as unpicklable_messages
+from ._wire import unpicklable_reply as unpicklable_reply
+from ._wire import unpicklable_snapshot as unpicklable_snapshot
 
 __all__ = [
     "Model", "RunResult", "RUN_SCHEME", "ExecutionBackend", "BackendBase", "AgentSnapshot",
@@ -65,7 +69,8 @@ __all__ = [
     "PARTITIONS", "START_METHODS", "get_backend", "register_backend", "unregister_backend",
     "backend_names", "backend_options", "RESERVED_BACKENDS", "PLUGIN_BACKENDS", "pack_error",
     "pack_exception", "pack_failure", "unpack_error", "error_rank", "plain_world",
-    "describe_exit", "WorkerTraceback", "Settings", "load_settings", "parse_settings",
+    "describe_exit", "WorkerTraceback", "unpicklable_commands", "unpicklable_messages",
+    "unpicklable_reply", "unpicklable_snapshot", "Settings", "load_settings", "parse_settings",
     "PregelBackend", "PregelResult", "run_pregel", "Reducer", "REDUCERS", "PREGEL_SCHEME",
     "PregelGraph", "Superstep", "VectorizedResult", "run_vectorized", "VECTOR_SCHEME",
 ]

@@ -43,6 +43,7 @@ from types import MappingProxyType
 from typing import Any, Final, TypeAlias, final
 
 from simulacra.agents import (
+    COPY_ADVICE,
     Action,
     Agent,
     AgentId,
@@ -56,13 +57,22 @@ from simulacra.agents import (
     canonical_line,
     close_context,
     expand_entries,
+    first_failure,
     freeze_world,
     new_context,
     private_copy,
+    snapshot_when,
     sorted_ids,
     state_digest,
+    state_error,
 )
-from simulacra.errors import AgentActionError, ConfigError, KernelBug, UnknownRecipient
+from simulacra.errors import (
+    AgentActionError,
+    ConfigError,
+    KernelBug,
+    UncopyableState,
+    UnknownRecipient,
+)
 from simulacra.rng import SeedTree
 
 from ._base import AgentSnapshot, AgentStates, BackendBase, ModelView
@@ -227,6 +237,8 @@ class PregelBackend(BackendBase):
         self._superstep = 0
         self._aggregates: dict[str, Any] = {}
         self._loop: asyncio.AbstractEventLoop | None = None
+        #: (phase name, step) of the last superstep, for errors.
+        self._ran: tuple[str, int] | None = None
 
     # ------------------------------------------------------------------ properties
 
@@ -290,6 +302,7 @@ class PregelBackend(BackendBase):
         self._known = {}
         self._superstep = 0
         self._aggregates = {}
+        self._ran = None
         self._agents = agents
 
     def _held(self) -> dict[AgentId, Agent]:
@@ -349,7 +362,7 @@ class PregelBackend(BackendBase):
                 if result is not None and inspect.isawaitable(result):
                     self._run_to_end(result)  # an async def action runs to its end here
                 close_context(ctx)
-        except UnknownRecipient:
+        except (UnknownRecipient, UncopyableState):
             raise
         except Exception as exc:
             agent = agents[agent_id]
@@ -360,6 +373,7 @@ class PregelBackend(BackendBase):
             error.agent, error.phase, error.step = agent_id, phase.name, step
             raise error from exc
         self._superstep += 1
+        self._ran = (phase.name, step)
         if hooks.halts:
             self._halted.update(hooks.halts)
         aggregates: dict[str, Any] = {}
@@ -443,12 +457,27 @@ class PregelBackend(BackendBase):
         return [agent_id for agent_id, _ in self._pairs(phase)]
 
     def snapshot(self) -> AgentSnapshot:
-        """Copies of every agent's state, in id order."""
-        return {
-            agent_id: (type(agent).__qualname__,
-                       {key: private_copy(value) for key, value in vars(agent).items()})
-            for agent_id, agent in self._held().items()
-        }
+        """Copies of every agent's state, in id order.
+
+        Raises:
+            UncopyableState: A state value cannot be deep-copied; names the
+                agent, the attribute and the last superstep's phase and step.
+        """
+        out: AgentSnapshot = {}
+        agents = self._held()
+        agent_id: AgentId = 0
+        try:
+            for agent_id, agent in agents.items():
+                out[agent_id] = (type(agent).__qualname__,
+                                 {key: private_copy(value) for key, value in vars(agent).items()})
+        except Exception as exc:
+            agent = agents[agent_id]
+            found = first_failure(vars(agent).items(), private_copy)
+            phase, step = self._ran or (None, None)
+            raise state_error(agent_id, type(agent).__qualname__, found, exc, pickled=False,
+                              when=snapshot_when(self._ran, "was copied"), advice=COPY_ADVICE,
+                              phase=phase, step=step) from exc
+        return out
 
     def close(self) -> None:
         """Drop the agents (and the event loop of ``async def`` actions)."""

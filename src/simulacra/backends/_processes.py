@@ -59,7 +59,15 @@ from simulacra.rng import SeedTree
 
 from ._base import AgentSnapshot, BackendBase
 from ._local import check_max_workers
-from ._wire import describe_exit, error_rank, pack_failure, plain_world, unpack_error
+from ._wire import (
+    describe_exit,
+    error_rank,
+    pack_failure,
+    plain_world,
+    unpack_error,
+    unpicklable_commands,
+    unpicklable_reply,
+)
 
 __all__ = ["PARTITIONS", "START_METHODS", "ProcessPoolBackend", "partition_ids"]
 
@@ -135,6 +143,7 @@ def _worker_main(conn: mpc.Connection) -> None:
         try:
             commands = pickle.loads(data)  # noqa: S301  (from our parent process)
             result: object = None
+            command: tuple[Any, ...] = ()
             for command in commands:
                 op = command[0]
                 if op == "exec":
@@ -158,7 +167,10 @@ def _worker_main(conn: mpc.Connection) -> None:
                     stop = True
                 else:
                     raise KernelBug(f"worker got an unknown command {op!r}")
-            reply = pickle.dumps(("ok", result), _PROTOCOL)
+            try:
+                reply = pickle.dumps(("ok", result), _PROTOCOL)
+            except Exception as exc:  # a payload or a state value that does not pickle
+                raise unpicklable_reply(command, result, exc, population, phases) from exc
         except BaseException as exc:
             reply = pickle.dumps(("error", pack_failure(exc)), _PROTOCOL)
         try:
@@ -380,10 +392,21 @@ class ProcessPoolBackend(BackendBase):
         Waits for every worker, so the pipes are drained even when one fails;
         then raises the failure of the lowest agent id, if any.
         """
+        # Every worker's commands are pickled before any is sent: a failure (initial
+        # state that does not pickle) then leaves no worker with a reply to drain.
+        blobs: list[bytes] = []
         for worker in workers:
             commands, worker.queued = worker.queued, []
             try:
-                worker.conn.send_bytes(pickle.dumps(commands, _PROTOCOL))
+                blobs.append(pickle.dumps(commands, _PROTOCOL))
+            except Exception as exc:
+                self._started = False
+                for other in workers:
+                    other.queued = []
+                raise unpicklable_commands(commands, exc) from exc
+        for worker, blob in zip(workers, blobs, strict=True):
+            try:
+                worker.conn.send_bytes(blob)
             except (OSError, ValueError):
                 self._lost(worker, doing)
         results: list[Any] = [None] * len(workers)

@@ -15,7 +15,11 @@ same way:
   :class:`~simulacra.errors.RemoteError` stands in for an exception that could
   not be pickled), with the remote traceback attached as its cause;
 * :func:`error_rank` orders concurrent failures: the lowest agent id first;
-* :func:`plain_world` turns a frozen world into picklable plain data.
+* :func:`plain_world` turns a frozen world into picklable plain data;
+* :func:`unpicklable_reply` and :func:`unpicklable_commands` turn a failed
+  pickle of a worker's reply, or of the commands sent to it, into an
+  :class:`~simulacra.errors.UncopyableState` that names the agent and the
+  attribute, argument or message (found only after the pickle failed).
 """
 
 from __future__ import annotations
@@ -24,13 +28,25 @@ import contextlib
 import pickle
 import signal
 import traceback
+from collections.abc import Mapping
 from types import MappingProxyType
 from typing import Any, Final
 
-from simulacra.errors import AgentActionError, RemoteError, UnknownRecipient
+from simulacra.agents import (
+    PICKLE_ADVICE,
+    AgentSpec,
+    Phase,
+    Population,
+    first_failure,
+    payload_error,
+    snapshot_when,
+    state_error,
+)
+from simulacra.errors import AgentActionError, RemoteError, UncopyableState, UnknownRecipient
 
 __all__ = ["WorkerTraceback", "describe_exit", "error_rank", "pack_error", "pack_exception",
-           "pack_failure", "plain_world", "unpack_error"]
+           "pack_failure", "plain_world", "unpack_error", "unpicklable_commands",
+           "unpicklable_messages", "unpicklable_reply", "unpicklable_snapshot"]
 
 _PROTOCOL: Final = 5
 
@@ -116,6 +132,8 @@ def error_rank(exc: BaseException) -> tuple[int, Any]:
         return (0, exc.agent)
     if isinstance(exc, UnknownRecipient) and exc.sender is not None:
         return (0, exc.sender)
+    if isinstance(exc, UncopyableState) and exc.agent is not None:
+        return (0, exc.agent)
     return (1, 0)
 
 
@@ -140,3 +158,85 @@ def describe_exit(code: int | None) -> str:
         except ValueError:
             return f"was killed by signal {-code}"
     return f"exited with code {code}"
+
+
+def _pickle(value: object) -> object:
+    return pickle.dumps(value, _PROTOCOL)
+
+
+def unpicklable_reply(command: tuple[Any, ...], result: Any, exc: Exception,
+                      population: Population | None,
+                      phases: Mapping[int, Phase]) -> BaseException:
+    """Why a worker's reply to *command* (its *result*) did not pickle, as an error to raise.
+
+    For the worker command lists of :class:`ProcessPoolBackend` (and Dask's):
+    an ``("exec", key, step, index)`` command goes to
+    :func:`unpicklable_messages`, a ``("snapshot",)`` to
+    :func:`unpicklable_snapshot`; for any other, *exc* itself.
+    """
+    op = command[0] if command else None
+    if op == "exec" and isinstance(result, list):
+        _, key, step, _ = command
+        phase = phases[key].name if key in phases else "?"
+        return unpicklable_messages(result, exc, population=population, phase=phase, step=step)
+    if op == "snapshot" and isinstance(result, dict):
+        return unpicklable_snapshot(result, exc, population=population)
+    return exc
+
+
+def unpicklable_messages(messages: list[tuple[Any, ...]], exc: Exception, *,
+                         population: Population | None, phase: str,
+                         step: int) -> BaseException:
+    """An UncopyableState naming the first of *messages* whose payload does not pickle.
+
+    *messages* are a worker's outbox as plain tuples (``(phase index, sender,
+    seq, recipient, topic, payload)``); *exc* is returned when every payload
+    pickles alone.
+    """
+    found = first_failure(((m, m[5]) for m in messages), _pickle)
+    if found is None:
+        return exc
+    message, payload, error = found
+    return payload_error(message[1], message[3], message[4], payload, error, phase=phase,
+                         step=step, pickled=True,
+                         cls_name=None if population is None
+                         else population.class_name(message[1]))
+
+
+def unpicklable_snapshot(snapshot: Mapping[Any, tuple[str, Mapping[str, Any]]],
+                         exc: Exception, *, population: Population | None) -> BaseException:
+    """An UncopyableState naming the first agent and attribute of *snapshot* that does not pickle.
+
+    *exc* is returned when every value pickles alone.
+    """
+    ran = None if population is None else population.last_phase
+    for agent_id, (cls_name, state) in snapshot.items():
+        attribute = first_failure(state.items(), _pickle)
+        if attribute is not None:
+            phase, step = ran or (None, None)
+            return state_error(agent_id, cls_name, attribute, exc, pickled=True,
+                               when=snapshot_when(ran, "left its worker process"),
+                               advice=PICKLE_ADVICE, phase=phase, step=step)
+    return exc
+
+
+def unpicklable_commands(commands: list[tuple[Any, ...]], exc: Exception) -> BaseException:
+    """Why *commands* for a worker did not pickle, as an error to raise.
+
+    For a ``("start", specs, ...)`` command: an
+    :class:`~simulacra.errors.UncopyableState` naming the first agent and
+    initial state argument that does not pickle. Otherwise *exc* itself.
+    """
+    for command in commands:
+        if command[0] != "start":
+            continue
+        spec: AgentSpec
+        for spec in command[1]:
+            argument = first_failure(spec.state.items(), _pickle)
+            if argument is not None:
+                return state_error(
+                    spec.id, spec.cls_path.rpartition(":")[2], argument, exc, pickled=True,
+                    when="when the agents were sent to their worker processes at the start of "
+                         "the run, before step 0",
+                    advice=PICKLE_ADVICE, argument=True)
+    return exc
