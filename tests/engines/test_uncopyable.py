@@ -3,12 +3,14 @@
 A lock in agent state, a lock in a payload, or (across worker processes) an
 instance of a local class: every backend raises ``UncopyableState``, a
 ``TypeError``, naming the agent and its class, the attribute or the message,
-the phase and the step, and what would work.
+the phase and the step, and what would work. Initial state is copied when it
+is added, so later changes to what was passed change no run.
 """
 
 from __future__ import annotations
 
 import sys
+import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -24,6 +26,7 @@ from simulacra import (
     ProcessPoolBackend,
     ThreadPoolBackend,
 )
+from simulacra.agents import private_copy
 from simulacra.errors import AgentError, UncopyableState
 
 HERE = Path(__file__).resolve().parent
@@ -209,3 +212,70 @@ def test_initial_state_that_does_not_pickle_names_agent_and_argument(
     good = Model(seed=0, backend=processes)  # the pool is still usable
     good.add(cm.Keeper, 0, items=[1])
     assert good.run(cm.Keeper.act, steps=1).state(0)["items"][0] == 1
+
+
+@pytest.mark.parametrize("many", [False, True])
+def test_add_refuses_initial_state_that_does_not_copy(many: bool) -> None:
+    model = Model(seed=0)
+    model.add(cm.Keeper, 0, items=[])
+
+    lock = [1, threading.Lock()]
+    add = (lambda: model.add_many(cm.Keeper, [7, 8], items=lock)) if many else (
+        lambda: model.add(cm.Keeper, 7, items=lock))
+
+    with pytest.raises(UncopyableState) as info:
+        add()
+
+    error = info.value
+    assert isinstance(error, TypeError)
+    assert isinstance(error.__cause__, TypeError)
+    assert (error.agent, error.attribute, error.phase, error.step) == (7, "items", None, None)
+    call = "add_many" if many else "add"
+    assert str(error).startswith(
+        "agent 7 (Keeper): argument 'items' holds a list, and items[1] in it is a _thread.lock, "
+        "which cannot be copied (TypeError: cannot pickle '_thread.lock' object), when "
+        f"Model.{call} copied it, before any phase or step; initial state is copied when it is "
+        "added")
+    assert model.agent_ids == (0,)  # unchanged: id 7 is still free
+    model.add(cm.Keeper, 7, items=[])
+
+
+@pytest.mark.determinism
+@pytest.mark.parametrize("name", ["local", "processes"])
+def test_initial_state_is_copied_at_add(name: str) -> None:
+    """Mutating a list after passing it to add() changes no run; runs repeat exactly."""
+    items = [1, [2, 3]]
+    shared = [4]
+    model = Model(seed=3, backend=name)
+    model.add(cm.Keeper, 0, items=items)
+    model.add_many(cm.Keeper, [1, 2], items=shared)
+    first = model.run(cm.Keeper.act, steps=3)
+
+    items.append(99)
+    items[1].append(99)  # type: ignore[union-attr]
+    shared.clear()
+    second = model.run(cm.Keeper.act, steps=3)
+
+    fresh = Model(seed=3)
+    fresh.add(cm.Keeper, 0, items=[1, [2, 3]])
+    fresh.add_many(cm.Keeper, [1, 2], items=[4])
+    expected = fresh.run(cm.Keeper.act, steps=3)
+    assert first.digest == second.digest == expected.digest
+    assert second.state(0)["items"][:2] == [1, [2, 3]]
+    assert second.state(2)["items"][0] == 4
+    assert model.specs[0].state["items"] == [1, [2, 3]]
+
+
+def test_flat_containers_of_scalars_are_copied_without_deepcopy_but_privately() -> None:
+    for value in ([1, "a", None], {"a": 1, 2: 2.5}, {1, 2}):
+        copied = private_copy(value)
+        assert copied == value
+        assert copied is not value
+        assert type(copied) is type(value)
+    nested = [[1], {"a": [2]}]
+    copied = private_copy(nested)
+    assert copied == nested
+    assert copied[0] is not nested[0]
+    assert copied[1]["a"] is not nested[1]["a"]
+    keyed = {(1, 2): [3]}  # a tuple key, a list value: deep-copied
+    assert private_copy(keyed)[(1, 2)] is not keyed[(1, 2)]

@@ -53,9 +53,19 @@ def private_copy(value: Any) -> Any:
 
     This is the no-write-sharing rule: a payload or an initial state value that
     could be mutated is copied, so no two agents ever hold the same mutable object.
+    A flat ``list``, ``dict`` or ``set`` of plain scalars (exact types) is
+    copied shallowly: the same copy, without ``deepcopy``'s per-element
+    dispatch (``Model.add`` copies every such neighbour list or counter).
     """
-    if type(value) in _SCALARS or is_immutable(value):
+    cls = type(value)
+    if cls in _SCALARS or is_immutable(value):
         return value
+    if cls is list or cls is set:
+        if _SCALARS.issuperset(map(type, value)):
+            return value.copy()
+    elif cls is dict and _SCALARS.issuperset(map(type, value)) and _SCALARS.issuperset(
+            map(type, value.values())):
+        return value.copy()
     return copy.deepcopy(value)
 
 

@@ -23,7 +23,9 @@ from simulacra.agents import (
     canonical_line,
     check_agent_class,
     check_id,
+    copy_initial_state,
     freeze_world,
+    is_immutable,
     state_digest,
 )
 from simulacra.errors import ConfigError
@@ -114,6 +116,12 @@ class RunResult(AgentStates):
         return (f"<RunResult: {len(self.agents)} agents, {self.steps} steps on "
                 f"{self.backend!r}, digest {self.digest[:12]}>")
 
+
+#: State values of these (exact) types are kept as they are by add(): immutable, no copy.
+_SCALARS: Final = frozenset({type(None), bool, int, float, complex, str, bytes})
+#: How add() and add_many() say when they copied initial state (see copy_initial_state).
+_ADD_WHEN: Final = "when Model.add copied it, before any phase or step"
+_ADD_MANY_WHEN: Final = "when Model.add_many copied it, before any phase or step"
 
 #: Signatures of agent classes, to check add() arguments once per call.
 _SIGNATURES: dict[type, inspect.Signature | None] = {}
@@ -267,16 +275,26 @@ class Model:
     def add(self, cls: type[Agent], id: AgentId, /, **state: Any) -> None:
         """Add one agent: it will be built as ``cls(id, **state)`` where it runs.
 
-        Mutable state values are deep-copied for the agent when it is built.
+        Mutable state values (see :func:`~simulacra.agents.is_immutable`) are
+        deep-copied here, as the world is by :class:`Model`: changing a list
+        after passing it changes no run, and every run starts from the same
+        state. Each build deep-copies them again, so runs never share them.
 
         Raises:
             ConfigError: *cls* is not an importable Agent subclass, *id* is not
                 an int or str, has another type than the model's other ids, or
                 is taken, or *state* does not fit ``cls.__init__``.
+            UncopyableState: A state value cannot be deep-copied (a lock, an
+                open file); the message names the agent, its class and the
+                argument. The model is unchanged.
         """
         ref = self._refs.get(cls) or self._ref(cls)
         if (cls, tuple(state)) not in _BINDS:
             _check_arguments(cls, id, state)
+        for value in state.values():
+            if type(value) not in _SCALARS and not is_immutable(value):
+                state = copy_initial_state(cls, id, state, when=_ADD_WHEN)
+                break
         if type(id) is self._id_type and id not in self._ids:
             self._ids.add(id)  # what _claim does for an id of the model's (exact) type
         else:
@@ -286,17 +304,21 @@ class Model:
     def add_many(self, cls: type[Agent], ids: Iterable[AgentId], /, **state: Any) -> None:
         """Add one agent of class *cls* per id, all with the same initial *state*.
 
-        Each agent gets its own copy of every mutable state value.
+        Mutable state values are deep-copied here once, for all of them (as
+        :meth:`add` does), and again for each agent when it is built, so each
+        gets its own copy.
 
         Raises:
             ConfigError: As for :meth:`add`, naming the offending id.
+            UncopyableState: As for :meth:`add`, naming the first id.
         """
         ref = self._ref(cls)
-        shared = dict(state)  # one dict for all: pickled once per worker
+        shared: dict[str, Any] = state  # one dict for all: pickled once per worker
         checked = False
         for n, value in enumerate(ids):
             if not checked:
                 _check_arguments(cls, check_id(value, f"ids[{n}]"), state)
+                shared = copy_initial_state(cls, value, state, when=_ADD_MANY_WHEN)
                 checked = True
             agent_id = self._claim(value, f"ids[{n}]")
             self._specs.append(AgentSpec(ref, agent_id, shared))
@@ -339,6 +361,10 @@ class Model:
             AgentActionError: An agent's action (or constructor) raised; it
                 names the agent, the phase and the step.
             UnknownRecipient: An agent sent a message to an id the model lacks.
+            UncopyableState: Agent state or a payload cannot be copied (a lock,
+                an open file) or, on a backend with worker processes, pickled
+                (an instance of a local class); names the agent, the attribute
+                or message, the phase and the step.
             WorkerLost: A worker process of the backend died.
             ConfigError: *steps* is not an int >= 0, or *sequence* is not a
                 Sequence, Phase or importable action.
