@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from simulacra import ConfigError
 from simulacra.cli import main
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -155,3 +156,27 @@ def test_broken_yaml_is_one_line_with_its_position(tmp_path: Path,
     assert err.strip().splitlines() == [
         f"error: {config}: not valid YAML: line 3, column 1: expected the node content, "
         "but found '<stream end>'"]
+
+
+@pytest.mark.parametrize(("mode", "shown"), [("async", "asyncio"), ("local", "sequential"),
+                                              ("threaded", "threads")])
+def test_the_agent_backends_words_name_the_society_modes_too(
+    mode: str, shown: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["run", str(SOCIAL / "config.yaml"), f"sim.engine.mode={mode}", "sim.steps=1",
+                 "sim.agents=5", "--no-progress"]) == 0
+    assert f"5 agents, 1 step, 5 events (round engine, {shown}, seed 0)" in capsys.readouterr().out
+
+
+def test_the_agent_backends_words_name_the_study_backends_too(tmp_path: Path) -> None:
+    from simulacra import Experiment
+
+    study = Experiment.from_run(f"{ROOT / 'examples' / 'bank.py'}:run",
+                                [{"customers": 50, "arrival_rate": 0.5}], master_seed=3)
+    reference = study.run(2, "sequential")
+    for alias, name in (("local", "sequential"), ("threaded", "threads")):
+        results = study.run(2, alias, 1)
+        assert results.backend == name
+        assert [r.kpis for r in results] == [r.kpis for r in reference]
+    with pytest.raises(ConfigError, match="did you mean 'threads'"):
+        study.run(1, "threds")

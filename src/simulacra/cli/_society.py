@@ -286,11 +286,16 @@ def _judge(run: Any) -> int:
     return EXIT_FAILED
 
 
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
+
+
 def _title(config: Any, run: Any, *, resumed: bool) -> str:
     sim = config.sim
     how = "resumed, " if resumed else ""
-    return (f"{config.name}: {how}{sim.agents} agents, {run.result.steps} steps, "
-            f"{run.result.event_count} events ({sim.engine.step.built_in} engine, "
+    return (f"{config.name}: {how}{_count(sim.agents, 'agent')}, "
+            f"{_count(run.result.steps, 'step')}, "
+            f"{_count(run.result.event_count, 'event')} ({sim.engine.step.built_in} engine, "
             f"{sim.engine.mode}, seed {config.seed})")
 
 

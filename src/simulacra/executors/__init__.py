@@ -29,8 +29,10 @@ from ._pool import ThreadExecutor as ThreadExecutor
 from ._pool import process_pool as process_pool
 from ._refs import callable_ref as callable_ref
 from ._refs import resolve_callable as resolve_callable
+from ._registry import EXECUTOR_ALIASES as EXECUTOR_ALIASES
 from ._registry import EXECUTOR_NAMES as EXECUTOR_NAMES
 from ._registry import auto_backend as auto_backend
+from ._registry import executor_name as executor_name
 from ._registry import free_threaded as free_threaded
 from ._registry import get_executor as get_executor
 
@@ -41,7 +43,9 @@ __all__ = [
     "Raised",
     "Lost",
     "get_executor",
+    "EXECUTOR_ALIASES",
     "EXECUTOR_NAMES",
+    "executor_name",
     "auto_backend",
     # implementations
     "SequentialExecutor",

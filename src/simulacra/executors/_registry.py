@@ -13,7 +13,8 @@ from ._base import Executor
 from ._dask import DaskExecutor
 from ._pool import InterpreterExecutor, ProcessExecutor, SequentialExecutor, ThreadExecutor
 
-__all__ = ["EXECUTOR_NAMES", "auto_backend", "free_threaded", "get_executor"]
+__all__ = ["EXECUTOR_ALIASES", "EXECUTOR_NAMES", "auto_backend", "executor_name", "free_threaded",
+           "get_executor"]
 
 _log = logging.getLogger("simulacra.executors")
 
@@ -56,6 +57,32 @@ _REGISTRY: dict[str, tuple[Callable[..., Executor], tuple[str, ...]]] = {
 #: Every name :func:`get_executor` accepts, ``"auto"`` first.
 EXECUTOR_NAMES: tuple[str, ...] = ("auto", *_REGISTRY)
 
+#: The words the agent backends use for the same ideas (``Model(backend="local")``),
+#: accepted here too, so that one vocabulary works everywhere.
+EXECUTOR_ALIASES: dict[str, str] = {
+    "local": "sequential", "inline": "sequential", "threaded": "threads", "thread": "threads",
+    "process": "processes",
+}
+
+
+def executor_name(name: object, *, auto: bool = True) -> str:
+    """*name* as a registered executor name (an alias replaced).
+
+    Raises:
+        ConfigError: *name* is not one (the closest name is suggested); or it
+            is ``"auto"`` and *auto* is false.
+    """
+    if isinstance(name, str):
+        name = EXECUTOR_ALIASES.get(name, name)
+    if not isinstance(name, str) or name not in EXECUTOR_NAMES or (name == "auto" and not auto):
+        import difflib  # noqa: PLC0415
+
+        known = ", ".join(map(repr, EXECUTOR_NAMES))
+        close = difflib.get_close_matches(str(name), [*EXECUTOR_NAMES, *EXECUTOR_ALIASES], n=1)
+        hint = f"; did you mean {EXECUTOR_ALIASES.get(close[0], close[0])!r}?" if close else ""
+        raise ConfigError(f"backend must be one of {known}, got {name!r}{hint}")
+    return name
+
 
 def free_threaded() -> bool:
     """Whether this interpreter runs Python threads in parallel (a free-threaded build, GIL off)."""
@@ -83,7 +110,9 @@ def get_executor(name: str, /, **options: Any) -> Executor:
 
     Args:
         name: ``"auto"``, ``"sequential"``, ``"threads"``, ``"processes"``,
-            ``"interpreters"`` or ``"dask"``. ``"auto"`` resolves to
+            ``"interpreters"`` or ``"dask"`` (``"local"``/``"inline"``,
+            ``"threaded"`` and ``"process"`` are other names for the first
+            three, as the agent backends call them). ``"auto"`` resolves to
             :func:`auto_backend`'s choice and logs it on the
             ``simulacra.executors`` logger; the executor's ``name`` says which.
         **options: ``max_workers`` (all; ignored by ``sequential``),
@@ -101,9 +130,7 @@ def get_executor(name: str, /, **options: Any) -> Executor:
         BackendUnavailable: The executor cannot run on this Python or
             installation (the message says why).
     """
-    if name not in EXECUTOR_NAMES:  # also refuses non-str names
-        known = ", ".join(map(repr, EXECUTOR_NAMES))
-        raise ConfigError(f"backend must be one of {known}, got {name!r}")
+    name = executor_name(name)
     if name == "auto":
         name, reason = auto_backend()
         _log.info("backend %s (%s)", name, reason)

@@ -37,13 +37,14 @@ from simulacra.errors import (
     WorkerLost,
 )
 from simulacra.executors import (
-    EXECUTOR_NAMES,
+    EXECUTOR_ALIASES,
     Done,
     Executor,
     Lost,
     Raised,
     auto_backend,
     callable_ref,
+    executor_name,
     get_executor,
     resolve_callable,
 )
@@ -1155,7 +1156,7 @@ class Experiment:
                 f"{type(backend).__name__} {backend!r}"
             )
         reason = "requested"
-        name = backend
+        name = EXECUTOR_ALIASES.get(backend, backend)  # checked by _LazyExecutor
         if backend == "auto":
             name, reason = auto_backend()
         if address is not None and name != "dask":
@@ -1307,6 +1308,4 @@ class _LazyExecutor:
 
 
 def _check_backend_name(name: str) -> None:
-    if name not in EXECUTOR_NAMES or name == "auto":
-        known = ", ".join(map(repr, EXECUTOR_NAMES))
-        raise ConfigError(f"backend must be one of {known}, got {name!r}")
+    executor_name(name, auto=False)

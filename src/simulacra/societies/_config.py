@@ -78,7 +78,14 @@ def _schema() -> Any:
     """The pydantic model of a run config (built on first use)."""
     from typing import Literal  # noqa: PLC0415
 
-    from pydantic import BaseModel, ConfigDict, Field  # noqa: PLC0415  (lazy: heavy import)
+    from pydantic import (  # noqa: PLC0415  (lazy: heavy import)
+        BaseModel,
+        ConfigDict,
+        Field,
+        field_validator,
+    )
+
+    from ._rounds import canonical_mode  # noqa: PLC0415
 
     class _Strict(BaseModel):
         model_config = ConfigDict(extra="forbid", frozen=True)
@@ -90,6 +97,11 @@ def _schema() -> Any:
     class Engine(_Strict):
         step: Step = Field(default_factory=Step)
         mode: Literal["sequential", "threads", "asyncio"] = "threads"
+
+        @field_validator("mode", mode="before")
+        @classmethod
+        def _alias(cls, value: object) -> object:
+            return canonical_mode(value)
         concurrency: int = Field(default=64, ge=1)
         flows: int = Field(default=1, ge=1)
         participation: float = Field(default=1.0, gt=0.0, le=1.0)

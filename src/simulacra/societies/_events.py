@@ -52,7 +52,7 @@ from simulacra.errors import AgentActionError, CheckpointError, ConfigError, Inv
 from simulacra.rng import SeedTree, as_seed_tree
 
 from ._events_blocking import BlockingAgent
-from ._rounds import _check_int, agents_digest, deprecated_count, index_agents
+from ._rounds import _check_int, agents_digest, canonical_mode, deprecated_count, index_agents
 
 if TYPE_CHECKING:
     from simulacra.llm import CallSite, Completion, CompletionRequest, LanguageModel
@@ -305,6 +305,7 @@ class EventEngine:
                  fatal: tuple[type[BaseException], ...] = ()) -> None:
         if not isinstance(world, World):
             raise ConfigError(f"world must be a simulacra World, got {type(world).__name__}")
+        mode = canonical_mode(mode)  # type: ignore[assignment]
         if mode not in EVENT_MODES:
             raise ConfigError(f"mode must be one of {', '.join(EVENT_MODES)}, got {mode!r}")
         self._concurrency = _check_int("concurrency", concurrency, 1)

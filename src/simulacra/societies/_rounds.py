@@ -39,12 +39,22 @@ from simulacra.rng import SeedTree, as_seed_tree
 if TYPE_CHECKING:
     from simulacra.llm import CallSite, Completion, CompletionRequest, LanguageModel
 
-__all__ = ["MODES", "RESOLUTIONS", "ROUNDS_SCHEME", "RoundEngine", "RoundResult", "StepReport"]
+__all__ = ["MODES", "MODE_ALIASES", "RESOLUTIONS", "ROUNDS_SCHEME", "RoundEngine", "RoundResult",
+           "StepReport", "canonical_mode"]
 
 #: Header of the digests of a round-based run.
 ROUNDS_SCHEME: Final = "simulacra.engines.rounds.v1"
 #: How turns within a flow batch run.
 MODES: Final = ("sequential", "threads", "asyncio")
+#: Other names for the modes: the words the agent backends and the executors use
+#: for the same ideas, so that one vocabulary works everywhere.
+MODE_ALIASES: Final = {"local": "sequential", "inline": "sequential", "threaded": "threads",
+                       "thread": "threads", "async": "asyncio"}
+
+
+def canonical_mode(mode: object) -> object:
+    """*mode* under its own name (an alias of :data:`MODE_ALIASES` replaced)."""
+    return MODE_ALIASES.get(mode, mode) if isinstance(mode, str) else mode
 #: The orders in which a batch's actions are resolved.
 RESOLUTIONS: Final = ("id", "seeded")
 
@@ -245,6 +255,7 @@ class RoundEngine:
                  fatal: tuple[type[BaseException], ...] = ()) -> None:
         if not isinstance(world, World):
             raise ConfigError(f"world must be a simulacra World, got {type(world).__name__}")
+        mode = canonical_mode(mode)  # type: ignore[assignment]
         if mode not in MODES:
             raise ConfigError(f"mode must be one of {', '.join(MODES)}, got {mode!r}")
         if resolution not in RESOLUTIONS:
