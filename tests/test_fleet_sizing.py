@@ -84,6 +84,7 @@ def test_check_refuses_what_the_study_would_refuse_late(options: dict[str, objec
     with pytest.raises(ConfigError, match=field):
         fleet_sizing.check(**options)
     fleet_sizing.check(replications=2, backend="processes", max_workers=2, horizon=60.0)
+    fleet_sizing.check(backend="threaded")  # the agent backends' word for threads
 
 
 def test_check_names_the_dask_extra(monkeypatch: pytest.MonkeyPatch) -> None:

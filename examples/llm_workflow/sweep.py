@@ -36,7 +36,7 @@ if importlib.util.find_spec("simulacra") is None:  # a source checkout without `
     sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "src"))
 
 from simulacra import BackendUnavailable, ConfigError, SimError
-from simulacra.executors import EXECUTOR_NAMES
+from simulacra.executors import executor_name
 from simulacra.parallel import Experiment, Offloader, config_grid, mean_interval
 
 if __package__:
@@ -125,10 +125,8 @@ def check(*, servers: Sequence[int] = (1, 2, 4), batch_sizes: Sequence[int] = (1
     """
     if isinstance(replications, bool) or not isinstance(replications, int) or replications < 1:
         raise ConfigError(f"llm_workflow: replications must be an int >= 1, got {replications!r}")
-    if experiment_backend not in EXECUTOR_NAMES:
-        raise ConfigError(f"llm_workflow: the sweep's backend must be one of "
-                          f"{', '.join(map(repr, EXECUTOR_NAMES))}, got {experiment_backend!r}")
-    if experiment_backend == "dask" and importlib.util.find_spec("distributed") is None:
+    name = executor_name(experiment_backend)  # an alias (local, threaded...) is its executor's name
+    if name == "dask" and importlib.util.find_spec("distributed") is None:
         raise BackendUnavailable("the dask backend needs dask.distributed: "
                                  "pip install 'simulacra[dask]'")
     if experiment_workers is not None and (isinstance(experiment_workers, bool)

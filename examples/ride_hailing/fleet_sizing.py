@@ -38,7 +38,7 @@ if importlib.util.find_spec("simulacra") is None:  # a source checkout without `
     sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "src"))
 
 from simulacra import BackendUnavailable, ConfigError, SimError
-from simulacra.executors import EXECUTOR_NAMES
+from simulacra.executors import executor_name
 from simulacra.parallel import Experiment, config_grid, mean_interval
 
 if __package__:
@@ -111,10 +111,8 @@ def check(*, fleet_sizes: Sequence[int] = FLEET_SIZES,
     if isinstance(replications, bool) or not isinstance(replications, int) or replications < 2:
         raise ConfigError(f"fleet_sizing: replications must be an int >= 2 (a confidence "
                           f"interval needs two), got {replications!r}")
-    if backend not in EXECUTOR_NAMES:
-        raise ConfigError(f"fleet_sizing: backend must be one of "
-                          f"{', '.join(map(repr, EXECUTOR_NAMES))}, got {backend!r}")
-    if backend == "dask" and importlib.util.find_spec("distributed") is None:
+    name = executor_name(backend)  # an alias (local, threaded...) is its executor's name
+    if name == "dask" and importlib.util.find_spec("distributed") is None:
         raise BackendUnavailable("the dask backend needs dask.distributed: "
                                  "pip install 'simulacra[dask]'")
     if max_workers is not None and (isinstance(max_workers, bool)
