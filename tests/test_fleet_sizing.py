@@ -72,7 +72,7 @@ def test_script_prints_the_table_and_writes_files(tmp_path: Path) -> None:
 @pytest.mark.parametrize(("options", "field"), [
     ({"replications": 1}, "replications"),
     ({"replications": True}, "replications"),
-    ({"backend": "thread"}, "backend"),
+    ({"backend": "thread_pool"}, "did you mean .threads."),
     ({"max_workers": 0}, "workers"),
     ({"horizon": 0.0}, "horizon"),
     ({"fleet_sizes": (0,)}, "vehicles"),
