@@ -496,6 +496,16 @@ def test_bad_options_are_one_error_line(example: str, args: tuple[str, ...], fie
     assert not out.exists()
 
 
+@pytest.mark.parametrize("example", ["contagion", "sir"])
+def test_an_agent_backend_without_its_extra_is_one_line(example: str) -> None:
+    done = script_without("distributed,dask", f"examples/{example}", "--backend", "dask")
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.startswith("error: "), done.stderr
+    assert "pip install 'simulacra[dask]'" in done.stderr
+    assert len(done.stderr.splitlines()) == 1, done.stderr
+    assert done.stdout == ""
+
+
 def test_pregel_without_numpy_names_the_extra_in_one_line() -> None:
     done = script_without("numpy", "examples/pregel", "--vertices", "50", "--edges", "100")
     assert done.returncode == 2, done.stderr

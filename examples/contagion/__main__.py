@@ -48,7 +48,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         for degree in degrees:
             build(0, banks=args.banks, degree=degree, capital_ratio=args.capital_ratio,
                   backend=args.backend)
-    except ConfigError as exc:
+    except (ConfigError, BackendUnavailable) as exc:  # BackendUnavailable: an extra is missing
         print(f"error: {exc}", file=sys.stderr)
         return 2
     print(f"Gai-Kapadia contagion: {args.banks} banks, capital ratio {args.capital_ratio:.0%}, "
