@@ -69,6 +69,7 @@ from .errors import SimError as SimError
 from .errors import SpoolError as SpoolError
 from .errors import ThreadOwnershipError as ThreadOwnershipError
 from .errors import TraceError as TraceError
+from .errors import UncopyableState as UncopyableState
 from .errors import UnknownEntity as UnknownEntity
 from .errors import UnknownRecipient as UnknownRecipient
 from .errors import UntilInPast as UntilInPast
@@ -238,7 +239,7 @@ __all__ = [
     "ReplicationFailed", "SpoolError",
     "PartitionError", "UnknownEntity", "LookaheadViolation", "ShardError", "ShardCrashed",
     "OffloadError", "OffloadTimeout",
-    "AgentError", "AgentActionError", "UnknownRecipient", "ContextClosed",
+    "AgentError", "AgentActionError", "UnknownRecipient", "ContextClosed", "UncopyableState",
     "AgentStateError", "ChannelClosed", "AgentTimeout", "CheckpointError",
     "LLMError", "ProviderError", "ProviderUnavailable", "RateLimited", "ProviderTimeout",
     "ReplayMiss", "RecordingError", "RunStopped",
