@@ -439,3 +439,9 @@ def test_dask_passes_the_units_own_exception_through(dask_executor: Any) -> None
     assert isinstance(outcomes[1], Raised)
     assert isinstance(outcomes[1].error, ValueError)
     assert "three is not allowed (got 3)" in str(outcomes[1].error)
+
+
+@pytest.mark.parametrize("options", [{"max_workers": 0}, {"max_workers": True}, {"retries": -1}])
+def test_sequential_refuses_the_values_every_other_backend_refuses(options: dict[str, Any]) -> None:
+    with pytest.raises(ConfigError, match=r"max_workers must be an int >= 1|retries must be"):
+        get_executor("sequential", **options)

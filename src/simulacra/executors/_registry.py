@@ -9,7 +9,7 @@ from typing import Any
 
 from simulacra.errors import ConfigError
 
-from ._base import Executor
+from ._base import Executor, check_retries, check_workers
 from ._dask import DaskExecutor
 from ._pool import InterpreterExecutor, ProcessExecutor, SequentialExecutor, ThreadExecutor
 
@@ -21,8 +21,11 @@ _log = logging.getLogger("simulacra.executors")
 
 def _sequential(max_workers: int | None = None, retries: int = 3) -> Executor:
     # max_workers and retries are accepted so that a study can switch backend by
-    # name alone; one unit at a time in the calling thread cannot use either.
-    del max_workers, retries
+    # name alone; one unit at a time in the calling thread cannot use either,
+    # but a value no backend would take is refused here too.
+    if max_workers is not None:
+        check_workers(max_workers)
+    check_retries(retries)
     return SequentialExecutor()
 
 
