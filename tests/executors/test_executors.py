@@ -445,3 +445,11 @@ def test_dask_passes_the_units_own_exception_through(dask_executor: Any) -> None
 def test_sequential_refuses_the_values_every_other_backend_refuses(options: dict[str, Any]) -> None:
     with pytest.raises(ConfigError, match=r"max_workers must be an int >= 1|retries must be"):
         get_executor("sequential", **options)
+
+
+def test_a_directory_given_as_a_model_file_names_the_file_inside(tmp_path: Path) -> None:
+    (tmp_path / "model.py").write_text("def run(seed=0):\n    return {}\n", encoding="utf-8")
+
+    with pytest.raises(ConfigError, match=r"is a directory, not a Python file: name the file, "
+                                          r"e\.g\. '.*model\.py'"):
+        resolve_callable(f"{tmp_path}:run", "model_fn")

@@ -198,6 +198,10 @@ def _load_file(path: Path, field: str) -> ModuleType:
         module = _FILE_MODULES.get(key)
         if module is not None:
             return module
+        if path.is_dir():
+            inside = [name for name in ("model.py", "__main__.py") if (path / name).is_file()]
+            hint = f": name the file, e.g. {str(path / inside[0])!r}" if inside else ""
+            raise ConfigError(f"{field}: {key!r} is a directory, not a Python file{hint}")
         if not path.is_file():
             raise ConfigError(f"{field}: file not found: {key!r}")
         name = "_simulacra_file_" + hashlib.sha256(key.encode("utf-8")).hexdigest()[:16]
