@@ -31,6 +31,13 @@ its nanny, at a new address, without the partition) surfaces as
 :class:`~simulacra.WorkerLost` within about a second, never as a hang. A
 worker that is restarted at the *same* address is caught by its reply: its
 registry no longer holds the partition.
+
+Agent state, a payload or initial state that copies but does not pickle (an
+instance of a local class) raises :class:`~simulacra.errors.UncopyableState`
+naming the agent, the attribute, argument or message, the phase and the step,
+as :class:`~simulacra.backends.ProcessPoolBackend` does: a reply that does
+not pickle is reported by its worker, commands that do not pickle before any
+is sent. The cluster and the backend stay usable.
 """
 
 from __future__ import annotations
@@ -53,6 +60,7 @@ from simulacra.backends import (
     partition_ids,
     plain_world,
     unpack_error,
+    unpicklable_commands,
 )
 from simulacra.errors import (
     BackendUnavailable,
@@ -410,15 +418,15 @@ class DaskBackend(BackendBase):
         raises :class:`~simulacra.WorkerLost` at once.
         """
         client = self._client
+        queued, self._queued = self._queued, [[] for _ in self._workers]
+        blobs = self._pickled(queued)
         futures: list[Any] = []
-        for index, (address, queue) in enumerate(zip(self._workers, self._queued, strict=True)):
+        for index, (address, blob) in enumerate(zip(self._workers, blobs, strict=True)):
             futures.append(client.submit(
-                run_commands, address, self._token, self._generation,
-                pickle.dumps(queue, _PROTOCOL),
+                run_commands, address, self._token, self._generation, blob,
                 workers=[address], allow_other_workers=False, pure=False,
                 key=self._key("agents", index),
             ))
-        self._queued = [[] for _ in self._workers]
         try:
             return self._collect(futures, doing)
         finally:
@@ -426,6 +434,29 @@ class DaskBackend(BackendBase):
             if running:
                 with contextlib.suppress(Exception):
                     client.cancel(running)
+
+    def _pickled(self, queued: list[list[tuple[Any, ...]]]) -> list[bytes]:
+        """Every worker's commands, pickled before any is sent.
+
+        Initial state that does not pickle (an instance of a local class)
+        then reaches no worker: it raises an
+        :class:`~simulacra.errors.UncopyableState` naming the lowest such
+        agent and its argument, and the backend must be started again.
+        """
+        blobs: list[bytes] = []
+        errors: list[BaseException] = []
+        for commands in queued:
+            try:
+                blobs.append(pickle.dumps(commands, _PROTOCOL))
+            except Exception as exc:
+                error = unpicklable_commands(commands, exc)
+                if error is not exc:
+                    error.__cause__ = exc
+                errors.append(error)
+        if errors:
+            self._started = False
+            raise min(errors, key=error_rank)
+        return blobs
 
     def _collect(self, futures: list[Any], doing: str) -> list[Any]:
         results: list[Any] = [None] * len(futures)

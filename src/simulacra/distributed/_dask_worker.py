@@ -24,7 +24,7 @@ import threading
 from typing import Any, Final, final
 
 from simulacra.agents import Message, Phase, Population
-from simulacra.backends import pack_failure
+from simulacra.backends import pack_failure, unpicklable_reply
 from simulacra.errors import KernelBug
 
 __all__ = ["run_commands"]
@@ -80,7 +80,11 @@ def run_commands(address: str, token: str, generation: int, commands: bytes) -> 
 
     Returns:
         A pickled ``("ok", result of the last command)``, ``("error",
-        packed)`` or ``("lost", reason)``.
+        packed)`` or ``("lost", reason)``. A result that does not pickle (a
+        payload or a state value that copies but does not pickle, such as an
+        instance of a local class) is an ``("error", ...)`` of the
+        :class:`~simulacra.errors.UncopyableState` naming the agent and its
+        attribute or message, the phase and the step.
     """
     # A phase makes many young objects that live until the next one; full
     # collections would rescan every agent each time. Deferred for this task
@@ -89,19 +93,17 @@ def run_commands(address: str, token: str, generation: int, commands: bytes) -> 
     threshold = gc.get_threshold()
     gc.set_threshold(threshold[0], threshold[1], max(threshold[2], 1000))
     try:
-        reply = _run(address, token, generation, commands)
-        try:
-            return pickle.dumps(reply, _PROTOCOL)
-        except BaseException as exc:  # e.g. agent state that cannot be pickled
-            return pickle.dumps(("error", pack_failure(exc)), _PROTOCOL)
+        return _run(address, token, generation, commands)
     finally:
         gc.set_threshold(*threshold)
 
 
-def _run(address: str, token: str, generation: int, data: bytes) -> tuple[Any, ...]:
+def _run(address: str, token: str, generation: int, data: bytes) -> bytes:
     key = (address, token)
     try:
         result: object = None
+        command: tuple[Any, ...] = ()
+        partition: _Partition | None = None
         commands: list[tuple[Any, ...]] = pickle.loads(data)  # noqa: S301  (from our backend)
         for command in commands:
             op = command[0]
@@ -110,19 +112,22 @@ def _run(address: str, token: str, generation: int, data: bytes) -> tuple[Any, .
                 with _LOCK:
                     _HELD.pop(key, None)
                 population = Population(specs, seed, world, all_ids=all_ids)
+                partition = _Partition(generation, population)
                 with _LOCK:
-                    _HELD[key] = _Partition(generation, population)
+                    _HELD[key] = partition
                 result = len(population.ids)
                 continue
             if op == "drop":
                 with _LOCK:
                     _HELD.pop(key, None)
-                result = None
+                partition, result = None, None
                 continue
             with _LOCK:
                 partition = _HELD.get(key)
             if partition is None or partition.generation != generation:
-                return ("lost", "the worker does not hold its partition (was it restarted?)")
+                return pickle.dumps(
+                    ("lost", "the worker does not hold its partition (was it restarted?)"),
+                    _PROTOCOL)
             if op == "exec":
                 _, phase_key, step, index = command
                 sent = partition.population.run(partition.phases[phase_key], step, index)
@@ -137,7 +142,12 @@ def _run(address: str, token: str, generation: int, data: bytes) -> tuple[Any, .
                 result = partition.population.snapshot()
             else:
                 raise KernelBug(f"a Dask worker got an unknown command {op!r}")
-        return ("ok", result)
+        try:
+            return pickle.dumps(("ok", result), _PROTOCOL)
+        except Exception as exc:  # a payload or a state value that copies but does not pickle
+            raise unpicklable_reply(command, result, exc,
+                                    None if partition is None else partition.population,
+                                    {} if partition is None else partition.phases) from exc
     except BaseException as exc:
-        return ("error", pack_failure(exc))
+        return pickle.dumps(("error", pack_failure(exc)), _PROTOCOL)
 

@@ -15,7 +15,11 @@ does not answer within ``call_timeout`` raises :class:`~simulacra.WorkerLost`:
 each call is watched every 0.1 s (spawned processes are polled for
 liveness), so a dead worker is reported within a fraction of a second, never
 a hang. A worker that refuses the token raises
-:class:`~simulacra.BackendError` naming its URL and the HTTP status.
+:class:`~simulacra.BackendError` naming its URL and the HTTP status. Agent
+state, a payload or initial state that does not pickle raises
+:class:`~simulacra.errors.UncopyableState` naming the agent, the attribute,
+argument or message, the phase and the step, as
+:class:`~simulacra.backends.ProcessPoolBackend` does; the workers stay usable.
 """
 
 from __future__ import annotations
@@ -42,7 +46,16 @@ from simulacra.executors import available_cpus
 from simulacra.rng import SeedTree
 
 from ._mcp_worker import DEFAULT_TOKEN_ENV, READY_PREFIX, is_loopback
-from ._protocol import PROTOCOL_VERSION, as_message, decode, encode, error_rank, plain, unpack_error
+from ._protocol import (
+    PROTOCOL_VERSION,
+    as_message,
+    decode,
+    encode,
+    encode_start,
+    error_rank,
+    plain,
+    unpack_error,
+)
 
 __all__ = ["MCPBackend", "MCPConfig", "WorkerProcesses", "spawn_workers"]
 
@@ -466,12 +479,20 @@ class RemoteBackend(BackendBase):
         parts = partition_ids(ids, len(self._links), self._config.partition)
         by_id = {spec.id: spec for spec in specs}
         self._owner = {agent_id: k for k, part in enumerate(parts) for agent_id in part}
+        # Every worker's data is encoded before any is sent: initial state that does not
+        # pickle reaches no worker, and the lowest such agent is named.
         calls = []
+        errors: list[BaseException] = []
         for link, part in zip(self._links, parts, strict=True):
             link.pending = None
             link.size = len(part)
             data = (PROTOCOL_VERSION, [by_id[i] for i in part], seed, plain_world, ids)
-            calls.append((link, "start", {"data": encode(data)}))
+            try:
+                calls.append((link, "start", {"data": encode_start(data)}))
+            except Exception as exc:
+                errors.append(exc)
+        if errors:
+            raise min(errors, key=error_rank)
         pids = self._exchange(calls, "starting")
         for link, pid in zip(self._links, pids, strict=True):
             link.pid = pid

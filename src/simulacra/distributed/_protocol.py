@@ -45,7 +45,14 @@ from collections.abc import Mapping
 from typing import Any, Final, final
 
 from simulacra.agents import Message, Phase, Population
-from simulacra.backends import error_rank, pack_failure, unpack_error
+from simulacra.backends import (
+    error_rank,
+    pack_failure,
+    unpack_error,
+    unpicklable_commands,
+    unpicklable_messages,
+    unpicklable_snapshot,
+)
 from simulacra.backends import plain_world as plain
 from simulacra.errors import (
     BackendError,
@@ -58,6 +65,7 @@ __all__ = [
     "WorkerState",
     "decode",
     "encode",
+    "encode_start",
     "error_rank",
     "plain",
     "unpack_error",
@@ -88,6 +96,34 @@ def decode(text: str) -> Any:
 # --------------------------------------------------------------------------- errors as data
 
 
+def encode_start(data: tuple[Any, ...]) -> str:
+    """:func:`encode` the ``start`` tool's ``(version, specs, seed, world, all ids)``.
+
+    Raises:
+        UncopyableState: Initial state does not pickle (an instance of a local
+            class): it names the agent and the argument.
+    """
+    try:
+        return encode(data)
+    except Exception as exc:
+        # unpicklable_commands reads ProcessPoolBackend's ("start", specs, ...) command.
+        error = unpicklable_commands([("start", *data[1:])], exc)
+        if error is exc:
+            raise
+        raise error from exc
+
+
+def _unpicklable(tool: str, value: object, exc: Exception,
+                 population: Population | None) -> BaseException:
+    """Why the reply *value* of *tool* did not pickle, as an error to send back instead."""
+    ran = None if population is None else population.last_phase
+    if tool == "execute_action" and isinstance(value, list) and ran is not None:
+        return unpicklable_messages(value, exc, population=population, phase=ran[0], step=ran[1])
+    if tool == "snapshot" and isinstance(value, dict):
+        return unpicklable_snapshot(value, exc, population=population)
+    return exc
+
+
 # --------------------------------------------------------------------------- the worker
 
 
@@ -98,7 +134,11 @@ class WorkerState:
     The MCP server of a worker process (and each emulated worker) wraps one
     of these; :meth:`call` takes a tool name and its string arguments and
     returns the encoded reply. It never raises for a failure inside a tool:
-    the failure is the reply.
+    the failure is the reply -- also when the reply itself does not pickle (a
+    payload or a state value that copies but does not pickle, such as an
+    instance of a local class): that is an
+    :class:`~simulacra.errors.UncopyableState` naming the agent and its
+    attribute or message, the phase and the step.
     """
 
     __slots__ = ("_population", "stopping")
@@ -116,7 +156,11 @@ class WorkerState:
     def call(self, tool: str, arguments: Mapping[str, Any] | None) -> str:
         """Run *tool* with *arguments* (strings from :func:`encode`); the encoded reply."""
         try:
-            return encode(("ok", self._dispatch(tool, arguments or {})))
+            value = self._dispatch(tool, arguments or {})
+            try:
+                return encode(("ok", value))
+            except Exception as exc:  # a payload or a state value that does not pickle
+                raise _unpicklable(tool, value, exc, self._population) from exc
         except BaseException as exc:
             return encode(("error", pack_failure(exc)))
 
