@@ -384,6 +384,6 @@ def test_without_dask_the_package_imports_and_the_error_says_how_to_install() ->
 
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == (
-        "backend 'dask' needs dask.distributed, which cannot be imported (No module named "
-        "'distributed'): pip install 'simulacra[dask]'"
+        "backend 'dask' (a Dask cluster) needs the package 'distributed', which is not "
+        "installed: pip install 'simulacra[dask]'"
     )
