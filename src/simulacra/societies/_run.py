@@ -610,21 +610,169 @@ class _AgentMeter(ModelWrapper):
 
 
 class RunControl:
-    """Asks a running society to stop at its next safe point (the end of a step).
+    """Play, pause, step and stop a running society, from any thread, at its safe points.
 
-    ``simulacra run`` sets :meth:`request_stop` from its SIGINT and SIGTERM
-    handlers; a program may do the same from any thread.
+    A safe point is the end of a step (of a window, on the event-driven
+    engine): nothing is in flight there, so pausing, stepping or stopping
+    changes how long the run takes and nothing else. A run paused and stepped
+    through writes the events, telemetry counts and digest of the same run
+    played straight; the wall-clock time spent paused is in no step's
+    ``wall_s`` and does not make an automatic checkpoint due.
+
+    ``simulacra run`` calls :meth:`request_stop` from its SIGINT and SIGTERM
+    handlers (which also ends a pause); the live view (``--view``) calls
+    :meth:`pause`, :meth:`play`, :meth:`step_once` and :meth:`request_stop`
+    from its web server's thread.
+
+    Args:
+        paused: Start paused: the run waits before its first step (after
+            the checkpoint of step 0) until :meth:`play` or :meth:`step_once`.
     """
 
-    __slots__ = ("reason",)
+    __slots__ = ("_cond", "_credits", "_ended", "_paused", "_waiting", "paused_s", "reason",
+                 "step")
 
-    def __init__(self) -> None:
+    def __init__(self, *, paused: bool = False) -> None:
         #: Why a stop was asked for ("SIGINT", "SIGTERM", ...), or None.
         self.reason: str | None = None
+        #: The steps the run had finished at its last safe point (None before it started).
+        self.step: int | None = None
+        #: Wall-clock seconds the run has spent waiting while paused.
+        self.paused_s = 0.0
+        # An RLock: a signal handler may call request_stop in the thread that waits.
+        self._cond = threading.Condition(threading.RLock())
+        self._paused = bool(paused)
+        self._credits = 0
+        self._waiting = False
+        self._ended = False
+
+    @property
+    def paused(self) -> bool:
+        """Whether the run stops at its next safe point (until :meth:`play`)."""
+        return self._paused
+
+    @property
+    def waiting(self) -> bool:
+        """Whether the run is waiting at a safe point now (paused there)."""
+        return self._waiting
+
+    @property
+    def state(self) -> str:
+        """What the run does now.
+
+        ``"ended"`` (it returned, finished or stopped), ``"stopping"`` (a stop was
+        asked for), ``"paused"`` (or about to be, at the next safe point) or
+        ``"playing"``.
+        """
+        if self._ended:
+            return "ended"
+        if self.reason is not None:
+            return "stopping"
+        return "paused" if self._paused else "playing"
 
     def request_stop(self, reason: str = "stop requested") -> None:
-        """Stop after the step in progress: a checkpoint is written, then RunStopped raised."""
-        self.reason = reason
+        """Stop after the step in progress: a checkpoint is written, then RunStopped raised.
+
+        A paused run stops at once (it is at a safe point already).
+        """
+        with self._cond:
+            self.reason = reason
+            self._cond.notify_all()
+
+    def pause(self) -> None:
+        """Wait at the next safe point: the step in progress finishes, the next does not start."""
+        with self._cond:
+            self._paused = True
+            self._credits = 0
+            self._cond.notify_all()
+
+    def play(self) -> None:
+        """Go on from a pause, step after step."""
+        with self._cond:
+            self._paused = False
+            self._credits = 0
+            self._cond.notify_all()
+
+    def step_once(self) -> None:
+        """Paused: run exactly one more step (window), then wait again.
+
+        Playing: the same as :meth:`pause` (the step in progress is the one).
+        Called n times while paused, it runs n steps.
+        """
+        with self._cond:
+            if self._paused:
+                self._credits += 1
+            self._paused = True
+            self._cond.notify_all()
+
+    def wait_paused(self, timeout: float | None = None) -> bool:
+        """Block until the run waits at a safe point, or has ended; False on *timeout*.
+
+        For programs and tests that drive the run from another thread: after
+        :meth:`pause` or :meth:`step_once`, this returns once the run has got
+        there (a step still owed is run first), and :attr:`step` says where
+        that is.
+        """
+        deadline = None if timeout is None else _time.monotonic() + timeout
+        with self._cond:
+            while not ((self._waiting and not self._credits) or self._ended):
+                left = None if deadline is None else deadline - _time.monotonic()
+                if left is not None and left <= 0:
+                    return False
+                self._cond.wait(left)
+            return True
+
+    # -- what the run calls --------------------------------------------------------
+
+    def _should_yield(self) -> bool:
+        """The engine's ``pause`` callback: return at this safe point (to wait there)."""
+        return self._paused or self.reason is not None
+
+    def _wait(self, step: int) -> float:
+        """At a safe point after *step* steps: wait while paused; the seconds waited.
+
+        Returns at once when playing, when a :meth:`step_once` is owed (using it
+        up) or when a stop is asked for.
+        """
+        with self._cond:
+            self.step = step
+            if not self._paused or self.reason is not None:
+                return 0.0
+            if self._take_credit():
+                return 0.0
+            start = _time.perf_counter()
+            self._waiting = True
+            self._cond.notify_all()
+            try:
+                while self._held():
+                    # A timeout, so that a signal's handler always gets to run.
+                    self._cond.wait(0.25)
+                self._take_credit()
+            finally:
+                self._waiting = False
+                self._cond.notify_all()
+            waited = _time.perf_counter() - start
+            self.paused_s += waited
+            return waited
+
+    def _take_credit(self) -> bool:
+        """Use up one owed :meth:`step_once`, if any (while paused and not stopping)."""
+        if self._paused and self._credits and self.reason is None:
+            self._credits -= 1
+            return True
+        return False
+
+    def _held(self) -> bool:
+        """Whether a waiting run must go on waiting (read afresh: other threads change it)."""
+        return self._paused and not self._credits and self.reason is None
+
+    def _end(self, step: int | None) -> None:
+        """The run returned (finished, stopped or failed) after *step* steps."""
+        with self._cond:
+            if step is not None:
+                self.step = step
+            self._ended = True
+            self._cond.notify_all()
 
 
 def _pick_checkpoint(probe: RunDirectory, files: list[Path], engine: str,
@@ -819,6 +967,8 @@ def _execute(config: RunConfig, rundir: RunDirectory | None, model: LanguageMode
             close = getattr(inner, "close", None)
             if callable(close):
                 close()
+        if control is not None:
+            control._end(first + tally.steps)
     return SocietyRun(config, result, world, summary, None if rundir is None else rundir.path,
                       llm, failures)
 
@@ -985,8 +1135,16 @@ def _drive(engine: StepEngine, config: RunConfig, rundir: RunDirectory | None,
         checkpoint(0)
     stop = stop_reason()
     while step < total and stop is None:
+        if control is not None:
+            # The safe point where play / pause / step act; the pause is no run time.
+            since += control._wait(step)
+            stop = stop_reason()
+            if stop is not None:
+                checkpoint(step)
+                break
         chunk = total - step if every is None else min(every - step % every, total - step)
-        result = engine.run(chunk, pause=lambda: stop_reason() is not None or due())
+        result = engine.run(chunk, pause=lambda: stop_reason() is not None or due() or (
+            control is not None and control._should_yield()))
         step = result.steps
         stop = stop_reason() if step < total else None
         if stop is not None or (every is not None and step % every == 0) or due():
