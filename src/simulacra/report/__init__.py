@@ -1,0 +1,72 @@
+"""Reports: one self-contained HTML file of what a run, a study or a kernel model did (layer 7).
+
+``simulacra report PATH`` and :func:`build_report` read a society run
+directory, a study directory of ``simulacra experiment`` or a monitor file
+(``simulacra.monitors.v1``) and write one HTML file that opens offline: the
+charts are plotly figures with plotly.js inlined once, the data is embedded
+as compact JSON, and the log browser, threads and agent pages are a little
+hand-written JavaScript. See ``docs/report.md``.
+
+The data layer (reading and aggregating, no plotting) and the chart builders
+(plotly figures) are public, so the live view draws the same charts from the
+same numbers:
+
+- data: :func:`source_kind`, :func:`load_society_run` -> :class:`RunData`,
+  :func:`run_identity`, :func:`run_totals`, :func:`step_series` ->
+  :class:`StepSeries`, :func:`event_text`, :func:`event_table`,
+  :func:`event_page`, :func:`conversation_threads`, :func:`agent_rows`,
+  :func:`llm_calls`, :func:`load_study`, :func:`study_intervals`,
+  :func:`load_monitors`.
+
+Layer 7, beside the cli: it imports the standard library, the public
+``__init__`` of the layers below (``simulacra.errors``, ``simulacra.llm``,
+``simulacra.parallel``) and, lazily, plotly (the ``report`` extra) and PyYAML.
+"""
+
+from simulacra._util import claim_public_module
+
+from ._data import MANIFEST_SCHEMES as MANIFEST_SCHEMES
+from ._data import MONITOR_KINDS as MONITOR_KINDS
+from ._data import MONITORS_FORMAT as MONITORS_FORMAT
+from ._data import STUDY_FORMATS as STUDY_FORMATS
+from ._data import AgentRow as AgentRow
+from ._data import EventPage as EventPage
+from ._data import EventTable as EventTable
+from ._data import LLMCall as LLMCall
+from ._data import MonitorData as MonitorData
+from ._data import MonitorSeries as MonitorSeries
+from ._data import RunData as RunData
+from ._data import SourceKind as SourceKind
+from ._data import StepSeries as StepSeries
+from ._data import StudyData as StudyData
+from ._data import StudyInterval as StudyInterval
+from ._data import Thread as Thread
+from ._data import agent_rows as agent_rows
+from ._data import conversation_threads as conversation_threads
+from ._data import event_page as event_page
+from ._data import event_table as event_table
+from ._data import event_text as event_text
+from ._data import llm_calls as llm_calls
+from ._data import load_monitors as load_monitors
+from ._data import load_society_run as load_society_run
+from ._data import load_study as load_study
+from ._data import read_jsonl as read_jsonl
+from ._data import run_identity as run_identity
+from ._data import run_totals as run_totals
+from ._data import source_kind as source_kind
+from ._data import step_series as step_series
+from ._data import study_intervals as study_intervals
+from ._data import study_parameters as study_parameters
+
+__all__ = [
+    # data: reading and aggregating
+    "source_kind", "SourceKind", "load_society_run", "RunData", "run_identity", "run_totals",
+    "step_series", "StepSeries", "event_text", "event_table", "EventTable", "event_page",
+    "EventPage", "conversation_threads", "Thread", "agent_rows", "AgentRow", "llm_calls",
+    "LLMCall", "load_study", "StudyData", "study_intervals", "StudyInterval",
+    "study_parameters", "load_monitors", "MonitorData", "MonitorSeries", "read_jsonl",
+    "MANIFEST_SCHEMES", "STUDY_FORMATS", "MONITORS_FORMAT", "MONITOR_KINDS",
+]
+
+claim_public_module(__name__, globals())
+del claim_public_module

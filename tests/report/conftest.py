@@ -1,0 +1,127 @@
+"""Fixtures of the report's tests: run directories, a study, a monitor file, a browser.
+
+The run directories are real runs of the social example (scripted model, a
+few agents and steps): one on the round engine with prices and some malformed
+replies (failed turns), one on the event-driven engine. The study and the
+monitor file come from a post office of our own (``_report_models.py``).
+
+``browser`` is headless Chromium (Debian's ``chromium`` package) driven by
+Playwright. Without it the browser tests are skipped, unless the environment
+variable ``CI`` is set: then they fail, so that CI never passes by skipping.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import simulacra
+from simulacra.llm import CompletionRequest, ScriptedModel, default_rules
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parents[1]
+SOCIAL = ROOT / "examples" / "social"
+if str(HERE) not in sys.path:
+    sys.path.insert(0, str(HERE))
+
+import _report_models  # noqa: E402
+
+
+def _malformed(request: CompletionRequest) -> bool:
+    """About one reply in nine is not JSON, decided by the request alone."""
+    return sum(map(ord, request.messages[-1].content)) % 9 == 0
+
+
+def society_config(out: Path, *, engine: str = "round", agents: int = 12,
+                   steps: int = 4) -> dict[str, Any]:
+    """A config mapping of the social example."""
+    return {
+        "name": f"report-{engine}",
+        "seed": 3,
+        "sim": {
+            "steps": steps, "agents": agents,
+            "world": {"factory": f"{SOCIAL / 'model.py'}:build"},
+            "engine": {"step": {"built_in": engine}, "mode": "sequential"},
+            "llm": {"pricing": {"prompt_per_mtok": 0.5, "completion_per_mtok": 1.5}},
+        },
+        "run": {"out": str(out), "max_failed_fraction": 0.9},
+    }
+
+
+def make_society_run(out: Path, *, engine: str = "round", agents: int = 12,
+                     steps: int = 4, failures: bool = True) -> Path:
+    """Run the social example into *out* and return it."""
+    rules = [("malformed", _malformed, lambda r, rng: "I'd rather not {say"),
+             *default_rules()] if failures else None
+    simulacra.run_society(society_config(out, engine=engine, agents=agents, steps=steps),
+                          model=ScriptedModel(seed=3, rules=rules))
+    return out
+
+
+@pytest.fixture(scope="session")
+def round_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A finished round-engine run with prices and failed turns."""
+    return make_society_run(tmp_path_factory.mktemp("report") / "round")
+
+
+@pytest.fixture(scope="session")
+def event_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A finished run of the event-driven engine (windows, queue depth, calls in flight)."""
+    return make_society_run(tmp_path_factory.mktemp("report") / "events", engine="async_event",
+                            steps=5)
+
+
+@pytest.fixture(scope="session")
+def study_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A study directory of the post office: 2 x 2 configs, 4 replications."""
+    out = tmp_path_factory.mktemp("report") / "study"
+    configs = simulacra.config_grid(clerks=[1, 2], rate=[0.6, 0.9])
+    experiment = simulacra.Experiment(f"{HERE / '_report_models.py'}:run", configs,
+                                      master_seed=11, spool_dir=out, convention="run")
+    experiment.run(4, "sequential")
+    return out
+
+
+@pytest.fixture(scope="session")
+def monitors_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A ``monitors.json`` of the post office."""
+    out = tmp_path_factory.mktemp("report") / "office"
+    out.mkdir()
+    return _report_models.write_monitors(out)
+
+
+# -- the browser ------------------------------------------------------------------------
+
+
+def _chromium() -> str | None:
+    return shutil.which("chromium") or shutil.which("chromium-browser")
+
+
+@pytest.fixture(scope="session")
+def browser() -> Iterator[Any]:
+    """Headless Chromium under Playwright; skipped when missing, a failure when CI is set."""
+    executable = _chromium()
+    why = None
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError:
+        why = "playwright is not installed (it is in the dev extra)"
+    if why is None and executable is None:
+        why = "chromium is not installed (Debian: apt-get install chromium)"
+    if why is not None:
+        if os.environ.get("CI"):
+            pytest.fail(f"CI is set and the browser tests cannot run: {why}")
+        pytest.skip(why)
+    with sync_playwright() as playwright:
+        chromium = playwright.chromium.launch(executable_path=executable,
+                                              args=["--no-sandbox"])
+        try:
+            yield chromium
+        finally:
+            chromium.close()
