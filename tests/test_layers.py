@@ -31,7 +31,7 @@ TIERS: tuple[tuple[int, frozenset[str]], ...] = (
     (0, frozenset({"errors", "_util", "_version"})),
     (0, frozenset({"rng"})),
     (1, frozenset({"core", "executors", "llm"})),
-    (2, frozenset({"resources", "trace", "pausable"})),
+    (2, frozenset({"resources", "trace", "pausable", "scenarios"})),
     (3, frozenset({"agents"})),
     (4, frozenset({"parallel"})),
     (5, frozenset({"backends", "societies"})),

@@ -21,6 +21,7 @@ catches ``ValueError`` or ``RuntimeError`` keeps working::
     │   ├── CapacityExceeded       more than a container can ever hold (also ValueError)
     │   └── ForeignRequest         releasing another resource's request (also ValueError)
     ├── ConfigError                a bad argument or setting (also ValueError)
+    │   └── ScenarioError          a scenario or intervention that does not fit its model
     ├── ThreadOwnershipError       a Sim driven from a second thread (also RuntimeError)
     ├── DeterminismError           two runs that must match did not
     ├── TraceError                 an unreadable or malformed trace (also ValueError)
@@ -68,6 +69,7 @@ __all__ = [
     "AlreadyTriggered",
     "CapacityExceeded",
     "ConfigError",
+    "ScenarioError",
     "DeadProcess",
     "DeterminismError",
     "EmptySchedule",
@@ -197,6 +199,13 @@ class ForeignRequest(ResourceError, ValueError):
 
 class ConfigError(SimError, ValueError):
     """A bad argument or setting: the message names the field, value and expectation."""
+
+
+class ScenarioError(ConfigError):
+    """A scenario, intervention or knob that does not fit its model, or a damaged artifact.
+
+    The message names the scenario, the intervention (by index) and the knob.
+    """
 
 
 class ThreadOwnershipError(SimError, RuntimeError):
