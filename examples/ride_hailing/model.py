@@ -62,9 +62,23 @@ KPIs (:meth:`Fleet.kpis`)
     (time queued for a charger) and ``charger_utilisation`` (busy fraction of
     all chargers).
 
+Knobs (:func:`knobs`, :data:`KNOBS` for the default three stations)
+    Parameters a scenario may change during a run (see ``docs/scenarios.md``):
+    ``demand`` (a multiplier on ``demand_rate``, from the next arrival on),
+    ``charge_rate`` (a multiplier on charging speed: 0.5 charges at half speed,
+    from the next charging session on), ``station_<k>`` (station *k* is up;
+    a vehicle that needs a charge goes to the nearest station that is up, or
+    waits at the nearest one until one is; vehicles charging when it goes down
+    finish), ``patience`` (of requests made from then on) and ``fleet_size``
+    (vehicles in service: a cut parks idle vehicles, and busy ones when they
+    next become idle; a rise brings parked vehicles back, then new ones with a
+    full battery at zone 0). Every change is recorded in the trace. Without a
+    scenario the model runs exactly as it would without knobs.
+
 Use :func:`build` to set the model up on a :class:`~simulacra.Sim` of your own
 (tracing, another run length, reuse by experiments), and :func:`run` to run it
-once and get the KPIs. Same seed, same KPIs and the same trace digest.
+once and get the KPIs. Same seed, same KPIs and the same trace digest; with a
+scenario, the same seed and scenario give the same KPIs and digest.
 """
 
 from __future__ import annotations
@@ -78,8 +92,10 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from simulacra import ConfigError, Event, FilterStore, ProcessGenerator, Resource, Sim
+from simulacra.scenarios import Knob, KnobBoard, Knobs, Scenario, apply_scenario, load_scenario
 
 __all__ = [
+    "KNOBS",
     "POLICIES",
     "Closest",
     "DispatchPolicy",
@@ -89,6 +105,7 @@ __all__ = [
     "Request",
     "Vehicle",
     "build",
+    "knobs",
     "run",
 ]
 
@@ -191,6 +208,31 @@ def _validate(params: Params) -> None:
 
 def _travel(params: Params, hops: int) -> float:
     return params.min_travel + params.hop_time * hops
+
+
+def _station_zones(params: Params) -> list[int]:
+    """The zone of each charging station, spread evenly around the ring."""
+    return [round(k * params.zones / params.stations) % params.zones
+            for k in range(params.stations)]
+
+
+def knobs(params: Params | None = None) -> Knobs:
+    """The knobs of a fleet with *params* (one ``station_<k>`` per station)."""
+    params = params or Params()
+    return Knobs(
+        Knob("demand", "float", 1.0, low=0.01, high=100.0,
+             doc="multiplier on the request rate demand_rate"),
+        Knob("charge_rate", "float", 1.0, low=0.01, high=100.0,
+             doc="multiplier on charging speed (0.5: a charge takes twice as long)"),
+        *(Knob(f"station_{k}", "bool", True,
+               doc=f"charging station {k} (in zone {zone}) is up")
+          for k, zone in enumerate(_station_zones(params))),
+        Knob("patience", "float", params.patience, low=0.01,
+             doc="how long a new request waits for a vehicle before abandoning",
+             unit="time units"),
+        Knob("fleet_size", "int", params.vehicles, low=1, high=10 * params.vehicles,
+             doc="vehicles in service", unit="vehicles"),
+    )
 
 
 # --------------------------------------------------------------------------- entities
@@ -325,8 +367,7 @@ class Fleet:
         self.idle: FilterStore[Vehicle] = FilterStore(sim)
         #: Vehicles idle in each zone or repositioning to it (what repositioning balances).
         self.supply = [0] * zones
-        self.station_zones = [round(k * zones / params.stations) % zones
-                              for k in range(params.stations)]
+        self.station_zones = _station_zones(params)
         self.stations = [Resource(sim, capacity=params.chargers) for _ in self.station_zones]
         #: Nearest station (its index) from each zone; the lowest index on ties.
         self.nearest_station = [self._nearest_station(zone) for zone in range(zones)]
@@ -344,6 +385,77 @@ class Fleet:
         #: Vehicle time spent on finished pickup-and-carry jobs.
         self.busy_time = 0.0
         self.started = sim.now
+        #: The knobs' current values (see the module docstring); changes are traced.
+        self.knobs = KnobBoard(knobs(params), sim)
+        #: Vehicles in service (not parked by a fleet_size cut).
+        self.in_service = 0
+        #: Parked vehicles, oldest parked first.
+        self.parked: deque[Vehicle] = deque()
+        self._station_up: Event[None] | None = None
+        self.knobs.watch("fleet_size", lambda old, new: self.resize(new))
+        for k in range(params.stations):
+            self.knobs.watch(f"station_{k}", self._station_changed)
+
+    # -- knobs -----------------------------------------------------------------
+
+    def station_is_up(self, k: int) -> bool:
+        """Whether station *k* is up (its ``station_<k>`` knob)."""
+        return bool(self.knobs[f"station_{k}"])
+
+    def charging_station(self, zone: int) -> int | None:
+        """The nearest station that is up (the lowest index on ties), or None if all are down."""
+        nearest = self.nearest_station[zone]
+        if self.station_is_up(nearest):
+            return nearest  # the common case, exactly as without knobs
+        up = [k for k in range(len(self.station_zones)) if self.station_is_up(k)]
+        if not up:
+            return None
+        from_zone = self.travel[zone]
+        return min(up, key=lambda k: from_zone[self.station_zones[k]])
+
+    def wait_for_a_station(self) -> Event[None]:
+        """An event that succeeds when some station comes back up."""
+        if self._station_up is None:
+            self._station_up = self.sim.event()
+        return self._station_up
+
+    def _station_changed(self, old: object, new: object) -> None:
+        if new and self._station_up is not None:
+            event, self._station_up = self._station_up, None
+            event.succeed()
+
+    def resize(self, size: int) -> None:
+        """Bring the vehicles in service to *size*: unpark, add, or park idle ones."""
+        while self.in_service < size and self.parked:
+            vehicle = self.parked.popleft()
+            self.in_service += 1
+            self.supply[vehicle.zone] += 1
+            vehicle.state = "idle"
+            self.sim.record("unpark", vehicle.name, None)
+            self.idle.put(vehicle)
+        while self.in_service < size:
+            vehicle = Vehicle(len(self.vehicles), 0, self.params.battery_range)
+            self.vehicles.append(vehicle)
+            self.supply[0] += 1
+            self.in_service += 1
+            self.sim.spawn(vehicle_process, self, vehicle, name=vehicle.name)
+        surplus = self.in_service - size
+        if surplus > 0:
+            # Park the vehicles idle longest ago first; busy ones park when next idle.
+            for vehicle in list(self.idle.items)[:surplus]:
+                self.sim.spawn(_park_idle, self, vehicle, name=f"park:{vehicle.name}")
+                self.in_service -= 1
+
+    def must_park(self) -> bool:
+        """Whether a vehicle about to become idle is one too many (a fleet_size cut)."""
+        return self.in_service > int(self.knobs["fleet_size"])
+
+    def park(self, vehicle: Vehicle) -> None:
+        """Take *vehicle* out of service; its job event waits until it is unparked."""
+        vehicle.state = "parked"
+        self.supply[vehicle.zone] -= 1
+        self.parked.append(vehicle)
+        self.sim.record("park", vehicle.name, None)
 
     def _nearest_station(self, zone: int) -> int:
         from_zone = self.travel[zone]
@@ -424,11 +536,16 @@ def vehicle_process(sim: Sim, fleet: Fleet, vehicle: Vehicle) -> ProcessGenerato
     reserve = params.recharge_below * params.battery_range
     name = vehicle.name
     while True:
-        # Idle: offer ourselves to the dispatcher and wait for a job.
+        # Idle: offer ourselves to the dispatcher and wait for a job (parked
+        # first, by a fleet_size cut, until the fleet grows again).
         vehicle.state = "idle"
         job: Event[Request] = sim.event()
         vehicle.job = job
-        yield fleet.idle.put(vehicle)
+        if fleet.must_park():
+            fleet.in_service -= 1
+            fleet.park(vehicle)
+        else:
+            yield fleet.idle.put(vehicle)
         request: Request = yield job
         vehicle.job = None
 
@@ -448,14 +565,21 @@ def vehicle_process(sim: Sim, fleet: Fleet, vehicle: Vehicle) -> ProcessGenerato
         sim.record("drop_off", name, request)
 
         if vehicle.battery < reserve:
-            station = fleet.nearest_station[vehicle.zone]
+            chosen = fleet.charging_station(vehicle.zone)
+            while chosen is None:  # every station is down: wait for one
+                vehicle.state = "waiting_for_station"
+                yield fleet.wait_for_a_station()
+                chosen = fleet.charging_station(vehicle.zone)
+            station = chosen
             vehicle.state = "to_charger"
             yield from fleet.drive(vehicle, fleet.station_zones[station])
             with fleet.stations[station].request() as charger:
                 yield charger
                 vehicle.state = "charging"
                 sim.record("charge", name, {"station": station, "battery": vehicle.battery})
-                yield sim.delay(params.charge_time * (1.0 - vehicle.battery / params.battery_range))
+                full = params.charge_time * (1.0 - vehicle.battery / params.battery_range)
+                rate = float(fleet.knobs["charge_rate"])
+                yield sim.delay(full if rate == 1.0 else full / rate)
                 vehicle.battery = params.battery_range
             fleet.charges += 1
             fleet.supply[vehicle.zone] += 1
@@ -472,7 +596,7 @@ def rider_process(sim: Sim, fleet: Fleet, request: Request) -> ProcessGenerator[
     """A request: wait for a vehicle to be assigned, or abandon after the patience window."""
     fleet.waiting.append(request)
     fleet.notify_dispatcher()
-    yield request.assigned | sim.delay(fleet.params.patience)
+    yield request.assigned | sim.delay(float(fleet.knobs["patience"]))
     # Decide by state, not by the condition's value: an assignment made at the
     # very instant patience ran out may not be processed yet, and it stands.
     if request.vehicle is None:
@@ -511,6 +635,12 @@ def dispatcher_process(sim: Sim, fleet: Fleet) -> ProcessGenerator[None]:
         request.assigned.succeed(vehicle)
 
 
+def _park_idle(sim: Sim, fleet: Fleet, vehicle: Vehicle) -> ProcessGenerator[None]:
+    """Take an idle *vehicle* out of the idle store and park it (a fleet_size cut)."""
+    yield fleet.idle.get(filter=_is(vehicle))
+    fleet.park(vehicle)
+
+
 def _is(chosen: Vehicle) -> Callable[[Vehicle], bool]:
     def is_chosen(vehicle: Vehicle) -> bool:
         return vehicle is chosen
@@ -523,7 +653,9 @@ def demand_process(sim: Sim, fleet: Fleet) -> ProcessGenerator[None]:
     params = fleet.params
     rng = sim.rng("demand")
     while True:
-        gap = rng.expovariate(params.demand_rate)
+        multiplier = float(fleet.knobs["demand"])
+        gap = rng.expovariate(params.demand_rate if multiplier == 1.0
+                              else params.demand_rate * multiplier)
         if sim.now + gap >= params.horizon:
             return
         yield sim.delay(gap)
@@ -536,17 +668,21 @@ def demand_process(sim: Sim, fleet: Fleet) -> ProcessGenerator[None]:
 # --------------------------------------------------------------------------- entry points
 
 
-def build(sim: Sim, **params: Any) -> Fleet:
+def build(sim: Sim, scenario: Scenario | dict[str, Any] | str | None = None,
+          **params: Any) -> Fleet:
     """Set the model up on *sim* and return its state; run it with ``sim.run(until=...)``.
 
     Args:
         sim: The simulation to build on. Its seed drives every random draw:
             streams ``"fleet"`` (initial batteries), ``"demand"`` and
             ``"dispatch"`` (power_of_d sampling).
+        scenario: Interventions on the knobs (a Scenario, its JSON data, or
+            the path of its artifact), applied in virtual time; None: none.
         **params: Fields of :class:`Params`; the rest keep their defaults.
 
     Raises:
-        ConfigError: an unknown or invalid parameter.
+        ConfigError: an unknown or invalid parameter, or a scenario that does
+            not fit the knobs (ScenarioError, a ConfigError).
     """
     known = {field.name for field in dataclasses.fields(Params)}
     unknown = sorted(set(params) - known)
@@ -563,20 +699,31 @@ def build(sim: Sim, **params: Any) -> Fleet:
         vehicle = Vehicle(index, zone, batteries.uniform(low, config.battery_range))
         fleet.vehicles.append(vehicle)
         fleet.supply[zone] += 1
+        fleet.in_service += 1
         sim.spawn(vehicle_process, fleet, vehicle, name=vehicle.name)
     sim.spawn(dispatcher_process, fleet, name="dispatcher")
     sim.spawn(demand_process, fleet, name="demand")
+    apply_scenario(sim, fleet.knobs, _scenario(scenario), end=config.horizon)
     return fleet
+
+
+def _scenario(scenario: Scenario | dict[str, Any] | str | None) -> Scenario | None:
+    """A scenario given as itself, as its JSON data (a study's config) or as a file path."""
+    if scenario is None or isinstance(scenario, Scenario):
+        return scenario
+    return load_scenario(scenario)
 
 
 def run(seed: int = 7, *, vehicles: int = 40, zones: int = 12, demand_rate: float = 3.0,
         horizon: float = 600.0, policy: str = "closest", d: int = 2, patience: float = 8.0,
         min_travel: float = 1.0, hop_time: float = 1.0, stations: int = 3, chargers: int = 3,
         battery_range: float = 120.0, recharge_below: float = 0.25,
-        charge_time: float = 30.0) -> dict[str, float | int]:
+        charge_time: float = 30.0,
+        scenario: Scenario | dict[str, Any] | str | None = None) -> dict[str, float | int]:
     """Run the fleet once until *horizon* and return its KPIs.
 
-    The parameters are those of :class:`Params` (keyword-only); *seed* seeds the Sim.
+    The parameters are those of :class:`Params` (keyword-only); *seed* seeds the
+    Sim; *scenario* changes knobs during the run (see :func:`build`).
 
     Raises:
         ConfigError: a parameter is invalid (the message names it).
@@ -586,6 +733,11 @@ def run(seed: int = 7, *, vehicles: int = 40, zones: int = 12, demand_rate: floa
                   horizon=horizon, policy=policy, d=d, patience=patience,
                   min_travel=min_travel, hop_time=hop_time, stations=stations,
                   chargers=chargers, battery_range=battery_range,
-                  recharge_below=recharge_below, charge_time=charge_time)
+                  recharge_below=recharge_below, charge_time=charge_time, scenario=scenario)
     sim.run(until=fleet.params.horizon)
     return fleet.kpis()
+
+
+#: The knobs of the default fleet (three stations): what ``simulacra scenarios``
+#: targets (``examples/ride_hailing/model.py:KNOBS``).
+KNOBS = knobs()
