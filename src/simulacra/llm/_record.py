@@ -5,15 +5,43 @@ canonical request plus its call site. A run replayed from the store is exact
 (the same completions, whatever the order the calls are made in) and makes no
 model calls; in strict mode a call the store does not hold fails with
 :class:`~simulacra.errors.ReplayMiss`, naming the call site.
+
+The file (format ``simulacra.llm.recordings.v2``) keeps every text once: each
+distinct chat message and each distinct completion is a row of ``blobs``,
+keyed by the SHA-256 of its canonical JSON and deflated (``zlib``, with a
+preset dictionary of the JSON the store holds) when that makes it smaller. A
+call row of ``completions`` holds the raw 32-byte request key, the call site,
+the id of its completion's blob and the request, as the ids of the blobs of
+its settings (all but the messages) and of its messages. A society run's
+requests share their settings and their system prompt (and equal replies are
+one blob), so a call costs a fraction of its JSON (about 0.8 KB a scripted call of the social demo,
+against 4.6 KB in v1; ``bench/recording_size.py``).
+
+A file of the earlier layout (``simulacra.llm.recordings.v1``) is upgraded in
+place when it is opened for writing (one transaction, then ``VACUUM``); opened
+read-only, it is read through an upgraded copy in memory and left as it is. An
+older simulacra refuses a v2 file with a :class:`~simulacra.errors.RecordingError`
+naming the format.
+
+Writes are durable when :meth:`RecordingStore.put` returns, as in v1: the
+call is committed (WAL, ``synchronous=NORMAL``: it survives the process dying,
+not a power cut). Writers that arrive while another commit is under way wait,
+and the first of them commits them all in one transaction (a group commit),
+with a few multi-row statements; a text the store has seen lately costs no
+statement and no compression.
 """
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
+import hashlib
 import json
 import os
 import sqlite3
 import threading
-from collections.abc import Iterator
+import zlib
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -28,29 +56,42 @@ from simulacra.errors import (
     ReplayMiss,
 )
 
-from ._types import CallSite, Completion, CompletionRequest, LanguageModel
+from ._types import (
+    CallSite,
+    ChatMessage,
+    Completion,
+    CompletionRequest,
+    LanguageModel,
+    canonical_json,
+)
 
 __all__ = ["STORE_FORMAT", "RecordingModel", "RecordingStore", "ReplayModel"]
 
-STORE_FORMAT = "simulacra.llm.recordings.v1"
-"""The format tag written into every store; another tag is refused."""
+STORE_FORMAT = "simulacra.llm.recordings.v2"
+"""The format tag written into every store; v1 files are upgraded, other tags refused."""
+
+_FORMAT_V1 = "simulacra.llm.recordings.v1"
 
 _NO_AGENT, _NO_N = "", -1  # the row of a call made without a call site
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS blobs (
+    id INTEGER PRIMARY KEY,
+    sha256 BLOB NOT NULL UNIQUE,
+    codec INTEGER NOT NULL,
+    data BLOB NOT NULL
+);
 CREATE TABLE IF NOT EXISTS completions (
-    request_key TEXT NOT NULL,
+    request_key BLOB NOT NULL,
     agent TEXT NOT NULL,
     n INTEGER NOT NULL,
-    completion TEXT NOT NULL,
+    completion INTEGER NOT NULL,
+    request TEXT,
     PRIMARY KEY (request_key, agent, n)
 ) WITHOUT ROWID;
-CREATE INDEX IF NOT EXISTS completions_by_site ON completions (agent, n);
-CREATE TABLE IF NOT EXISTS requests (request_key TEXT PRIMARY KEY, request TEXT NOT NULL)
-    WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS failures (
-    request_key TEXT NOT NULL,
+    request_key BLOB NOT NULL,
     agent TEXT NOT NULL,
     n INTEGER NOT NULL,
     error TEXT NOT NULL,
@@ -58,6 +99,33 @@ CREATE TABLE IF NOT EXISTS failures (
     PRIMARY KEY (request_key, agent, n)
 ) WITHOUT ROWID;
 """
+
+#: How a blob (or a request's body) is stored: as it is, or raw deflate with _ZDICT.
+_RAW, _DEFLATE = 0, 1
+#: Shorter texts are stored as they are (deflate would not pay for its header).
+_MIN_DEFLATE = 24
+#: The preset dictionary of codec 1: the JSON a store holds (field names, the
+#: request scheme, the social prompt convention, scripted replies), most common
+#: last. FROZEN: files depend on these exact bytes; another dictionary is
+#: another codec.
+_ZDICT = "".join((
+    '{"arguments_json":"{}","id":"call_","name":""}',
+    '{"description":"","name":"","parameters":{"properties":{},"required":[],"type":"object"}}',
+    '{"content":"","name":"","role":"tool"}{"content":"","role":"assistant"}',
+    '"metadata":{"created":,"id":"chatcmpl-","object":"chat.completion",'
+    '"system_fingerprint":"fp_","usage":{"completion_tokens":,"prompt_tokens":,'
+    '"total_tokens":}}',
+    '{"max_tokens":null,"messages":[],"model":"","response_schema":null,'
+    '"scheme":"simulacra.llm.request.v1","seed":null,"temperature":0.0,"tools":[]}',
+    '{"content":"You are a helpful assistant.","role":"system"}',
+    r'{"content":"You are @. Persona: . Interests: .\nAGENTS: @\nFEED:\n#1 @ (reply to #): '
+    r'\nMENTIONS: none\nTASK: choose one action. Reply with JSON: {\"action\": \"post\"|'
+    r'\"reply\"|\"like\"|\"follow\"|\"idle\", \"text\": str, \"target\": int|null}",'
+    '"role":"user"}',
+    '{"completion_tokens":0,"finish_reason":"stop","metadata":{"provider":"scripted",'
+    '"rule":"social"},"model":"scripted","prompt_tokens":0,"text":"',
+    r'{\"action\": \"reply\", \"text\": \"\", \"target\": null}","tool_calls":[]}',
+)).encode("utf-8")
 
 #: The provider errors a failed call is replayed as, by the name the store keeps.
 _REPLAYED_ERRORS: dict[str, type[ProviderError]] = {
@@ -85,32 +153,296 @@ def _site_of(agent: str, n: int) -> CallSite | None:
     return None if n == _NO_N else CallSite(agent, n)
 
 
-def _check_key(key: object) -> str:
-    if not isinstance(key, str) or not key:
-        raise ConfigError(f"request key must be a non-empty str, got {key!r}")
-    return key
+_HEX = frozenset("0123456789abcdef")
+
+
+def _key_bytes(key: object) -> bytes:
+    """The raw SHA-256 digest a request key (``request.key()``, 64 hex digits) spells."""
+    if not (isinstance(key, str) and len(key) == 64 and _HEX.issuperset(key)):
+        raise ConfigError("request key must be a request's key (request.key(): 64 lowercase hex "
+                          f"digits of SHA-256), got {key!r}")
+    return bytes.fromhex(key)
+
+
+#: Deflaters with _ZDICT set, by window bits, that _pack copies (setting a
+#: dictionary, and clearing a fresh deflater's tables, cost more than deflating
+#: a short text). A small window and hash for short texts, the largest for long ones.
+_PRIMED: dict[int, Any] = {}
+_SHORT = 4096 - len(_ZDICT)  # the longest text the small window holds with the dictionary
+
+
+def _deflater(size: int) -> Any:
+    bits = 12 if size <= _SHORT else 15
+    primed = _PRIMED.get(bits)
+    if primed is None:
+        primed = _PRIMED[bits] = zlib.compressobj(6, zlib.DEFLATED, -bits, 4 if bits == 12 else 8,
+                                                  zlib.Z_DEFAULT_STRATEGY, _ZDICT)
+    return primed.copy()
+
+
+def _pack(data: bytes) -> tuple[int, bytes]:
+    """``(codec, stored bytes)`` for *data*: deflated when that is shorter."""
+    if len(data) >= _MIN_DEFLATE:
+        deflate = _deflater(len(data))
+        packed = deflate.compress(data) + deflate.flush()
+        if len(packed) < len(data):
+            return _DEFLATE, packed
+    return _RAW, data
+
+
+def _unpack(codec: object, data: object) -> bytes:
+    """The bytes :func:`_pack` was given; ValueError if *data* is not what *codec* says."""
+    if not isinstance(data, bytes):
+        raise ValueError(f"stored value is {type(data).__name__}, not bytes")
+    if codec == _RAW:
+        return data
+    if codec == _DEFLATE:
+        inflate = zlib.decompressobj(-15, _ZDICT)
+        try:
+            out = inflate.decompress(data) + inflate.flush()
+        except zlib.error as exc:
+            raise ValueError(f"cannot inflate: {exc}") from None
+        if not inflate.eof or inflate.unused_data:
+            raise ValueError("deflate stream truncated or followed by junk")
+        return out
+    raise ValueError(f"unknown codec {codec!r}")
+
+
+def _encode(value: Any) -> bytes:
+    return canonical_json(value).encode("utf-8")
+
+
+class _Blob:
+    """A text to store once: its SHA-256, its bytes, and (once packed) its stored form."""
+
+    __slots__ = ("data", "digest", "packed")
+
+    def __init__(self, data: bytes) -> None:
+        self.data = data
+        self.digest = hashlib.sha256(data).digest()
+        self.packed: tuple[int, bytes] | None = None
+
+    def pack(self) -> tuple[int, bytes]:
+        if self.packed is None:
+            self.packed = _pack(self.data)
+        return self.packed
+
+
+def _request_blobs(request: Mapping[str, Any]) -> list[_Blob]:
+    """A request (``to_dict()``) as blobs: its settings (all but the messages), its messages."""
+    settings = {k: v for k, v in request.items() if k != "messages"}
+    return [_Blob(_encode(settings)), *(_Blob(_encode(m)) for m in request.get("messages", ()))]
+
+
+#: The fields of a request that its settings blob holds (all but the messages).
+_SETTINGS = tuple(f.name for f in dataclasses.fields(CompletionRequest)
+                  if f.compare and f.name != "messages")
+
+#: Rows an upgrade from v1 reads and writes at a time, and the blob ids it remembers.
+_MIGRATION_BATCH, _MIGRATION_KNOWN = 512, 100_000
+
+#: A write of the queue: ``("call", key, agent, n, completion blob, request blobs or None)``
+#: or ``("failure", key, agent, n, (error type name, message))``.
+_Row = tuple[Any, ...]
+
+#: Rows per INSERT: a group's rows go in a few statements of these sizes (a
+#: statement releases the GIL and takes it back; a thread that waits for it
+#: back pays a switch), and the few sizes keep the statement cache warm.
+_CHUNKS = (64, 16, 4, 1)
+_SQL: dict[tuple[str, int], str] = {}
+
+
+def _insert(db: sqlite3.Connection, sql: str, width: int, rows: list[tuple[Any, ...]],
+            tail: str = "") -> int:
+    """``sql VALUES (?, ...), ... tail`` for *rows*, a few statements; the rows inserted."""
+    done, inserted = 0, 0
+    for size in _CHUNKS:
+        while len(rows) - done >= size:
+            text = _SQL.get((sql, size))
+            if text is None:
+                one = "(" + ", ".join("?" * width) + ")"
+                text = _SQL[(sql, size)] = f"{sql} VALUES {', '.join([one] * size)}{tail}"
+            cursor = db.execute(text, [v for row in rows[done:done + size] for v in row])
+            inserted += max(cursor.rowcount, 0)
+            done += size
+    return inserted
+
+
+def _write_rows(db: sqlite3.Connection, rows: list[_Row], known: dict[bytes, int]) -> dict[bytes,
+                                                                                          int]:
+    """Write *rows* (inside the caller's transaction); return the new blobs' ids by digest.
+
+    *known* maps the digests of blobs the store holds to their ids; the blobs
+    not in it are inserted with ids after the largest (or, when the store has
+    them already, looked up).
+    """
+    new: dict[bytes, _Blob] = {}
+    for row in rows:
+        if row[0] == "call":
+            for blob in (row[4], *(row[5] or ())):
+                if blob.digest not in known:
+                    new.setdefault(blob.digest, blob)
+    ids: dict[bytes, int] = {}
+    if new:
+        top = db.execute("SELECT MAX(id) FROM blobs").fetchone()[0]
+        first = 1 + (int(top) if top is not None else 0)
+        ids = {digest: first + i for i, digest in enumerate(new)}
+        stored = _insert(db, "INSERT OR IGNORE INTO blobs (id, sha256, codec, data)", 4,
+                         [(ids[d], d, *b.pack()) for d, b in new.items()])
+        if stored != len(new):  # some were there already (another session wrote them)
+            digests = list(new)
+            for i in range(0, len(digests), 500):
+                part = digests[i:i + 500]
+                ids.update((bytes(d), int(b)) for d, b in db.execute(
+                    f"SELECT sha256, id FROM blobs WHERE sha256 IN ({', '.join('?' * len(part))})",  # noqa: S608
+                    part))
+
+    def blob_id(blob: _Blob) -> int:
+        found = known.get(blob.digest)
+        return ids[blob.digest] if found is None else found
+
+    calls, failures = [], []
+    for row in rows:
+        if row[0] == "call":
+            _, key, agent, n, completion, request = row
+            refs = None if request is None else " ".join(str(blob_id(b)) for b in request)
+            calls.append((key, agent, n, blob_id(completion), refs))
+        else:
+            failures.append((*row[1:4], *row[4]))
+    _insert(db, "INSERT INTO completions (request_key, agent, n, completion, request)", 5,
+            calls, " ON CONFLICT (request_key, agent, n) DO UPDATE SET completion = "
+            "excluded.completion, request = COALESCE(excluded.request, request)")
+    _insert(db, "INSERT OR REPLACE INTO failures (request_key, agent, n, error, message)", 5,
+            failures)
+    return ids
+
+
+def _create_schema(db: sqlite3.Connection) -> None:
+    """Create the tables (statement by statement: ``executescript`` would commit first)."""
+    for statement in _SCHEMA.split(";"):
+        if statement.strip():
+            db.execute(statement)
+
+
+def _tables(db: sqlite3.Connection) -> set[str]:
+    return {str(r[0]) for r in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+
+
+def _format_of(db: sqlite3.Connection) -> str | None:
+    """The format tag of the store *db* holds; None if it has no ``meta`` table."""
+    if "meta" not in _tables(db):
+        return None
+    row = db.execute("SELECT value FROM meta WHERE key = 'format'").fetchone()
+    return "" if row is None else str(row[0])
+
+
+def _copy_v1(source: sqlite3.Connection, target: sqlite3.Connection, path: str,
+             prefix: str = "") -> None:
+    """Write the v1 tables of *source* (named ``prefix + name``) into the v2 tables of *target*.
+
+    Streamed, a batch of rows at a time; inside the caller's transaction.
+    """
+    def key_of(text: object) -> bytes:
+        try:
+            return _key_bytes(text)
+        except ConfigError:
+            raise RecordingError(
+                f"{path}: a v1 recording store with request key {text!r}, which is not a "
+                "request's SHA-256 key; it cannot be upgraded to "
+                f"{STORE_FORMAT!r}") from None
+
+    known: dict[bytes, int] = {}
+
+    def write(rows: list[_Row]) -> None:
+        if len(known) > _MIGRATION_KNOWN:
+            known.clear()  # a blob not known is looked up when its insert is ignored
+        known.update(_write_rows(target, rows, known))
+
+    # The table names are fixed ('' or 'v1_' before the v1 names): no input reaches the SQL.
+    tables = _tables(source)
+    request = "NULL"
+    if f"{prefix}requests" in tables:
+        request = f"(SELECT request FROM {prefix}requests AS r WHERE r.request_key = c.request_key)"  # noqa: S608
+    cursor = source.execute(
+        f"SELECT request_key, agent, n, completion, {request} FROM {prefix}completions AS c "  # noqa: S608
+        "ORDER BY agent, n, request_key")
+    while batch := cursor.fetchmany(_MIGRATION_BATCH):
+        write([("call", key_of(key), str(agent), int(n), _Blob(str(text).encode("utf-8")),
+                None if query is None else _request_blobs(json.loads(str(query))))
+               for key, agent, n, text, query in batch])
+    if f"{prefix}failures" in tables:
+        cursor = source.execute(
+            f"SELECT request_key, agent, n, error, message FROM {prefix}failures "  # noqa: S608
+            "ORDER BY agent, n, request_key")
+        while batch := cursor.fetchmany(_MIGRATION_BATCH):
+            write([("failure", key_of(key), str(agent), int(n), (str(error), str(message)))
+                   for key, agent, n, error, message in batch])
+
+
+def _refuse(path: str, found: str | None) -> RecordingError:
+    if found and found.startswith("simulacra.llm.recordings."):
+        return RecordingError(
+            f"{path} holds format {found!r}, written by another version of simulacra; this one "
+            f"reads {_FORMAT_V1!r} and {STORE_FORMAT!r}: open it with the simulacra that wrote "
+            "it (or a newer one)")
+    return RecordingError(f"{path} holds format {found!r}, expected {STORE_FORMAT!r}: it is not "
+                          "a simulacra recording store")
+
+
+class _Write:
+    """One write waiting for its group commit: what to write, and how it went.
+
+    ``wake`` is held from the start; it is released when the write is done, or
+    when its thread is to commit the next group.
+    """
+
+    __slots__ = ("args", "done", "error", "wake")
+
+    def __init__(self, args: tuple[Any, ...]) -> None:
+        self.args = args
+        self.done = False
+        self.error: BaseException | None = None
+        self.wake = threading.Lock()
+        self.wake.acquire()
 
 
 class RecordingStore:
     """A SQLite file of completions keyed by ``(request key, agent, n)``.
 
-    Thread-safe: one connection behind a lock, in WAL mode. ``len(store)`` is
-    the number of completions; iteration yields ``(request_key, site)`` in
-    sorted order. Use it as a context manager, or call :meth:`close`.
+    Thread-safe: one connection behind a lock, in WAL mode; a write is
+    committed when :meth:`put` returns, and writers that wait meanwhile share
+    the next commit (see the module docstring). ``len(store)`` is the number
+    of completions; iteration yields ``(request_key, site)`` in sorted order.
+    Use it as a context manager, or call :meth:`close`.
+
+    Attributes:
+        opened_format: The format the file held when it was opened:
+            ``simulacra.llm.recordings.v1`` for a file read or upgraded from v1,
+            else :data:`STORE_FORMAT`.
 
     Args:
         path: The database file (created with its directory if missing), or
-            ``":memory:"``.
+            ``":memory:"``. A file of format ``simulacra.llm.recordings.v1``
+            is upgraded to the current format (read-only: read through an
+            upgraded copy in memory).
         readonly: Open an existing file for reading only.
 
     Raises:
-        RecordingError: The file is not a store of this format.
+        RecordingError: The file is not a store of this format (or of v1).
     """
 
     def __init__(self, path: str | os.PathLike[str], *, readonly: bool = False) -> None:
         self.path = str(path)
         self.readonly = readonly
-        self._lock = threading.Lock()
+        #: The format the file held when it was opened (v1 for an upgraded file).
+        self.opened_format = STORE_FORMAT
+        self._lock = threading.Lock()  # the connection
+        # The group commit: the writes waiting, and the one whose thread commits next.
+        self._state = threading.Condition(threading.Lock())
+        self._queue: list[_Write] = []
+        self._leader: _Write | None = None
+        self._leading = False  # a thread is committing, or has been told to
+        self._closed = False
         if readonly:
             if not Path(self.path).exists():
                 raise RecordingError(f"recording store {self.path} does not exist")
@@ -120,7 +452,8 @@ class RecordingStore:
                 Path(self.path).parent.mkdir(parents=True, exist_ok=True)
             target, uri = self.path, False
         try:
-            self._db = sqlite3.connect(target, uri=uri, check_same_thread=False)
+            self._db = sqlite3.connect(target, uri=uri, check_same_thread=False,
+                                       isolation_level=None)
         except sqlite3.DatabaseError as exc:
             raise RecordingError(f"{self.path} is not a recording store: {exc}") from exc
         try:
@@ -128,25 +461,79 @@ class RecordingStore:
         except BaseException:
             self._db.close()  # a store that failed to open keeps no connection
             raise
-        self._closed = False
+        #: Ids of blobs the store holds, by digest (a bounded cache: a text seen
+        #: before costs no statement and no compression).
+        self._known: dict[bytes, int] = {}
+        #: Blobs of request settings and messages seen lately (see _request_blobs).
+        self._settings: dict[tuple[Any, ...], _Blob] = {}
+        self._messages: dict[ChatMessage, _Blob] = {}
 
     def _open(self) -> None:
         """Set up (or, read-only, only check) the schema of a fresh connection."""
+        db = self._db
         try:
-            if not self.readonly:
-                self._db.execute("PRAGMA journal_mode=WAL")
-                self._db.execute("PRAGMA synchronous=NORMAL")
-                self._db.executescript(_SCHEMA)
-                self._db.execute(
-                    "INSERT OR IGNORE INTO meta (key, value) VALUES ('format', ?)", (STORE_FORMAT,)
-                )
-                self._db.commit()
-            row = self._db.execute("SELECT value FROM meta WHERE key = 'format'").fetchone()
+            if self.readonly:
+                found = _format_of(db)
+                if found == _FORMAT_V1:
+                    try:
+                        self._db = self._upgraded_copy()
+                    finally:
+                        db.close()  # the file itself is read no more
+                    self.opened_format = _FORMAT_V1
+                elif found != STORE_FORMAT:
+                    raise _refuse(self.path, found)
+                return
+            db.execute("PRAGMA journal_mode=WAL")
+            db.execute("PRAGMA synchronous=NORMAL")
+            db.execute("BEGIN IMMEDIATE")
+            try:
+                found = _format_of(db)
+                if found == _FORMAT_V1:
+                    self._upgrade_in_place()
+                elif found is None:
+                    _create_schema(db)
+                    db.execute("INSERT INTO meta (key, value) VALUES ('format', ?)",
+                               (STORE_FORMAT,))
+                elif found != STORE_FORMAT:
+                    raise _refuse(self.path, found)
+                db.execute("COMMIT")
+            except BaseException:
+                if db.in_transaction:
+                    db.execute("ROLLBACK")
+                raise
+            if found == _FORMAT_V1:
+                self.opened_format = _FORMAT_V1
+                with contextlib.suppress(sqlite3.OperationalError):  # another holds it: later
+                    db.execute("VACUUM")  # give back the space the v1 tables held
         except sqlite3.DatabaseError as exc:
             raise RecordingError(f"{self.path} is not a recording store: {exc}") from exc
-        if row is None or row[0] != STORE_FORMAT:
-            found = None if row is None else row[0]
-            raise RecordingError(f"{self.path} holds format {found!r}, expected {STORE_FORMAT!r}")
+
+    def _upgrade_in_place(self) -> None:
+        """Rewrite the v1 tables of the file as v2 ones (inside the caller's transaction)."""
+        db = self._db
+        old = _tables(db) & {"completions", "requests", "failures"}
+        db.execute("DROP INDEX IF EXISTS completions_by_site")
+        for name in sorted(old):
+            db.execute(f"ALTER TABLE {name} RENAME TO v1_{name}")
+        _create_schema(db)
+        _copy_v1(db, db, self.path, prefix="v1_")
+        for name in sorted(old):
+            db.execute(f"DROP TABLE v1_{name}")
+        db.execute("UPDATE meta SET value = ? WHERE key = 'format'", (STORE_FORMAT,))
+
+    def _upgraded_copy(self) -> sqlite3.Connection:
+        """A v2 store in memory holding what the (read-only) v1 file holds."""
+        copy = sqlite3.connect(":memory:", check_same_thread=False, isolation_level=None)
+        try:
+            copy.execute("BEGIN")
+            _create_schema(copy)
+            copy.execute("INSERT INTO meta (key, value) VALUES ('format', ?)", (STORE_FORMAT,))
+            _copy_v1(self._db, copy, self.path)
+            copy.execute("COMMIT")
+        except BaseException:
+            copy.close()
+            raise
+        return copy
 
     def __repr__(self) -> str:
         return f"RecordingStore({self.path!r})"
@@ -156,6 +543,90 @@ class RecordingStore:
             if self._closed:
                 raise RecordingError(f"recording store {self.path} is closed")
             return self._db.execute(sql, args).fetchall()
+
+    # -- writing -------------------------------------------------------------------
+
+    def _submit(self, args: tuple[Any, ...]) -> None:
+        """Write *args*; return once it is committed (with the writes queued beside it).
+
+        The first writer to find nobody committing commits the queue; the
+        writers that queue up meanwhile wait, each on its own lock, and the
+        first of them commits them all next.
+        """
+        write = _Write(args)
+        with self._state:
+            if self._closed:
+                raise RecordingError(f"recording store {self.path} is closed")
+            self._queue.append(write)
+            lead = not self._leading
+            if lead:
+                self._leading, self._leader = True, write
+        try:
+            if not lead:
+                write.wake.acquire()  # done, or told to commit the next group
+                lead = not write.done
+            if lead:
+                self._lead()
+        except BaseException:
+            self._abandon(write)
+            raise
+        if write.error is not None:
+            raise RecordingError(f"recording store {self.path}: the write failed and was "
+                                 f"rolled back: {write.error}") from write.error
+
+    def _lead(self) -> None:
+        """Commit the queue as one group, then hand over to the first writer queued since."""
+        with self._state:
+            group, self._queue, self._leader = self._queue, [], None
+        error: BaseException | None = None
+        try:
+            self._commit(group)
+        except BaseException as exc:  # every writer of the group raises it, as RecordingError
+            error = exc
+        with self._state:
+            for each in group:
+                each.done, each.error = True, error
+            self._hand_over()
+        for each in group:
+            each.wake.release()
+        if error is not None and not isinstance(error, Exception):
+            raise error  # KeyboardInterrupt and the like: this thread's own, too
+
+    def _hand_over(self) -> None:
+        """Tell the first writer queued to commit next, or mark the store idle (lock held)."""
+        if self._queue:
+            self._leader = self._queue[0]
+            self._leader.wake.release()
+        else:
+            self._leading, self._leader = False, None
+            self._state.notify_all()  # close() waits for this
+
+    def _abandon(self, write: _Write) -> None:
+        """The thread of *write* stops waiting (an interrupt): drop it, pass on its turn."""
+        with self._state:
+            if any(each is write for each in self._queue):
+                self._queue.remove(write)
+            if self._leader is write:
+                self._hand_over()
+
+    _KNOWN = 8192  # blob ids the store remembers
+    _CACHED = 256  # request settings and messages it remembers
+
+    def _commit(self, group: list[_Write]) -> None:
+        """Write *group* in one transaction."""
+        with self._lock:
+            db = self._db
+            db.execute("BEGIN IMMEDIATE")
+            try:
+                ids = _write_rows(db, [write.args for write in group], self._known)
+                db.execute("COMMIT")
+            except BaseException:
+                if db.in_transaction:
+                    db.execute("ROLLBACK")
+                raise
+            if len(self._known) + len(ids) > self._KNOWN:
+                self._known.clear()
+            self._known.update(ids)
 
     def put(
         self,
@@ -167,36 +638,65 @@ class RecordingStore:
     ) -> None:
         """Store *completion* under ``(key, site)``, replacing what was there.
 
+        Committed when it returns.
+
         Args:
             key: The request key (``request.key()``).
             site: The call site, or ``None``.
             completion: The completion to store.
-            request: The request itself, kept once per key for inspection.
+            request: The request itself, kept once per key for inspection
+                (its messages once per store).
+
+        Raises:
+            RecordingError: The store is read-only or closed, or the write failed.
         """
         if self.readonly:
             raise RecordingError(f"recording store {self.path} is open read-only")
-        _check_key(key)
+        raw = _key_bytes(key)
         agent, n = _site_columns(site)
         if not isinstance(completion, Completion):
             raise ConfigError(
                 f"completion must be a Completion, got {type(completion).__name__} {completion!r}"
             )
-        text = completion.to_json()
-        request_text = None if request is None else request.canonical().decode("utf-8")
-        with self._lock:
-            if self._closed:
-                raise RecordingError(f"recording store {self.path} is closed")
-            with self._db:
-                self._db.execute(
-                    "INSERT OR REPLACE INTO completions (request_key, agent, n, completion) "
-                    "VALUES (?, ?, ?, ?)",
-                    (key, agent, n, text),
-                )
-                if request_text is not None:
-                    self._db.execute(
-                        "INSERT OR IGNORE INTO requests (request_key, request) VALUES (?, ?)",
-                        (key, request_text),
-                    )
+        if request is not None and not isinstance(request, CompletionRequest):
+            raise ConfigError(f"request must be a CompletionRequest or None, "
+                              f"got {type(request).__name__}")
+        blobs = [_Blob(completion.to_json().encode("utf-8"))]
+        if request is not None:
+            blobs.extend(self._request_blobs(request))
+        known = self._known
+        for blob in blobs:  # compressed here, outside the lock (zlib lets other threads run)
+            if blob.digest not in known:
+                blob.pack()
+        self._submit(("call", raw, agent, n, blobs[0], blobs[1:] if request is not None else None))
+
+    def _request_blobs(self, request: CompletionRequest) -> list[_Blob]:
+        """The blobs of *request*: its settings, then its messages.
+
+        Settings and messages seen lately come from two small caches: a run's
+        requests share their settings and system prompt, and encoding and
+        hashing those again is much of the cost of recording a request.
+        """
+        setting = tuple((float, repr(v)) if isinstance(v, float) else v  # -0.0 is not 0.0
+                        for v in (getattr(request, name) for name in _SETTINGS))
+        settings = self._settings.get(setting)
+        if settings is None:
+            data = request.to_dict()
+            del data["messages"]
+            settings = _Blob(_encode(data))
+            if len(self._settings) >= self._CACHED:
+                self._settings.clear()
+            self._settings[setting] = settings
+        blobs = [settings]
+        for message in request.messages:
+            blob = self._messages.get(message)
+            if blob is None:
+                blob = _Blob(_encode(message.to_dict()))
+                if len(self._messages) >= self._CACHED:
+                    self._messages.clear()
+                self._messages[message] = blob
+            blobs.append(blob)
+        return blobs
 
     def put_failure(self, key: str, site: CallSite | None, error: BaseException) -> None:
         """Store that the call ``(key, site)`` failed with *error* (its type name and message).
@@ -206,74 +706,85 @@ class RecordingStore:
         """
         if self.readonly:
             raise RecordingError(f"recording store {self.path} is open read-only")
-        _check_key(key)
+        raw = _key_bytes(key)
         agent, n = _site_columns(site)
-        with self._lock:
-            if self._closed:
-                raise RecordingError(f"recording store {self.path} is closed")
-            with self._db:
-                self._db.execute(
-                    "INSERT OR REPLACE INTO failures (request_key, agent, n, error, message) "
-                    "VALUES (?, ?, ?, ?, ?)",
-                    (key, agent, n, type(error).__name__, str(error)),
-                )
+        self._submit(("failure", raw, agent, n, (type(error).__name__, str(error))))
+
+    # -- reading -------------------------------------------------------------------
 
     def get_failure(self, key: str, site: CallSite | None) -> tuple[str, str] | None:
         """The ``(error type name, message)`` recorded for ``(key, site)``, or ``None``."""
         agent, n = _site_columns(site)
-        try:
-            rows = self._execute(
-                "SELECT error, message FROM failures WHERE request_key = ? AND agent = ? "
-                "AND n = ?", (_check_key(key), agent, n))
-        except sqlite3.OperationalError:  # a read-only store from before failures were kept
-            return None
+        rows = self._execute(
+            "SELECT error, message FROM failures WHERE request_key = ? AND agent = ? AND n = ?",
+            (_key_bytes(key), agent, n))
         return (str(rows[0][0]), str(rows[0][1])) if rows else None
 
     def calls_per_agent(self) -> dict[str, int]:
         """How many distinct calls (completions or failures) are recorded per agent."""
-        sql = ("SELECT agent, COUNT(DISTINCT n) FROM (SELECT agent, n FROM completions "
-               "UNION SELECT agent, n FROM failures) WHERE n >= 0 GROUP BY agent")
-        try:
-            rows = self._execute(sql)
-        except sqlite3.OperationalError:
-            rows = self._execute("SELECT agent, COUNT(DISTINCT n) FROM completions WHERE n >= 0 "
-                                 "GROUP BY agent")
+        rows = self._execute(
+            "SELECT agent, COUNT(DISTINCT n) FROM (SELECT agent, n FROM completions "
+            "UNION SELECT agent, n FROM failures) WHERE n >= 0 GROUP BY agent")
         return {str(agent): int(count) for agent, count in rows}
 
     def get(self, key: str, site: CallSite | None) -> Completion | None:
         """Return the completion stored under ``(key, site)``, or ``None``."""
         agent, n = _site_columns(site)
         rows = self._execute(
-            "SELECT completion FROM completions WHERE request_key = ? AND agent = ? AND n = ?",
-            (_check_key(key), agent, n),
-        )
-        return self._load(rows[0][0], key, site) if rows else None
+            "SELECT b.codec, b.data FROM completions AS c LEFT JOIN blobs AS b "
+            "ON b.id = c.completion WHERE c.request_key = ? AND c.agent = ? AND c.n = ?",
+            (_key_bytes(key), agent, n))
+        return self._load(rows[0], key, site) if rows else None
 
     def get_any(self, key: str) -> tuple[CallSite | None, Completion] | None:
         """Return the first ``(site, completion)`` stored for *key* under any site, or ``None``."""
         rows = self._execute(
-            "SELECT agent, n, completion FROM completions WHERE request_key = ? "
-            "ORDER BY agent, n LIMIT 1",
-            (_check_key(key),),
-        )
+            "SELECT c.agent, c.n, b.codec, b.data FROM completions AS c LEFT JOIN blobs AS b "
+            "ON b.id = c.completion WHERE c.request_key = ? ORDER BY c.agent, c.n LIMIT 1",
+            (_key_bytes(key),))
         if not rows:
             return None
-        agent, n, text = rows[0]
+        agent, n, *stored = rows[0]
         site = _site_of(str(agent), int(n))
-        return site, self._load(text, key, site)
+        return site, self._load(tuple(stored), key, site)
 
     def request(self, key: str) -> CompletionRequest | None:
-        """Return the request recorded for *key*, if it was stored with one."""
-        rows = self._execute("SELECT request FROM requests WHERE request_key = ?", (key,))
-        if not rows:
-            return None
-        return CompletionRequest.from_dict(json.loads(str(rows[0][0])))
+        """Return the request recorded for *key*, if it was stored with one.
+
+        Raises:
+            RecordingError: What is stored does not hash to *key* (a damaged store).
+        """
+        with self._lock:
+            if self._closed:
+                raise RecordingError(f"recording store {self.path} is closed")
+            row = self._db.execute(
+                "SELECT request FROM completions WHERE request_key = ? AND request IS NOT NULL "
+                "ORDER BY agent, n LIMIT 1", (_key_bytes(key),)).fetchone()
+            if row is None:
+                return None
+            try:
+                parts = [self._blob_json(int(blob)) for blob in str(row[0]).split()]
+                request = CompletionRequest.from_dict({**parts[0], "messages": parts[1:]})
+            except (ValueError, TypeError, KeyError, IndexError) as exc:  # ConfigError: ValueError
+                raise RecordingError(f"recording store {self.path}: damaged request {key}: "
+                                     f"{exc}") from None
+        if request.key() != key:
+            raise RecordingError(f"recording store {self.path}: damaged request {key}: it "
+                                 f"hashes to {request.key()}")
+        return request
+
+    def _blob_json(self, blob: int) -> Any:
+        """The JSON value of blob *blob* (the caller holds the lock); ValueError if damaged."""
+        stored = self._db.execute("SELECT codec, data FROM blobs WHERE id = ?", (blob,)).fetchone()
+        if stored is None:
+            raise ValueError(f"blob {blob} is missing")
+        return json.loads(_unpack(*stored))
 
     def sites_for(self, key: str) -> list[CallSite | None]:
         """Return the call sites that hold a recording of *key*, sorted."""
         rows = self._execute(
-            "SELECT agent, n FROM completions WHERE request_key = ? ORDER BY agent, n", (key,)
-        )
+            "SELECT agent, n FROM completions WHERE request_key = ? ORDER BY agent, n",
+            (_key_bytes(key),))
         return [_site_of(str(a), int(n)) for a, n in rows]
 
     def keys_for(self, site: CallSite | None) -> list[str]:
@@ -281,14 +792,15 @@ class RecordingStore:
         agent, n = _site_columns(site)
         rows = self._execute(
             "SELECT request_key FROM completions WHERE agent = ? AND n = ? ORDER BY request_key",
-            (agent, n),
-        )
-        return [str(r[0]) for r in rows]
+            (agent, n))
+        return [bytes(r[0]).hex() for r in rows]
 
-    def _load(self, text: object, key: str, site: CallSite | None) -> Completion:
+    def _load(self, stored: tuple[Any, ...], key: str, site: CallSite | None) -> Completion:
         try:
-            return Completion.from_json(str(text))
-        except ConfigError as exc:
+            if stored[0] is None:
+                raise ValueError("its blob is missing")
+            return Completion.from_json(_unpack(*stored))
+        except ValueError as exc:  # ConfigError is a ValueError
             raise RecordingError(
                 f"recording store {self.path}: damaged completion at site {site} key {key}: {exc}"
             ) from None
@@ -300,18 +812,33 @@ class RecordingStore:
         if not (isinstance(item, tuple) and len(item) == 2):
             return False
         key, site = item
-        return isinstance(key, str) and self.get(key, site) is not None
+        if not isinstance(key, str):
+            return False
+        try:
+            raw = _key_bytes(key)
+        except ConfigError:
+            return False
+        agent, n = _site_columns(site)
+        return bool(self._execute("SELECT 1 FROM completions WHERE request_key = ? AND "
+                                  "agent = ? AND n = ?", (raw, agent, n)))
 
     def __iter__(self) -> Iterator[tuple[str, CallSite | None]]:
         rows = self._execute("SELECT request_key, agent, n FROM completions ORDER BY agent, n, 1")
-        return iter([(str(k), _site_of(str(a), int(n))) for k, a, n in rows])
+        return iter([(bytes(k).hex(), _site_of(str(a), int(n))) for k, a, n in rows])
 
     def close(self) -> None:
-        """Commit and close the database; later use raises :class:`RecordingError`."""
-        with self._lock:
+        """Wait for the writes under way, then close the database.
+
+        Every :meth:`put` that returned is committed already; later use raises
+        :class:`RecordingError`.
+        """
+        with self._state:
             if self._closed:
                 return
-            self._closed = True
+            self._closed = True  # no new writes
+            while self._leading:
+                self._state.wait()
+        with self._lock:
             self._db.close()
 
     def __enter__(self) -> RecordingStore:
