@@ -70,6 +70,20 @@ if importlib.util.find_spec("simulacra") is None:  # a source checkout without `
 
 from simulacra import ConfigError, Experiment, ProcessGenerator, Resource, Sim, SimError
 from simulacra.parallel import mean_interval
+from simulacra.scenarios import Knob, KnobBoard, Knobs, Scenario, apply_scenario, load_scenario
+
+#: What a scenario may change during a run (``docs/scenarios.md``): the arrival
+#: rate, as a multiplier read at each arrival, and how fast tellers serve, a
+#: multiplier read at the start of each service. Under a scenario the bank is no
+#: longer the M/M/c queue of Erlang's formula: ``erlang_c_wait`` stays the
+#: formula's value for the parameters, and ``relative_error`` then measures the
+#: scenario's effect, not the simulation's error.
+KNOBS = Knobs(
+    Knob("demand", "float", 1.0, low=0.01, high=100.0,
+         doc="multiplier on the arrival rate (from the next arrival on)"),
+    Knob("service_speed", "float", 1.0, low=0.01, high=100.0,
+         doc="multiplier on each teller's service rate (from the next service on)"),
+)
 
 
 def erlang_c_wait(servers: int, arrival_rate: float, service_rate: float) -> float:
@@ -113,26 +127,32 @@ def relaxation_time(servers: int, arrival_rate: float, service_rate: float) -> f
     return 1.0 / (service_rate * min(1.0, servers * (1.0 - math.sqrt(rho)) ** 2))
 
 
-def _customer(sim: Sim, bank: Resource, service_rate: float,
-              waits: list[float] | None) -> ProcessGenerator[None]:
+def _rate(base: float, knobs: KnobBoard, name: str) -> float:
+    multiplier = float(knobs[name])
+    return base if multiplier == 1.0 else base * multiplier  # exactly base without a scenario
+
+
+def _customer(sim: Sim, bank: Resource, service_rate: float, waits: list[float] | None,
+              knobs: KnobBoard) -> ProcessGenerator[None]:
     arrived = sim.now
     service = sim.rng("service")
     with bank.request() as req:
         yield req
         if waits is not None:  # None: arrived during the warm-up, served but not counted
             waits.append(sim.now - arrived)
-        yield sim.delay(service.expovariate(service_rate))
+        yield sim.delay(service.expovariate(_rate(service_rate, knobs, "service_speed")))
 
 
-def _source(sim: Sim, bank: Resource, waits: list[float], *, arrival_rate: float,
-            service_rate: float, customers: int, warmup: float) -> ProcessGenerator[None]:
+def _source(sim: Sim, bank: Resource, waits: list[float], knobs: KnobBoard, *,
+            arrival_rate: float, service_rate: float, customers: int,
+            warmup: float) -> ProcessGenerator[None]:
     arrivals = sim.rng("arrivals")
     measured = 0
     while measured < customers:
-        yield sim.delay(arrivals.expovariate(arrival_rate))
+        yield sim.delay(arrivals.expovariate(_rate(arrival_rate, knobs, "demand")))
         counted = sim.now >= warmup
         measured += counted
-        sim.spawn(_customer(sim, bank, service_rate, waits if counted else None))
+        sim.spawn(_customer(sim, bank, service_rate, waits if counted else None, knobs))
 
 
 def _busy_at_warmup(sim: Sim, bank: Resource, warmup: float,
@@ -182,7 +202,8 @@ def _checked(servers: int, arrival_rate: float, service_rate: float, customers: 
 
 
 def run(seed: int = 42, servers: int = 3, arrival_rate: float = 2.7, service_rate: float = 1.0,
-        customers: int = 20000, *, warmup: float | None = None) -> dict[str, float]:
+        customers: int = 20000, *, warmup: float | None = None,
+        scenario: Scenario | dict[str, object] | str | None = None) -> dict[str, float]:
     """Simulate an M/M/c bank, measured from time *warmup* on, and compare with Erlang C.
 
     Args:
@@ -195,6 +216,8 @@ def run(seed: int = 42, servers: int = 3, arrival_rate: float = 2.7, service_rat
             three relaxation times (:func:`relaxation_time`), which removes the
             start-up bias of a bank that opens empty; ``0``: measure from the
             opening, bias included.
+        scenario: Interventions on :data:`KNOBS` in virtual time (a Scenario,
+            its JSON data as a study's config gives it, or an artifact's path).
 
     Returns:
         ``mean_wait`` (simulated mean time in line), ``erlang_c_wait`` (the
@@ -205,15 +228,20 @@ def run(seed: int = 42, servers: int = 3, arrival_rate: float = 2.7, service_rat
         (customers measured) and ``warmup`` (the warm-up time used).
 
     Raises:
-        ConfigError: a parameter is out of range or the queue is unstable.
+        ConfigError: a parameter is out of range or the queue is unstable, or
+            the scenario does not fit the knobs (a ScenarioError).
     """
     analytic, warmup = _checked(servers, arrival_rate, service_rate, customers, warmup)
     sim = Sim(seed=seed)
+    knobs = KnobBoard(KNOBS, sim)
+    if scenario is not None:
+        apply_scenario(sim, knobs, scenario if isinstance(scenario, Scenario)
+                       else load_scenario(scenario))  # type: ignore[arg-type]
     bank = Resource(sim, capacity=servers)
     waits: list[float] = []
     busy_before: list[float] = []
-    sim.spawn(_source(sim, bank, waits, arrival_rate=arrival_rate, service_rate=service_rate,
-                      customers=customers, warmup=warmup))
+    sim.spawn(_source(sim, bank, waits, knobs, arrival_rate=arrival_rate,
+                      service_rate=service_rate, customers=customers, warmup=warmup))
     sim.spawn(_busy_at_warmup(sim, bank, warmup, busy_before))
     sim.run()
 
