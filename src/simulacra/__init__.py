@@ -156,17 +156,26 @@ if TYPE_CHECKING:  # the type checker sees every name; at run time they load laz
     from .pausable import PausableContext as PausableContext
     from .pausable import PausableHost as PausableHost
     from .resources import Container as Container
+    from .resources import ContainerMonitor as ContainerMonitor
     from .resources import ContainerStatistics as ContainerStatistics
     from .resources import FilterStore as FilterStore
+    from .resources import Monitor as Monitor
+    from .resources import MonitorSet as MonitorSet
     from .resources import Preempted as Preempted
     from .resources import PreemptiveResource as PreemptiveResource
     from .resources import PriorityItem as PriorityItem
     from .resources import PriorityResource as PriorityResource
     from .resources import PriorityStore as PriorityStore
     from .resources import Resource as Resource
+    from .resources import ResourceMonitor as ResourceMonitor
     from .resources import ResourceStatistics as ResourceStatistics
     from .resources import Store as Store
+    from .resources import StoreMonitor as StoreMonitor
     from .resources import StoreStatistics as StoreStatistics
+    from .resources import Tally as Tally
+    from .resources import monitors as monitors
+    from .resources import read_monitors as read_monitors
+    from .resources import write_monitors as write_monitors
     from .societies import EventEngine as EventEngine
     from .societies import EventResult as EventResult
     from .societies import ReplayReport as ReplayReport
@@ -200,6 +209,9 @@ __all__ = [
     "Resource", "PriorityResource", "PreemptiveResource", "Preempted", "ResourceStatistics",
     "Container", "ContainerStatistics", "Store", "FilterStore", "PriorityStore", "PriorityItem",
     "StoreStatistics",
+    # monitors
+    "Monitor", "Tally", "MonitorSet", "ResourceMonitor", "ContainerMonitor", "StoreMonitor",
+    "monitors", "write_monitors", "read_monitors",
     # random streams
     "SeedTree", "Streams", "derive_seed",
     # trace
@@ -361,6 +373,15 @@ _LAZY: dict[str, str] = {
     "ResourceStatistics": ".resources",
     "Store": ".resources",
     "StoreStatistics": ".resources",
+    "Monitor": ".resources",
+    "Tally": ".resources",
+    "MonitorSet": ".resources",
+    "ResourceMonitor": ".resources",
+    "ContainerMonitor": ".resources",
+    "StoreMonitor": ".resources",
+    "monitors": ".resources",
+    "write_monitors": ".resources",
+    "read_monitors": ".resources",
     "Divergence": ".trace",
     "JsonlTracer": ".trace",
     "MemoryTracer": ".trace",

@@ -882,7 +882,10 @@ class Sim:
     A Sim and every object attached to it belong to one thread.
     """
 
+    # `__weakref__`: layers above key their per-Sim bookkeeping (the monitors
+    # of simulacra.resources) by a weak reference, so it goes with the Sim.
     __slots__ = (
+        "__weakref__",
         "_buckets",
         "_cur_key",
         "_heap",

@@ -13,6 +13,11 @@ because the order is observable:
 
 Statistics are kept as running sums (no per-event lists), so they cost a few
 additions per grant and release.
+
+Monitors (``monitor=True`` or ``monitor()``) cost nothing until they are
+turned on: turning them on swaps the object's class for a recording subclass
+(``_RecordingResource`` and the like, same slots) whose methods call the plain
+ones and then record, so the plain classes carry no recording code at all.
 """
 
 from __future__ import annotations
@@ -26,6 +31,8 @@ from typing import Any, Generic, NamedTuple, TypeGuard, TypeVar, cast, final
 
 from simulacra.core import PENDING, Event, Process, Sim
 from simulacra.errors import CapacityExceeded, ConfigError, ForeignRequest
+
+from ._monitors import ContainerMonitor, MonitorSet, ResourceMonitor, StoreMonitor, default_name
 
 __all__ = [
     "Container",
@@ -62,6 +69,67 @@ def _check_capacity(capacity: object, what: str) -> float:
     if not _is_number(capacity) or not capacity > 0:
         raise ConfigError(f"{what}(capacity=...): expected a number > 0, got {capacity!r}")
     return capacity
+
+
+def _monitor_name(monitor: object, what: str) -> str | None:
+    """The monitor name that ``monitor=...`` asks for (None: the default), checked."""
+    if monitor is True:
+        return None
+    if isinstance(monitor, str) and monitor:
+        return monitor
+    raise ConfigError(
+        f"{what}(monitor=...): expected True, False or a name (a non-empty str), got {monitor!r}"
+    )
+
+
+def _monitor_group_name(owner: object, current: MonitorSet | None, name: object,
+                        sim: Sim) -> str | None:
+    """Check a ``monitor(name)`` call; the name for a new group, or None if one exists."""
+    what = f"{type(owner).__name__}.monitor"
+    if name is not None and (not isinstance(name, str) or not name):
+        raise ConfigError(f"{what}(name=...): expected a non-empty str or None, got {name!r}")
+    if current is not None:
+        held = getattr(current, "name", None)
+        if name is not None and name != held:
+            raise ConfigError(
+                f"{what}(name={name!r}): {owner!r} is monitored already, as {held!r}"
+            )
+        return None
+    return name if name is not None else default_name(sim, type(owner).__name__.lower())
+
+
+def _subscribe_owner(event: Event[Any], callback: Callable[[Event[Any]], None]) -> None:
+    """Run *callback* when *event* is processed (an owner callback, or after the others)."""
+    cbs = event._cbs
+    if cbs is None:
+        event._cbs = (callback,)
+    elif type(cbs) is tuple:
+        event._cbs = (*cbs, callback)
+    else:
+        cbs.append(callback)
+
+
+#: Recording subclass of each class that was monitored: made once per class.
+_RECORDING: dict[tuple[type, type], type] = {}
+
+
+def _recording_class(cls: type, mixin: type) -> type:
+    """*cls* with *mixin*'s recording methods in front: the class a monitored object takes.
+
+    The subclass adds no slots, so an object can change to it in place
+    (``obj.__class__ = ...``), and it keeps *cls*'s name, so reprs and messages
+    do not change. A subclass of the user's own (a Resource subclass) keeps
+    its overrides: the mixin only calls ``super()`` and records.
+    """
+    if issubclass(cls, mixin):
+        return cls
+    made = _RECORDING.get((cls, mixin))
+    if made is None:
+        made = _RECORDING[cls, mixin] = type(cls.__name__, (mixin, cls), {
+            "__slots__": (), "__module__": cls.__module__, "__qualname__": cls.__qualname__,
+            "__doc__": cls.__doc__,
+        })
+    return made
 
 
 @dataclass(frozen=True, slots=True)
@@ -127,6 +195,7 @@ class Resource:
         "_capacity",
         "_grants",
         "_marker",
+        "_monitor",
         "_qarea",
         "_qmax",
         "_release_cbs",
@@ -139,8 +208,9 @@ class Resource:
     )
 
     queue: Any
+    _monitor: ResourceMonitor | None
 
-    def __init__(self, sim: Sim, capacity: int = 1) -> None:
+    def __init__(self, sim: Sim, capacity: int = 1, *, monitor: bool | str = False) -> None:
         self.sim = _check_sim(sim, type(self).__name__)
         self._capacity = _check_capacity(capacity, type(self).__name__)
         self.users: list[Event[Any]] = []
@@ -159,6 +229,9 @@ class Resource:
         self._grants = 0
         self._wsum = 0.0
         self._wmax = 0.0
+        self._monitor = None
+        if monitor is not False:
+            self.monitor(_monitor_name(monitor, type(self).__name__))
 
     def __repr__(self) -> str:
         return (
@@ -307,6 +380,46 @@ class Resource:
         sim._now_append(release)
         return release
 
+    def monitor(self, name: str | None = None) -> ResourceMonitor:
+        """Record utilisation and queue length over time, from now on; return the series.
+
+        ``Resource(sim, capacity, monitor=True)`` does the same at creation.
+        Asked again, it returns the same series. The series start at
+        ``sim.now`` with the current state and get a point at every instant at
+        which the number of users or of waiting requests changes (the state at
+        the end of that instant). Recording costs a few list appends per
+        request and release; an unmonitored resource pays nothing.
+
+        Args:
+            name: The series are named ``NAME.utilisation`` and ``NAME.queue``.
+                Default: ``resource-N`` (the class name, lower case; N counts
+                the resources of this Sim named by default).
+
+        Raises:
+            ConfigError: *name* is taken on this Sim, or the resource is
+                monitored already under another name.
+        """
+        sim = self.sim
+        group_name = _monitor_group_name(self, self._monitor, name, sim)
+        if group_name is None:
+            assert self._monitor is not None  # noqa: S101
+            return self._monitor
+        group = ResourceMonitor(sim, group_name, utilisation=len(self.users) / self._capacity,
+                                queue=len(self.queue))
+        self._monitor = group
+        self.__class__ = _recording_class(type(self), _RecordingResource)
+        old = self._release_cbs
+        self._release_cbs = (self._grant_next,)  # now the recording one
+        if self._marker._cbs is old:
+            self._marker._cbs = self._release_cbs
+        # An explicit release scheduled before now holds the old callbacks, and
+        # grants the head of the queue without recording: the requests waiting
+        # now record when they are processed (at the instant of their grant).
+        record = cast("_RecordingResource", self)._record_event
+        for request in self.queue:
+            _subscribe_owner(request, record)
+        return group
+
     def statistics(self) -> ResourceStatistics:
         """Utilisation, queue length over time and waits, from creation until now."""
         now = self.sim.now
@@ -353,9 +466,11 @@ class PriorityResource(Resource):
 
     __slots__ = ()
 
-    def __init__(self, sim: Sim, capacity: int = 1) -> None:
+    def __init__(self, sim: Sim, capacity: int = 1, *, monitor: bool | str = False) -> None:
         super().__init__(sim, capacity)
         self.queue = []
+        if monitor is not False:
+            self.monitor(_monitor_name(monitor, type(self).__name__))
 
     def request(self, priority: float = 0, preempt: bool = True) -> Event[None]:
         """Ask for a slot with *priority* (lower is served first)."""
@@ -483,6 +598,7 @@ class _PutGetResource:
         "_larea",
         "_last",
         "_lmax",
+        "_monitor",
         "_put_cbs",
         "_puts",
         "_pwait",
@@ -493,9 +609,12 @@ class _PutGetResource:
         "sim",
     )
 
+    _monitor: MonitorSet | None
+
     def __init__(self, sim: Sim, capacity: float) -> None:
         self.sim = _check_sim(sim, type(self).__name__)
         self._capacity = _check_capacity(capacity, type(self).__name__)
+        self._monitor = None
         self.put_queue: list[Event[Any]] = []
         self.get_queue: list[Event[Any]] = []
         # Shared by every put (get) event: processed, it tries the waiting gets (puts).
@@ -516,6 +635,27 @@ class _PutGetResource:
 
     def _level(self) -> float:
         raise NotImplementedError
+
+    def _start_recording(self, group: MonitorSet, mixin: type) -> None:
+        """Turn monitoring on: the recording class, and callbacks that reach it."""
+        self._monitor = group
+        self.__class__ = _recording_class(type(self), mixin)
+        old = {id(self._put_cbs[0]): self._trigger_get, id(self._get_cbs[0]): self._trigger_put}
+        old_put, old_get = self._put_cbs, self._get_cbs
+        self._put_cbs = (self._trigger_get,)  # now the recording ones
+        self._get_cbs = (self._trigger_put,)
+        # Waiting puts and gets hold the old callbacks; point them at the new
+        # ones. (A completed one that is still to be processed runs the old
+        # trigger, which completes waiting events only: those record.)
+        for queue in (self.put_queue, self.get_queue):
+            for event in queue:
+                cbs = event._cbs
+                if cbs is old_put:
+                    event._cbs = self._put_cbs
+                elif cbs is old_get:
+                    event._cbs = self._get_cbs
+                elif type(cbs) is list:
+                    cbs[:] = [old.get(id(cb), cb) for cb in cbs]
 
     def _event(self, data: Any, cbs: tuple[Callable[[Event[Any]], None]]) -> Event[Any]:
         event: Event[Any] = _new(Event)
@@ -644,7 +784,8 @@ class Container(_PutGetResource):
 
     __slots__ = ("_amount",)
 
-    def __init__(self, sim: Sim, capacity: float = _INF, init: float = 0) -> None:
+    def __init__(self, sim: Sim, capacity: float = _INF, init: float = 0, *,
+                 monitor: bool | str = False) -> None:
         super().__init__(sim, capacity)
         if not _is_number(init) or not init >= 0:
             raise ConfigError(f"Container(init=...): expected a number >= 0, got {init!r}")
@@ -654,6 +795,8 @@ class Container(_PutGetResource):
             )
         self._amount = init
         self._lmax = init
+        if monitor is not False:
+            self.monitor(_monitor_name(monitor, type(self).__name__))
 
     def __repr__(self) -> str:
         return f"<Container level={self._amount} capacity={self._capacity}>"
@@ -665,6 +808,29 @@ class Container(_PutGetResource):
 
     def _level(self) -> float:
         return self._amount
+
+    def monitor(self, name: str | None = None) -> ContainerMonitor:
+        """Record the level and the waiting gets and puts over time, from now on.
+
+        ``Container(sim, ..., monitor=True)`` does the same at creation. Asked
+        again, it returns the same series. They start at ``sim.now`` and get
+        a point at every instant at which the level or a queue changes.
+
+        Args:
+            name: The series are ``NAME.level``, ``NAME.getters`` and
+                ``NAME.putters``. Default: ``container-N``.
+
+        Raises:
+            ConfigError: *name* is taken on this Sim, or the container is
+                monitored already under another name.
+        """
+        group_name = _monitor_group_name(self, self._monitor, name, self.sim)
+        if group_name is None:
+            return cast("ContainerMonitor", self._monitor)
+        group = ContainerMonitor(self.sim, group_name, level=self._amount,
+                                 getters=len(self.get_queue), putters=len(self.put_queue))
+        self._start_recording(group, _RecordingContainer)
+        return group
 
     def _check_amount(self, amount: object, what: str) -> float:
         if not _is_number(amount) or not amount > 0:
@@ -724,15 +890,41 @@ class Store(_PutGetResource, Generic[T]):
 
     __slots__ = ("items",)
 
-    def __init__(self, sim: Sim, capacity: float = _INF) -> None:
+    def __init__(self, sim: Sim, capacity: float = _INF, *, monitor: bool | str = False) -> None:
         super().__init__(sim, capacity)
         self.items: list[T] = []
+        if monitor is not False:
+            self.monitor(_monitor_name(monitor, type(self).__name__))
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} items={len(self.items)} capacity={self._capacity}>"
 
     def _level(self) -> float:
         return len(self.items)
+
+    def monitor(self, name: str | None = None) -> StoreMonitor:
+        """Record the number of items and of waiting gets and puts over time, from now on.
+
+        ``Store(sim, ..., monitor=True)`` does the same at creation (and so for
+        FilterStore and PriorityStore). Asked again, it returns the same
+        series. They start at ``sim.now`` and get a point at every instant at
+        which the number of items or a queue changes.
+
+        Args:
+            name: The series are ``NAME.items``, ``NAME.getters`` and
+                ``NAME.putters``. Default: ``store-N`` (the class name, lower case).
+
+        Raises:
+            ConfigError: *name* is taken on this Sim, or the store is
+                monitored already under another name.
+        """
+        group_name = _monitor_group_name(self, self._monitor, name, self.sim)
+        if group_name is None:
+            return cast("StoreMonitor", self._monitor)
+        group = StoreMonitor(self.sim, group_name, items=len(self.items),
+                             getters=len(self.get_queue), putters=len(self.put_queue))
+        self._start_recording(group, _RecordingStore)
+        return group
 
     def put(self, item: T) -> Event[None]:
         """Add *item*; an event that succeeds once there is room."""
@@ -899,3 +1091,118 @@ class PriorityStore(Store[T]):
             self._level_changing()
             self._done(event, heappop(cast("list[Any]", self.items)), False)
         return False
+
+
+# ---------------------------------------------------------------------------
+# Recording subclasses: what a monitored object's class becomes (see monitor()).
+#
+# Every change of state is made inside a call they wrap (request, release,
+# put, get, cancel), or completes an event of the resource (a grant, a put, a
+# get), or is the end of a `with res.request()` block, which the kernel inlines
+# and which schedules the release marker. Completed events and the marker are
+# processed at the same instant and run a wrapped callback. Recording after
+# each of those gives the state at the end of every instant at which it
+# changed, whatever the order inside the instant.
+
+
+class _RecordingResource(Resource):
+    """A Resource (or subclass) that records utilisation and queue length."""
+
+    __slots__ = ()
+    _monitor: ResourceMonitor
+
+    def _record(self) -> None:
+        monitor = self._monitor
+        now = self.sim.now
+        monitor.utilisation._set(now, len(self.users) / self._capacity)
+        monitor.queue._set(now, len(self.queue))
+
+    def _record_event(self, _event: Event[Any]) -> None:
+        self._record()
+
+    def request(self, *args: Any, **kwargs: Any) -> Event[None]:
+        request = super().request(*args, **kwargs)
+        self._record()
+        return request
+
+    def _grant_next(self, release: Event[Any]) -> None:
+        super()._grant_next(release)
+        self._record()
+
+    def _exit_request(self, request: Event[Any], exc_type: object,
+                      release: Event[None] | None = None) -> Event[None]:
+        release = super()._exit_request(request, exc_type, release)
+        self._record()
+        return release
+
+
+class _RecordingContainer(Container):
+    """A Container that records its level and its queues."""
+
+    __slots__ = ()
+    _monitor: ContainerMonitor
+
+    def _record(self) -> None:
+        monitor = self._monitor
+        now = self.sim.now
+        monitor.level._set(now, self._amount)
+        monitor.getters._set(now, len(self.get_queue))
+        monitor.putters._set(now, len(self.put_queue))
+
+    def put(self, amount: float) -> Event[None]:
+        event = super().put(amount)
+        self._record()
+        return event
+
+    def get(self, amount: float) -> Event[None]:
+        event = super().get(amount)
+        self._record()
+        return event
+
+    def _trigger_put(self, event: Event[Any] | None) -> None:
+        super()._trigger_put(event)
+        self._record()
+
+    def _trigger_get(self, event: Event[Any] | None) -> None:
+        super()._trigger_get(event)
+        self._record()
+
+    def _exit_request(self, event: Event[Any], exc_type: object) -> None:
+        super()._exit_request(event, exc_type)
+        self._record()
+
+
+class _RecordingStore(Store[Any]):
+    """A Store, FilterStore or PriorityStore that records its items and its queues."""
+
+    __slots__ = ()
+    _monitor: StoreMonitor
+
+    def _record(self) -> None:
+        monitor = self._monitor
+        now = self.sim.now
+        monitor.items._set(now, len(self.items))
+        monitor.getters._set(now, len(self.get_queue))
+        monitor.putters._set(now, len(self.put_queue))
+
+    def put(self, *args: Any, **kwargs: Any) -> Event[None]:
+        event = super().put(*args, **kwargs)
+        self._record()
+        return event
+
+    def get(self, *args: Any, **kwargs: Any) -> Event[Any]:
+        event = super().get(*args, **kwargs)
+        self._record()
+        return event
+
+    def _trigger_put(self, event: Event[Any] | None) -> None:
+        super()._trigger_put(event)
+        self._record()
+
+    def _trigger_get(self, event: Event[Any] | None) -> None:
+        super()._trigger_get(event)
+        self._record()
+
+    def _exit_request(self, event: Event[Any], exc_type: object) -> None:
+        super()._exit_request(event, exc_type)
+        self._record()
