@@ -225,7 +225,9 @@ def run(seed: int = 42, servers: int = 3, arrival_rate: float = 2.7, service_rat
         ``ci95_halfwidth`` (batch-means half-width of a 95% interval on
         ``mean_wait``), ``utilisation`` (time-averaged fraction of busy tellers
         from *warmup* to the end, from :meth:`Resource.statistics`), ``served``
-        (customers measured) and ``warmup`` (the warm-up time used).
+        (customers measured) and ``measured_from`` (the warm-up
+        time used: statistics start there; not ``warmup``, so that a study's table can
+        hold the parameter and the KPI).
 
     Raises:
         ConfigError: a parameter is out of range or the queue is unstable, or
@@ -255,7 +257,7 @@ def run(seed: int = 42, servers: int = 3, arrival_rate: float = 2.7, service_rat
         "ci95_halfwidth": _batch_means_halfwidth(waits),
         "utilisation": busy / ((end - warmup) * servers),
         "served": len(waits),
-        "warmup": warmup,
+        "measured_from": warmup,
     }
 
 

@@ -453,3 +453,11 @@ def test_a_directory_given_as_a_model_file_names_the_file_inside(tmp_path: Path)
     with pytest.raises(ConfigError, match=r"is a directory, not a Python file: name the file, "
                                           r"e\.g\. '.*model\.py'"):
         resolve_callable(f"{tmp_path}:run", "model_fn")
+
+
+def test_a_model_file_knows_its_own_path(tmp_path: Path) -> None:
+    model = tmp_path / "where.py"
+    model.write_text("from pathlib import Path\nHERE = Path(__file__).parent\n"
+                     "def run(seed=0):\n    return {'here': str(HERE)}\n", encoding="utf-8")
+
+    assert resolve_callable(f"{model}:run", "model_fn")() == {"here": str(tmp_path.resolve())}

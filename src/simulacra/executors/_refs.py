@@ -206,7 +206,8 @@ def _load_file(path: Path, field: str) -> ModuleType:
             raise ConfigError(f"{field}: file not found: {key!r}")
         name = "_simulacra_file_" + hashlib.sha256(key.encode("utf-8")).hexdigest()[:16]
         loader = importlib.machinery.SourceFileLoader(name, key)
-        spec = importlib.util.spec_from_loader(name, loader, origin=key)
+        # A file location (not just an origin), so that the module has __file__.
+        spec = importlib.util.spec_from_file_location(name, key, loader=loader)
         if spec is None:  # pragma: no cover (a SourceFileLoader always gives a spec)
             raise ConfigError(f"{field}: cannot load {key!r} as Python source")
         module = importlib.util.module_from_spec(spec)

@@ -49,6 +49,7 @@ from simulacra.executors import (
     resolve_callable,
 )
 from simulacra.rng import SeedTree
+from simulacra.scenarios import SCENARIO_FORMAT, Scenario, load_scenario, load_scenarios
 
 from ._stats import check_confidence, mean_interval
 
@@ -101,6 +102,10 @@ class _Unit:
     replication: int
     config: dict[str, Any]
     common_random_numbers: bool
+    #: The config index whose seeds it uses: its own, or (a scenario of a study
+    #: with scenarios) its baseline's, so that every scenario of a config sees
+    #: the draws of its baseline and the differences are paired.
+    stream_index: int
 
 
 #: Model functions already resolved in this process, by reference.
@@ -140,7 +145,7 @@ def _run_unit(unit: _Unit) -> object:
     """Run one replication (in whatever worker the executor chose); return the model's KPIs."""
     model = _model(unit.model)
     stream = _stream_for(
-        unit.master_seed, unit.config_index, unit.replication, unit.common_random_numbers
+        unit.master_seed, unit.stream_index, unit.replication, unit.common_random_numbers
     )
     # A copy per call: a model that mutates its config cannot leak into the next
     # replication (which, inline or on threads, would get the same objects).
@@ -152,6 +157,31 @@ def _run_unit(unit: _Unit) -> object:
     if isinstance(result, Mapping):
         return result if type(result) is dict else dict(result)
     return _NotKPIs(type(result).__qualname__)
+
+
+def _scenarios_of(
+    given: str | os.PathLike[str] | Sequence[Scenario | Mapping[str, Any]],
+) -> tuple[Scenario, ...]:
+    """The scenarios of a study: a directory of artifacts, or a sequence of them.
+
+    Raises:
+        ScenarioError: One does not load (see :func:`~simulacra.scenarios.load_scenario`),
+            or two share a name.
+        ConfigError: *given* is neither.
+    """
+    if isinstance(given, str | os.PathLike):
+        return tuple(load_scenarios(given))
+    items: object = given
+    if not isinstance(items, list | tuple) or not items:
+        raise ConfigError(
+            "scenarios must be a directory of scenario artifacts or a non-empty list of "
+            f"scenarios, got {type(items).__name__} {items!r}")
+    loaded = [s if isinstance(s, Scenario) else load_scenario(dict(s)) for s in items]
+    names = [s.name for s in loaded]
+    twice = sorted({n for n in names if names.count(n) > 1})
+    if twice:
+        raise ConfigError(f"scenarios: two are called {twice[0]!r}; names must be unique")
+    return tuple(sorted(loaded, key=lambda s: (s.name, s.hash)))
 
 
 def _check_parameters(reference: str, configs: Sequence[Mapping[str, Any]]) -> None:
@@ -555,7 +585,9 @@ def _flatten(config: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
     flat: dict[str, Any] = {}
     for key, value in config.items():
         name = f"{prefix}{key}"
-        if isinstance(value, Mapping):
+        if isinstance(value, Mapping) and value.get("format") == SCENARIO_FORMAT:
+            flat[name] = value.get("name")  # a scenario's column is its name
+        elif isinstance(value, Mapping):
             flat.update(_flatten(value, f"{name}."))
         elif isinstance(value, list | tuple):
             flat[name] = json.dumps(value, separators=(",", ":"))
@@ -804,6 +836,75 @@ class ExperimentResults:
         )
         return frame
 
+    def scenario_effects(self, confidence: float = 0.95) -> polars.DataFrame:
+        """Each scenario's effect on each numeric KPI: its mean and difference from baseline.
+
+        For a study with scenarios (``Experiment(..., scenarios=...)``). One
+        row per (config, scenario, KPI), the baseline included, in identity
+        order, with columns: the config's fields (``scenario`` is the
+        scenario's name, ``"baseline"`` for the baseline), ``kpi``, ``n``,
+        ``mean``, ``halfwidth``, ``ci_low``, ``ci_high``, then
+        ``difference`` (the mean of ``scenario - baseline`` over
+        replications), ``diff_halfwidth``, ``diff_low`` and ``diff_high``.
+        Replication *r* of a scenario uses the seeds of replication *r* of its
+        baseline, so the differences are paired: their interval is the
+        Student-t interval of the per-replication differences, narrower than
+        the two intervals side by side. The baseline's difference is 0.
+
+        Raises:
+            ConfigError: The study has no scenarios, polars is not installed,
+                or *confidence* is not in (0, 1).
+        """
+        check_confidence(confidence)
+        if not any(isinstance(c.get("scenario"), Mapping) for c in self._configs):
+            raise ConfigError("scenario_effects() is for a study with scenarios: "
+                              "Experiment(..., scenarios=DIR)")
+        pl = _import_polars()
+        flat = [_flatten(c) for c in self._configs]
+        fields = list(dict.fromkeys(name for f in flat for name in f))
+        groups: dict[str, int] = {}  # a config without its scenario -> its baseline's index
+        for index, config in enumerate(self._configs):
+            if config.get("scenario") is None:
+                rest = {k: v for k, v in config.items() if k != "scenario"}
+                groups[_canonical_json(rest)] = index
+        by_config: dict[int, dict[int, Mapping[str, KPIValue]]] = {}
+        for record in self._records:
+            by_config.setdefault(record.config_index, {})[record.replication] = record.kpis
+        numeric = [name for name in self.kpi_names
+                   if all(isinstance(r.kpis.get(name), int | float)
+                          and not isinstance(r.kpis.get(name), bool)
+                          for r in self._records if name in r.kpis)]
+        rows: list[dict[str, Any]] = []
+        for index, config in enumerate(self._configs):
+            rest = {k: v for k, v in config.items() if k != "scenario"}
+            baseline = by_config.get(groups[_canonical_json(rest)], {})
+            mine = by_config.get(index, {})
+            for name in numeric:
+                values = [float(k[name]) for _, k in sorted(mine.items()) if name in k]
+                if not values:
+                    continue
+                paired = [float(k[name]) - float(baseline[r][name])
+                          for r, k in sorted(mine.items()) if name in k
+                          and r in baseline and name in baseline[r]]
+                interval = mean_interval(values, confidence)
+                diff = mean_interval(paired, confidence) if paired else None
+                row = {**{f: flat[index].get(f) for f in fields}, "kpi": name,
+                       "n": interval.n, "mean": interval.mean,
+                       "halfwidth": interval.halfwidth, "ci_low": interval.low,
+                       "ci_high": interval.high}
+                if row.get("scenario") is None:
+                    row["scenario"] = "baseline"
+                row.update({"difference": diff.mean if diff else math.nan,
+                            "diff_halfwidth": diff.halfwidth if diff else math.nan,
+                            "diff_low": diff.low if diff else math.nan,
+                            "diff_high": diff.high if diff else math.nan})
+                rows.append(row)
+        names = [*fields, "kpi", "n", "mean", "halfwidth", "ci_low", "ci_high", "difference",
+                 "diff_halfwidth", "diff_low", "diff_high"]
+        frame: polars.DataFrame = pl.DataFrame(
+            [_series(pl, name, [row.get(name) for row in rows]) for name in names])
+        return frame
+
     def to_csv(self, path: str | os.PathLike[str]) -> None:
         """Write :meth:`table` to *path* as CSV (floats in their shortest exact form)."""
         self.table().write_csv(Path(path))
@@ -912,7 +1013,8 @@ class Experiment:
             was given and what is expected.
     """
 
-    __slots__ = ("_common", "_configs", "_convention", "_master_seed", "_model", "_spool_dir")
+    __slots__ = ("_common", "_configs", "_convention", "_master_seed", "_model", "_scenarios",
+                 "_spool_dir", "_streams")
 
     def __init__(
         self,
@@ -923,6 +1025,7 @@ class Experiment:
         spool_dir: str | os.PathLike[str] | None = None,
         convention: Convention = "stream",
         common_random_numbers: bool = False,
+        scenarios: str | os.PathLike[str] | Sequence[Scenario | Mapping[str, Any]] | None = None,
     ) -> None:
         if convention not in CONVENTIONS:
             raise ConfigError(
@@ -943,6 +1046,27 @@ class Experiment:
             )
         self._spool_dir = None if spool_dir is None else Path(spool_dir)
         self._common = common_random_numbers
+        self._streams = tuple(range(len(self._configs)))
+        self._scenarios: tuple[Scenario, ...] = ()
+        if scenarios is not None:
+            self._with_scenarios(_scenarios_of(scenarios))
+
+    def _with_scenarios(self, scenarios: tuple[Scenario, ...]) -> None:
+        """Expand every config into its baseline and one config per scenario."""
+        expanded: list[dict[str, Any]] = []
+        streams: list[int] = []
+        for index, config in enumerate(self._configs):
+            if "scenario" in config:
+                raise ConfigError(
+                    f"configs[{index}] sets 'scenario', which a study with scenarios sets "
+                    "itself (None for the baseline, then each scenario's artifact)")
+            for scenario in (None, *scenarios):
+                data = None if scenario is None else json.loads(scenario.artifact())
+                expanded.append({**config, "scenario": data})
+                streams.append(index)
+        self._configs = tuple(expanded)
+        self._streams = tuple(streams)
+        self._scenarios = scenarios
 
     @classmethod
     def from_run(
@@ -953,6 +1077,7 @@ class Experiment:
         master_seed: int | str | bytes,
         spool_dir: str | os.PathLike[str] | None = None,
         common_random_numbers: bool = False,
+        scenarios: str | os.PathLike[str] | Sequence[Scenario | Mapping[str, Any]] | None = None,
     ) -> Experiment:
         """Build a study of a ``run(seed=..., **params)`` function, such as the examples'.
 
@@ -968,7 +1093,13 @@ class Experiment:
             spool_dir=spool_dir,
             convention="run",
             common_random_numbers=common_random_numbers,
+            scenarios=scenarios,
         )
+
+    @property
+    def scenarios(self) -> tuple[Scenario, ...]:
+        """The study's scenarios (each config runs as its baseline, then under each one)."""
+        return self._scenarios
 
     @property
     def model(self) -> str:
@@ -1005,8 +1136,10 @@ class Experiment:
             "convention": self._convention,
             "master_seed": _seed_json(self._master_seed),
             "common_random_numbers": self._common,
-            "configs_digest": hashlib.sha256("\n".join(configs).encode("ascii")).hexdigest(),
+            "configs_digest": hashlib.sha256("\n".join(configs).encode("utf-8")).hexdigest(),
             "configs": [json.loads(c) for c in configs],
+            **({"scenarios": {s.name: s.hash for s in self._scenarios}} if self._scenarios
+               else {}),
         }
 
     def stream(self, config_index: int, replication: int) -> SeedTree:
@@ -1016,7 +1149,8 @@ class Experiment:
             ConfigError: An index is out of range.
         """
         self._check_key(config_index, replication)
-        return _stream_for(self._master_seed, config_index, replication, self._common)
+        return _stream_for(self._master_seed, self._streams[config_index], replication,
+                           self._common)
 
     def run_one(self, config_index: int, replication: int) -> dict[str, KPIValue]:
         """Run one replication here, in this thread, and return its KPIs (not spooled).
@@ -1055,6 +1189,7 @@ class Experiment:
             replication,
             self._configs[config_index],
             self._common,
+            self._streams[config_index],
         )
 
     def run(
