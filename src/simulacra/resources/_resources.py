@@ -407,7 +407,9 @@ class Resource:
         group = ResourceMonitor(sim, group_name, utilisation=len(self.users) / self._capacity,
                                 queue=len(self.queue))
         self._monitor = group
-        self.__class__ = _recording_class(type(self), _RecordingResource)
+        mixin = (_RecordingPriorityResource if isinstance(self, PriorityResource)
+                 else _RecordingResource)
+        self.__class__ = _recording_class(type(self), mixin)
         old = self._release_cbs
         self._release_cbs = (self._grant_next,)  # now the recording one
         if self._marker._cbs is old:
@@ -1112,16 +1114,23 @@ class _RecordingResource(Resource):
     _monitor: ResourceMonitor
 
     def _record(self) -> None:
+        # A series never holds the same value twice in a row, so an unchanged
+        # value is no change whatever the time: skip the call (most records).
         monitor = self._monitor
-        now = self.sim.now
-        monitor.utilisation._set(now, len(self.users) / self._capacity)
-        monitor.queue._set(now, len(self.queue))
+        series = monitor.utilisation
+        value: float = len(self.users) / self._capacity
+        if value != series.values[-1]:
+            series._set(self.sim.now, value)
+        series = monitor.queue
+        value = len(self.queue)
+        if value != series.values[-1]:
+            series._set(self.sim.now, value)
 
     def _record_event(self, _event: Event[Any]) -> None:
         self._record()
 
-    def request(self, *args: Any, **kwargs: Any) -> Event[None]:
-        request = super().request(*args, **kwargs)
+    def request(self) -> Event[None]:
+        request = super().request()
         self._record()
         return request
 
@@ -1136,6 +1145,31 @@ class _RecordingResource(Resource):
         return release
 
 
+class _RecordingPriorityResource(_RecordingResource, PriorityResource):
+    """A PriorityResource or PreemptiveResource that records (their request takes a priority)."""
+
+    __slots__ = ()
+
+    def request(self, priority: float = 0, preempt: bool = True) -> Event[None]:
+        request = super(_RecordingResource, self).request(priority, preempt)
+        self._record()
+        return request
+
+
+def _record_put_get(monitor: ContainerMonitor | StoreMonitor, level: float, getters: int,
+                    putters: int, now: float) -> None:
+    """Record a container's or store's state (unchanged values skip the call, as above)."""
+    series = monitor.level if isinstance(monitor, ContainerMonitor) else monitor.items
+    if level != series.values[-1]:
+        series._set(now, level)
+    series = monitor.getters
+    if getters != series.values[-1]:
+        series._set(now, getters)
+    series = monitor.putters
+    if putters != series.values[-1]:
+        series._set(now, putters)
+
+
 class _RecordingContainer(Container):
     """A Container that records its level and its queues."""
 
@@ -1143,11 +1177,8 @@ class _RecordingContainer(Container):
     _monitor: ContainerMonitor
 
     def _record(self) -> None:
-        monitor = self._monitor
-        now = self.sim.now
-        monitor.level._set(now, self._amount)
-        monitor.getters._set(now, len(self.get_queue))
-        monitor.putters._set(now, len(self.put_queue))
+        _record_put_get(self._monitor, self._amount, len(self.get_queue), len(self.put_queue),
+                        self.sim.now)
 
     def put(self, amount: float) -> Event[None]:
         event = super().put(amount)
@@ -1179,14 +1210,11 @@ class _RecordingStore(Store[Any]):
     _monitor: StoreMonitor
 
     def _record(self) -> None:
-        monitor = self._monitor
-        now = self.sim.now
-        monitor.items._set(now, len(self.items))
-        monitor.getters._set(now, len(self.get_queue))
-        monitor.putters._set(now, len(self.put_queue))
+        _record_put_get(self._monitor, len(self.items), len(self.get_queue),
+                        len(self.put_queue), self.sim.now)
 
-    def put(self, *args: Any, **kwargs: Any) -> Event[None]:
-        event = super().put(*args, **kwargs)
+    def put(self, item: Any) -> Event[None]:
+        event = super().put(item)
         self._record()
         return event
 
