@@ -237,3 +237,33 @@ def test_a_study_file_must_be_toml_or_json(
     assert "must end in .toml or .json, got '.yaml'" in capsys.readouterr().err
     assert main(["experiment", str(tmp_path / "missing.toml")]) == 2
     assert "cannot read the study file" in capsys.readouterr().err
+
+
+def test_a_study_with_a_scenarios_directory_writes_its_effects(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from simulacra.scenarios import Scenario
+
+    Scenario(name="rush", interventions=[{"knob": "demand", "at": 10, "value": 1.2,
+                                          "duration": 50}]).save(tmp_path / "scenarios")
+    study = bank_study(tmp_path, extra='scenarios = "scenarios"')
+
+    assert main(["experiment", str(study), "--no-progress"]) == 0
+    out = capsys.readouterr().out
+    effects = pl.read_csv(tmp_path / "bank-results" / "effects.csv")
+    assert sorted(set(effects["scenario"].to_list())) == ["baseline", "rush"]
+    assert len(effects.filter(pl.col("kpi") == "mean_wait")) == 8  # 4 configs x 2
+    assert "vs base" in out
+    table = pl.read_csv(tmp_path / "bank-results" / "results.csv")
+    assert len(table) == 4 * 2 * 3
+
+
+def test_a_scenarios_path_that_is_not_a_directory_is_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    study = bank_study(tmp_path, extra='scenarios = "nowhere"')
+
+    assert main(["experiment", str(study), "--no-progress"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1
+    assert "is not a directory of scenario artifacts" in err[0]

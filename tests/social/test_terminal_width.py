@@ -59,3 +59,27 @@ def test_run_and_replay_fit_80_columns(tmp_path: Path, engine: str) -> None:
     code, lines = _in_terminal(["replay", "runs/first"], tmp_path)
     assert code == 0, "\n".join(lines)
     assert not [line for line in lines if len(line.rstrip()) > 80]
+
+
+@pytest.mark.timeout(300)
+def test_a_study_with_scenarios_fits_80_columns(tmp_path: Path) -> None:
+    pytest.importorskip("polars")
+    from simulacra.scenarios import Scenario
+
+    Scenario(name="rush-hour", interventions=[
+        {"knob": "demand", "at": 20, "value": 1.3, "duration": 100}]).save(tmp_path / "sc")
+    Scenario(name="slow-tellers", interventions=[
+        {"knob": "service_speed", "at": 0, "value": 0.8}]).save(tmp_path / "sc")
+    (tmp_path / "study.toml").write_text(
+        f'model = "{ROOT / "examples" / "bank.py"}:run"\nmaster_seed = 4\nreplications = 3\n'
+        'backend = "sequential"\nscenarios = "sc"\n[base]\ncustomers = 300\n'
+        "[grid]\nservers = [3, 4]\n", encoding="utf-8")
+
+    code, lines = _in_terminal(["experiment", "study.toml", "--no-progress"], tmp_path)
+
+    assert code == 0, "\n".join(lines)
+    assert any("vs base" in line for line in lines)
+    assert any("rush-hour" in line for line in lines)
+    assert max(len(line) for line in lines) <= 80, max(lines, key=len)
+    assert not [line for line in lines if "…" in line]  # no value cut short
+    assert (tmp_path / "study-results" / "effects.csv").is_file()

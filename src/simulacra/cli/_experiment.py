@@ -14,6 +14,8 @@ A study file (TOML shown; JSON has the same keys)::
     common_random_numbers = false   # optional
     confidence = 0.95               # optional: of the printed intervals
     output = "bank-study"           # optional: <study file stem>-results
+    scenarios = "scenarios/"        # optional: a directory of scenario artifacts;
+                                    # each config also runs under each scenario
 
     [base]                          # optional: fields shared by every config
     customers = 2000
@@ -32,7 +34,10 @@ directory. The output directory is also the study directory:
 results are spooled there as they finish (``study.json``,
 ``results.jsonl``), so ``--resume`` finishes an interrupted study. At the end
 it holds ``results.csv``, ``results.parquet`` and ``summary.csv``, and the
-summary (mean and confidence interval per config and KPI) is printed.
+summary (mean and confidence interval per config and KPI) is printed. With
+``scenarios``, each config runs as its baseline and under each scenario (the
+model takes ``scenario=``; see docs/scenarios.md), and ``effects.csv`` and
+the printed table give each scenario's difference from its baseline.
 
 Layer 7: uses the public front door ``simulacra`` only, imported lazily.
 """
@@ -70,6 +75,7 @@ _KEYS: dict[str, str] = {
     "base": "a table of parameters shared by every config",
     "grid": "a table mapping each parameter to a list of values",
     "configs": "a list of tables, one per config",
+    "scenarios": "a directory of scenario artifacts (<name>-<hash>.json)",
 }
 
 
@@ -168,6 +174,7 @@ def _cmd_experiment(args: argparse.Namespace) -> int:
                 spool_dir=output,
                 convention=settings["convention"],
                 common_random_numbers=settings["common_random_numbers"],
+                scenarios=settings["scenarios"],
             )
             results = experiment.run(
                 settings["replications"],
@@ -179,6 +186,8 @@ def _cmd_experiment(args: argparse.Namespace) -> int:
                 progress=args.progress,
             )
             summary = results.summary(settings["confidence"])
+            effects = (results.scenario_effects(settings["confidence"])
+                       if experiment.scenarios else None)
         except simulacra.ConfigError as exc:
             hint = ""
             if str(exc).startswith("resume is False"):
@@ -192,15 +201,37 @@ def _cmd_experiment(args: argparse.Namespace) -> int:
     results.to_parquet(output / "results.parquet")
     summary.write_csv(output / "summary.csv")
     out = sys.stdout
-    print(
+    say = _printer(out)
+    say(
         f"{experiment.model}: {len(results.configs)} configs x {results.replications} "
         f"replications on {results.backend} ({results.backend_reason})"
-        + (f"; {results.resumed} resumed" if results.resumed else ""),
-        file=out,
+        + (f"; {results.resumed} resumed" if results.resumed else "")
     )
-    _print_summary(summary.rows(named=True), settings["confidence"], out)
-    print(f"results in {output}: results.csv, results.parquet, summary.csv", file=out)
+    files = "results.csv, results.parquet, summary.csv"
+    if effects is None:
+        _print_summary(summary.rows(named=True), settings["confidence"], out)
+    else:
+        effects.write_csv(output / "effects.csv")
+        files += ", effects.csv"
+        _print_effects(effects.rows(named=True), settings["confidence"], out)
+    say(f"results in {output}: {files}")
     return EXIT_OK
+
+
+def _printer(out: TextIO) -> Any:
+    """print() to *out*, folded at word boundaries to the width of a terminal."""
+    import shutil  # noqa: PLC0415
+    import textwrap  # noqa: PLC0415
+
+    width = shutil.get_terminal_size((80, 24)).columns if out.isatty() else 0
+
+    def say(text: str) -> None:
+        lines = textwrap.wrap(text, width=width, subsequent_indent="  ",
+                              break_on_hyphens=False) if width else [text]
+        for line in lines:
+            print(line, file=out)
+
+    return say
 
 
 def _read_study(path: Path) -> dict[str, Any]:
@@ -283,7 +314,11 @@ def _check_study(study: Mapping[str, Any], path: Path) -> dict[str, Any]:
     )
     output = study.get("output", f"{path.stem}-results")
     _expect(isinstance(output, str) and bool(output), "output", output)
+    scenarios = study.get("scenarios")
+    _expect(scenarios is None or (isinstance(scenarios, str) and bool(scenarios)),
+            "scenarios", scenarios)
     return {
+        "scenarios": None if scenarios is None else here / scenarios,
         "model": model,
         "master_seed": seed,
         "replications": replications,
@@ -357,6 +392,44 @@ def _halfwidth(row: Mapping[str, Any]) -> str:
                                                                                    abs(mean)):
         return "constant"
     return _number(half)
+
+
+def _print_effects(rows: list[dict[str, Any]], confidence: float, out: TextIO) -> None:
+    """Each scenario's KPIs beside their difference from the baseline, with rich."""
+    from rich import box  # type: ignore[import-not-found,unused-ignore]  # noqa: PLC0415
+    from rich.console import Console  # type: ignore[import-not-found,unused-ignore]  # noqa: PLC0415
+    from rich.table import Table  # type: ignore[import-not-found,unused-ignore]  # noqa: PLC0415
+
+    stats = {"n", "mean", "halfwidth", "ci_low", "ci_high", "difference", "diff_halfwidth",
+             "diff_low", "diff_high"}
+    every = [name for name in (rows[0] if rows else {}) if name not in stats]
+    # A field with one value in every row goes above the table, not into 80 columns.
+    fields = [name for name in every
+              if name in ("scenario", "kpi") or len({str(r[name]) for r in rows}) > 1]
+    same = [f"{name}={_number(rows[0][name])}" for name in every if name not in fields]
+    if same:
+        print("for " + ", ".join(same), file=out)
+    table = Table(box=box.SIMPLE_HEAD, show_edge=False)
+    for name in fields:
+        table.add_column(name, overflow="fold")
+    table.add_column("mean", justify="right", no_wrap=True)
+    table.add_column("±", justify="right", no_wrap=True)
+    table.add_column("vs base", justify="right", no_wrap=True)
+    table.add_column(f"± {confidence:.0%}", justify="right", no_wrap=True)
+    for row in rows:
+        baseline = row.get("scenario") == "baseline"
+        table.add_row(
+            *(_number(row[name]) for name in fields),
+            _number(row["mean"]),
+            _halfwidth(row),
+            "" if baseline else f"{row['difference']:+.4g}",
+            "" if baseline else _halfwidth({"halfwidth": row["diff_halfwidth"],
+                                            "mean": row["difference"]}),
+        )
+    console = Console(file=out, highlight=False)
+    if not console.is_terminal:
+        console.width = max(console.width, 120)  # a file or a pipe: never fold a row
+    console.print(table)
 
 
 def _print_summary(rows: list[dict[str, Any]], confidence: float, out: TextIO) -> None:
