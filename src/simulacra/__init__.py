@@ -90,6 +90,7 @@ if TYPE_CHECKING:  # the type checker sees every name; at run time they load laz
     from .agents import Sequence as Sequence
     from .agents import World as World
     from .backends import AsyncBackend as AsyncBackend
+    from .backends import DataCollector as DataCollector
     from .backends import ExecutionBackend as ExecutionBackend
     from .backends import LocalBackend as LocalBackend
     from .backends import Model as Model
@@ -227,6 +228,7 @@ __all__ = [
     "offload", "Offloader", "use_pool",
     # agents and engines
     "Agent", "AgentSpec", "Message", "Context", "Phase", "Sequence", "Model", "RunResult",
+    "DataCollector",
     "ExecutionBackend", "LocalBackend", "ThreadPoolBackend", "ProcessPoolBackend", "get_backend",
     "DaskBackend", "AsyncBackend", "MCPBackend", "MCPConfig", "EmulatorBackend",
     "load_settings", "Settings",
@@ -310,6 +312,7 @@ _LAZY: dict[str, str] = {
     "ExecutionBackend": ".backends",
     "LocalBackend": ".backends",
     "Model": ".backends",
+    "DataCollector": ".backends",
     "ProcessPoolBackend": ".backends",
     "PregelBackend": ".backends",
     "PregelGraph": ".backends",

@@ -9,9 +9,11 @@ per-step state and message digests on every one of them. A settings file
 (:func:`load_settings`) switches the backend with no change to model code;
 the registry (:func:`get_backend`, :func:`register_backend`) lets the Dask,
 MCP and emulator backends of ``simulacra.distributed`` plug in from above.
+A :class:`DataCollector` passed to ``Model.run(collect=...)`` evaluates model-
+and agent-level reporters on the states after every step (Mesa's).
 
 Imports: the standard library, layers 0-4 through their public surfaces, and
-pydantic (lazily, when settings are read).
+pydantic (lazily, when settings are read) and polars (lazily, for tables).
 """
 
 from simulacra._util import claim_public_module
@@ -20,6 +22,7 @@ from ._async import AsyncBackend as AsyncBackend
 from ._base import AgentSnapshot as AgentSnapshot
 from ._base import BackendBase as BackendBase
 from ._base import ExecutionBackend as ExecutionBackend
+from ._collect import DataCollector as DataCollector
 from ._local import LocalBackend as LocalBackend
 from ._local import ThreadPoolBackend as ThreadPoolBackend
 from ._model import RUN_SCHEME as RUN_SCHEME
@@ -64,7 +67,8 @@ from ._wire import unpicklable_reply as unpicklable_reply
 from ._wire import unpicklable_snapshot as unpicklable_snapshot
 
 __all__ = [
-    "Model", "RunResult", "RUN_SCHEME", "ExecutionBackend", "BackendBase", "AgentSnapshot",
+    "Model", "RunResult", "RUN_SCHEME", "DataCollector", "ExecutionBackend", "BackendBase",
+    "AgentSnapshot",
     "LocalBackend", "ThreadPoolBackend", "AsyncBackend", "ProcessPoolBackend", "partition_ids",
     "PARTITIONS", "START_METHODS", "get_backend", "register_backend", "unregister_backend",
     "backend_names", "backend_options", "RESERVED_BACKENDS", "PLUGIN_BACKENDS", "pack_error",

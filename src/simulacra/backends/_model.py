@@ -32,6 +32,7 @@ from simulacra.errors import ConfigError
 from simulacra.rng import SeedTree, as_seed_tree
 
 from ._base import AgentSnapshot, AgentStates, ExecutionBackend
+from ._collect import DataCollector
 from ._registry import ensure_buildable, get_backend
 from ._settings import Settings, load_settings, parse_settings
 
@@ -332,7 +333,8 @@ class Model:
         return self._backend, False
 
     def run(self, sequence: Sequence | Phase | Action, steps: int = 1, *,
-            digests: bool = True, defer_gc: bool = True) -> RunResult:
+            digests: bool = True, defer_gc: bool = True,
+            collect: DataCollector | None = None) -> RunResult:
         """Run *steps* steps of *sequence* from the agents as added.
 
         Each step runs the sequence's phases in order; messages sent in one
@@ -353,6 +355,10 @@ class Model:
                 follow dominate the run time of message-heavy models. Cyclic
                 garbage the model makes is still collected, just later. Set
                 ``False`` to leave the collector alone (it is process-wide).
+            collect: A :class:`DataCollector` whose reporters are evaluated on
+                the agents' states after every step (the snapshot the state
+                digest is taken from; with ``digests=False`` a snapshot is
+                taken for it alone). It gives the same tables on every backend.
 
         Returns:
             The per-step digests, message counts and final agent states.
@@ -366,12 +372,19 @@ class Model:
                 (an instance of a local class); names the agent, the attribute
                 or message, the phase and the step.
             WorkerLost: A worker process of the backend died.
-            ConfigError: *steps* is not an int >= 0, or *sequence* is not a
-                Sequence, Phase or importable action.
+            ConfigError: *steps* is not an int >= 0, *sequence* is not a
+                Sequence, Phase or importable action, *collect* is not a
+                DataCollector or already holds a run, or an agent lacks an
+                attribute an agent reporter names.
         """
         given: object = steps
         if isinstance(given, bool) or not isinstance(given, int) or given < 0:
             raise ConfigError(f"steps must be an int >= 0, got {type(given).__name__} {given!r}")
+        if collect is not None:
+            if not isinstance(collect, DataCollector):
+                raise ConfigError(f"collect must be a DataCollector or None, got "
+                                  f"{type(collect).__name__} {collect!r}")
+            collect._begin()
         phases = Sequence.of(sequence).phases
         backend, owned = self._backend_for_run()
         # Optional fast path of in-process backends: run, order and deliver in one
@@ -404,9 +417,13 @@ class Model:
                             hasher.update(messages)
                         backend.deliver_messages(messages)
                     counts.append(count)
-                    if hasher is not None:
-                        message_digests.append(hasher.hexdigest())
-                        state_digests.append(state_digest(backend.snapshot()))
+                    if hasher is not None or collect is not None:
+                        snapshot = backend.snapshot()
+                        if hasher is not None:
+                            message_digests.append(hasher.hexdigest())
+                            state_digests.append(state_digest(snapshot))
+                        if collect is not None:
+                            collect._collect(step, snapshot)
                 agents = backend.snapshot()
             finally:
                 if owned:
