@@ -156,6 +156,7 @@ if TYPE_CHECKING:  # the type checker sees every name; at run time they load laz
     from .pausable import PausableAgent as PausableAgent
     from .pausable import PausableContext as PausableContext
     from .pausable import PausableHost as PausableHost
+    from .report import build_report as build_report
     from .resources import Container as Container
     from .resources import ContainerMonitor as ContainerMonitor
     from .resources import ContainerStatistics as ContainerStatistics
@@ -264,6 +265,8 @@ __all__ = [
     "preflight_provider", "RunControl",
     "ReplayReport",
     "RunDirectory", "InvalidAction",
+    # reports: one HTML file of a run, a study or a monitor file
+    "build_report",
     "__version__",
 ]
 
@@ -290,6 +293,7 @@ _LAZY: dict[str, str] = {
     "run_society": ".societies",
     "preflight_provider": ".societies",
     "RunControl": ".societies",
+    "build_report": ".report",
     "resume_society": ".societies",
     "Agent": ".agents",
     "AgentSpec": ".agents",

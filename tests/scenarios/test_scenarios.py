@@ -307,3 +307,15 @@ def test_a_scenario_changes_the_model_and_replays_to_the_same_trace() -> None:
     assert run_digest == again  # a pure function of seed, config and scenario
     assert run_digest != base_digest
     assert sum(waits) / len(waits) > sum(base_waits) / len(base_waits)
+
+
+@pytest.mark.parametrize("ordering", ["fifo", "keyed"])
+def test_changes_at_one_time_happen_in_intervention_order(ordering: str) -> None:
+    items = [{"knob": "servers", "at": 5, "value": 1 + k % 8} for k in range(12)]
+    sim = Sim(seed=1, ordering=ordering)
+    board = KnobBoard(KNOBS, sim)
+    apply_scenario(sim, board, scenario(*items))
+    sim.run()
+
+    assert [new for _, _, _, new, _ in board.changes] == [1 + k % 8 for k in range(12)]
+    assert board["servers"] == 1 + 11 % 8

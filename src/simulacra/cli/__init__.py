@@ -14,6 +14,10 @@ Commands:
         Run a study of replications described in a TOML or JSON file; print
         the mean and confidence interval of every KPI per config and write
         the results table (see ``simulacra.cli._experiment``).
+    ``simulacra report PATH [-o FILE]``
+        Write a self-contained HTML report of a run directory, a study
+        directory or a monitor file; ``simulacra run CONFIG.yaml --report``
+        writes the run's when it ends (see ``simulacra.cli._report``).
 """
 
 from simulacra.cli._main import main as main

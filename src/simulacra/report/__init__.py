@@ -11,6 +11,11 @@ The data layer (reading and aggregating, no plotting) and the chart builders
 (plotly figures) are public, so the live view draws the same charts from the
 same numbers:
 
+- report: :func:`build_report` (and :func:`report_path`, where it writes);
+- charts: :func:`society_charts` (``actions``, ``calls``, ``tokens``,
+  ``cost``, ``failures``, ``latency``, ``queue``, ``probes``, each also a
+  function of its own), :func:`study_charts`, :func:`monitor_charts`, and
+  :func:`figure_spec` (a figure as the JSON ``Plotly.newPlot`` takes);
 - data: :func:`source_kind`, :func:`load_society_run` -> :class:`RunData`,
   :func:`run_identity`, :func:`run_totals`, :func:`step_series` ->
   :class:`StepSeries`, :func:`event_text`, :func:`event_table`,
@@ -25,6 +30,25 @@ Layer 7, beside the cli: it imports the standard library, the public
 
 from simulacra._util import claim_public_module
 
+from ._build import DEFAULT_LLM_CALLS as DEFAULT_LLM_CALLS
+from ._build import REPORT_FILE as REPORT_FILE
+from ._build import build_report as build_report
+from ._build import report_path as report_path
+from ._charts import PLOTLY_EXTRA as PLOTLY_EXTRA
+from ._charts import actions_chart as actions_chart
+from ._charts import calls_chart as calls_chart
+from ._charts import cost_chart as cost_chart
+from ._charts import failures_chart as failures_chart
+from ._charts import figure_spec as figure_spec
+from ._charts import kind_colors as kind_colors
+from ._charts import latency_chart as latency_chart
+from ._charts import monitor_charts as monitor_charts
+from ._charts import plotly_missing as plotly_missing
+from ._charts import probes_chart as probes_chart
+from ._charts import queue_chart as queue_chart
+from ._charts import society_charts as society_charts
+from ._charts import study_charts as study_charts
+from ._charts import tokens_chart as tokens_chart
 from ._data import MANIFEST_SCHEMES as MANIFEST_SCHEMES
 from ._data import MONITOR_KINDS as MONITOR_KINDS
 from ._data import MONITORS_FORMAT as MONITORS_FORMAT
@@ -59,6 +83,12 @@ from ._data import study_intervals as study_intervals
 from ._data import study_parameters as study_parameters
 
 __all__ = [
+    # the report
+    "build_report", "report_path", "REPORT_FILE", "DEFAULT_LLM_CALLS",
+    # charts: plotly figures (the report extra)
+    "society_charts", "actions_chart", "calls_chart", "tokens_chart", "cost_chart",
+    "failures_chart", "latency_chart", "queue_chart", "probes_chart", "study_charts",
+    "monitor_charts", "figure_spec", "kind_colors", "plotly_missing", "PLOTLY_EXTRA",
     # data: reading and aggregating
     "source_kind", "SourceKind", "load_society_run", "RunData", "run_identity", "run_totals",
     "step_series", "StepSeries", "event_text", "event_table", "EventTable", "event_page",

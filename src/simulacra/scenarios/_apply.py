@@ -1,6 +1,7 @@
 """Applying a scenario: its interventions scheduled in virtual time on a Sim.
 
-Each intervention becomes one named process (``scenario:<name>/<index>``)
+Each intervention becomes one named process (``scenario:<name>/<index>``,
+the index zero-padded so that names sort in intervention order)
 that waits until its time and sets its knob on the run's
 :class:`~simulacra.scenarios.KnobBoard`, which records the change in the
 trace. Nothing reads the wall clock, and nothing is random: the same scenario
@@ -96,5 +97,5 @@ def apply_scenario(sim: Sim, board: KnobBoard, scenario: Scenario | None, *,
     scenario.check(board.knobs, start=sim.now, end=end)
     sim.record("scenario", scenario.name, {"hash": scenario.hash})
     return [sim.spawn(_run, board, scenario, index, item,
-                      name=f"scenario:{scenario.name}/{index}")
+                      name=f"scenario:{scenario.name}/{index:04d}")
             for index, item in enumerate(scenario.interventions)]

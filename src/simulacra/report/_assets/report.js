@@ -1,0 +1,593 @@
+/* simulacra report: the views of one self-contained page.
+ *
+ * The data is the JSON in <script id="report-data">; the charts are plotly
+ * specs drawn with Plotly.newPlot when their view is first shown. Views are
+ * hash routes: #/overview, #/log?agent=..&kind=..&q=.., #/threads, #/agents,
+ * #/agent/NAME (society runs); #/overview, #/summary, #/replications
+ * (studies); #/overview (monitors). Nothing here fetches anything.
+ */
+(function () {
+  "use strict";
+  var D = JSON.parse(document.getElementById("report-data").textContent);
+  var PLOT_CONFIG = {displaylogo: false, responsive: true,
+                     modeBarButtonsToRemove: ["sendDataToCloud", "lasso2d", "select2d"]};
+  var PAGE = 100;
+
+  // -- helpers -------------------------------------------------------------------------
+  function esc(value) {
+    return String(value).replace(/[&<>"']/g, function (c) {
+      return {"&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#39;"}[c];
+    });
+  }
+  function el(tag, cls, html) {
+    var node = document.createElement(tag);
+    if (cls) node.className = cls;
+    if (html !== undefined) node.innerHTML = html;
+    return node;
+  }
+  function fmt(value) {
+    if (value === null || value === undefined) return "";
+    if (typeof value === "number") {
+      if (Number.isInteger(value)) return value.toLocaleString("en-US");
+      return Math.abs(value) >= 1000 ? value.toFixed(1) : String(Number(value.toPrecision(4)));
+    }
+    if (typeof value === "boolean") return value ? "yes" : "no";
+    if (typeof value === "object") return JSON.stringify(value);
+    return String(value);
+  }
+  function kvTable(pairs) {
+    var rows = pairs.map(function (p) {
+      var value = p[1];
+      var cls = typeof value === "string" && value.length > 40 && value.indexOf(" ") >= 0 ? "wrap" : "";
+      return "<tr><td>" + esc(p[0]) + "</td><td class='" + cls + "'>" + esc(fmt(value)) + "</td></tr>";
+    });
+    return "<table class='kv'>" + rows.join("") + "</table>";
+  }
+  function agentLink(name) {
+    return "<a href='#/agent/" + encodeURIComponent(name) + "'>@" + esc(name) + "</a>";
+  }
+  function parseQuery(text) {
+    var out = {};
+    (text || "").split("&").forEach(function (part) {
+      if (!part) return;
+      var at = part.indexOf("=");
+      var key = decodeURIComponent(at < 0 ? part : part.slice(0, at));
+      out[key] = at < 0 ? "" : decodeURIComponent(part.slice(at + 1).replace(/\+/g, " "));
+    });
+    return out;
+  }
+  function toQuery(obj) {
+    return Object.keys(obj).filter(function (k) {
+      return obj[k] !== "" && obj[k] !== null && obj[k] !== undefined && obj[k] !== false;
+    }).map(function (k) {
+      return encodeURIComponent(k) + "=" + encodeURIComponent(obj[k] === true ? "1" : obj[k]);
+    }).join("&");
+  }
+
+  // -- charts ----------------------------------------------------------------------------
+  function drawChart(div, spec) {
+    var layout = Object.assign({}, spec.layout);
+    if (D.template) layout.template = D.template;
+    Plotly.newPlot(div, spec.data, layout, PLOT_CONFIG);
+    div.setAttribute("data-drawn", "1");
+  }
+  function chartGrid(container, charts) {
+    var grid = el("div", "charts");
+    container.appendChild(grid);
+    // Every cell first, then the charts: plotly sizes a chart to its cell when drawn.
+    var divs = charts.map(function (chart) {
+      var div = el("div", "chart");
+      div.id = "chart-" + chart.id.replace(/[^A-Za-z0-9_-]+/g, "-");
+      div.setAttribute("data-chart", chart.id);
+      grid.appendChild(div);
+      return div;
+    });
+    charts.forEach(function (chart, i) { drawChart(divs[i], chart.spec); });
+    return grid;
+  }
+
+  // -- paged tables ----------------------------------------------------------------------
+  /* A table of `count` rows drawn a page at a time: rowHtml(k) gives row k's <tr>. */
+  function pagedTable(container, headHtml, count, rowHtml, options) {
+    options = options || {};
+    var size = options.pageSize || PAGE;
+    var page = Math.min(options.page || 0, Math.max(0, Math.ceil(count / size) - 1));
+    var pager = el("div", "pager");
+    var table = el("table", options.cls || "");
+    table.innerHTML = "<thead>" + headHtml + "</thead><tbody></tbody>";
+    container.appendChild(pager);
+    container.appendChild(table);
+    function render() {
+      var first = page * size, last = Math.min(count, first + size);
+      var html = [];
+      for (var k = first; k < last; k++) html.push(rowHtml(k));
+      table.tBodies[0].innerHTML = html.join("") ||
+        "<tr><td colspan='20' class='empty'>" + esc(options.empty || "nothing to show") + "</td></tr>";
+      var pages = Math.max(1, Math.ceil(count / size));
+      pager.innerHTML = "";
+      var prev = el("button", "prev", "&larr; previous");
+      var next = el("button", "next", "next &rarr;");
+      prev.disabled = page === 0;
+      next.disabled = page >= pages - 1;
+      prev.onclick = function () { page -= 1; render(); if (options.onPage) options.onPage(page); };
+      next.onclick = function () { page += 1; render(); if (options.onPage) options.onPage(page); };
+      var info = el("span", "info", count ? (fmt(first + 1) + "&ndash;" + fmt(last) + " of " +
+                    fmt(count) + (options.what ? " " + esc(options.what) : "") +
+                    " &middot; page " + fmt(page + 1) + " of " + fmt(pages)) : "0 " + esc(options.what || ""));
+      pager.appendChild(prev);
+      pager.appendChild(next);
+      pager.appendChild(info);
+    }
+    render();
+    return {table: table, pager: pager};
+  }
+
+  // ======================================================================================
+  // Society runs
+  // ======================================================================================
+  var LOG = D.log || {agents: [], kinds: [], rows: []};
+  var ROWS = LOG.rows;
+  var AGENT_AT = new Map();
+  LOG.agents.forEach(function (name, i) { AGENT_AT.set(name, i); });
+  var KIND_AT = new Map();
+  LOG.kinds.forEach(function (name, i) { KIND_AT.set(name, i); });
+  var LOWER = null;  // lowercased "text agent kind" of every event, built on the first search
+
+  function kindBadge(k) {
+    var name = LOG.kinds[k];
+    var color = (D.colors && D.colors[name]) || "#667085";
+    return "<span class='kind' style='background:" + esc(color) + "'>" + esc(name) + "</span>";
+  }
+  function linkMentions(text) {
+    return esc(text).replace(/@([A-Za-z0-9_.-]+)/g, function (m, name) {
+      return AGENT_AT.has(name) ? agentLink(name) : m;
+    });
+  }
+  function timeText(t) {
+    return typeof t === "number" ? (Number.isInteger(t) ? String(t) : t.toFixed(3)) : esc(t);
+  }
+  var EVENT_HEAD = "<tr><th class='num'>#</th><th class='num'>step</th><th class='num'>time</th>" +
+                   "<th>agent</th><th>kind</th><th>what</th></tr>";
+  function eventRow(i) {
+    var r = ROWS[i];
+    return "<tr data-row='" + i + "'><td class='num'>" + r[0] + "</td><td class='num'>" + r[1] +
+           "</td><td class='num'>" + timeText(r[2]) + "</td><td>" + agentLink(LOG.agents[r[3]]) +
+           "</td><td>" + kindBadge(r[4]) + "</td><td class='text'>" + linkMentions(r[5]) + "</td></tr>";
+  }
+  function eventList(container, indices, options) {
+    options = options || {};
+    return pagedTable(container, EVENT_HEAD, indices.length, function (k) {
+      return eventRow(indices[k]);
+    }, {cls: "events", what: options.what || "events", empty: options.empty || "no events",
+        page: options.page, onPage: options.onPage, pageSize: options.pageSize});
+  }
+
+  /* Indices of the events that pass filter f: {agent, inv, kind, s0, s1, t0, t1, q}. */
+  function filterEvents(f) {
+    var a = f.agent !== undefined && f.agent !== "" ? AGENT_AT.get(f.agent) : -1;
+    if (a === undefined) return [];
+    var k = f.kind ? KIND_AT.get(f.kind) : -1;
+    if (k === undefined) return [];
+    var s0 = f.s0 === "" || f.s0 === undefined ? null : Number(f.s0);
+    var s1 = f.s1 === "" || f.s1 === undefined ? null : Number(f.s1);
+    var t0 = f.t0 === "" || f.t0 === undefined ? null : Number(f.t0);
+    var t1 = f.t1 === "" || f.t1 === undefined ? null : Number(f.t1);
+    var q = (f.q || "").toLowerCase();
+    var inv = !!f.inv;
+    if (q && LOWER === null) {
+      LOWER = new Array(ROWS.length);
+      for (var j = 0; j < ROWS.length; j++) {
+        var row = ROWS[j];
+        LOWER[j] = (row[5] + "\n" + LOG.agents[row[3]] + "\n" + LOG.kinds[row[4]]).toLowerCase();
+      }
+    }
+    var out = [];
+    for (var i = 0; i < ROWS.length; i++) {
+      var r = ROWS[i];
+      if (a >= 0 && r[3] !== a && !(inv && r[6] && r[6].indexOf(a) >= 0)) continue;
+      if (k >= 0 && r[4] !== k) continue;
+      if (s0 !== null && r[1] < s0) continue;
+      if (s1 !== null && r[1] > s1) continue;
+      if (t0 !== null && r[2] < t0) continue;
+      if (t1 !== null && r[2] > t1) continue;
+      if (q && LOWER[i].indexOf(q) < 0) continue;
+      out.push(i);
+    }
+    return out;
+  }
+
+  // -- overview ----------------------------------------------------------------------------
+  function renderSocietyOverview(page) {
+    var cards = el("div", "cards");
+    cards.appendChild(el("div", "card", "<h3>Run</h3>" + kvTable(D.identity)));
+    cards.appendChild(el("div", "card", "<h3>Summary</h3>" + kvTable(D.totals)));
+    if (D.world && D.world.length) {
+      cards.appendChild(el("div", "card", "<h3>World</h3>" + kvTable(D.world)));
+    }
+    if (D.failures && D.failures.length) {
+      var rows = D.failures.map(function (f) {
+        return "<tr><td>" + esc(f[0]) + "</td><td class='num'>" + fmt(f[1]) + "</td><td>" +
+               (f[2] ? agentLink(f[2]) : "") + " step " + esc(fmt(f[3])) + ": " + esc(f[4]) + "</td></tr>";
+      });
+      cards.appendChild(el("div", "card", "<h3 class='bad'>Failed turns</h3><table><thead><tr><th>kind" +
+        "</th><th class='num'>turns</th><th>first</th></tr></thead><tbody>" + rows.join("") +
+        "</tbody></table>"));
+    }
+    page.appendChild(cards);
+    (D.notes || []).forEach(function (n) { page.appendChild(el("p", "note", esc(n))); });
+    page.appendChild(el("h2", "", "Per " + (D.windowed ? "window of virtual time" : "step")));
+    chartGrid(page, D.charts);
+  }
+
+  // -- the log browser ------------------------------------------------------------------------
+  var logState = null;
+  function renderLog(page, query) {
+    if (logState === null) {
+      page.innerHTML = "";
+      var form = el("form", "controls");
+      form.setAttribute("autocomplete", "off");
+      var kindOptions = "<option value=''>every kind</option>" + LOG.kinds.map(function (k) {
+        return "<option>" + esc(k) + "</option>";
+      }).join("");
+      form.innerHTML =
+        "<label>agent<input name='agent' list='agent-names' placeholder='any agent'></label>" +
+        "<label class='check'><input type='checkbox' name='inv'> and events that concern it</label>" +
+        "<label>kind<select name='kind'>" + kindOptions + "</select></label>" +
+        "<label>step from<input type='number' name='s0'></label>" +
+        "<label>step to<input type='number' name='s1'></label>" +
+        "<label>time from<input type='number' step='any' name='t0'></label>" +
+        "<label>time to<input type='number' step='any' name='t1'></label>" +
+        "<label>text<input type='search' class='search' name='q' placeholder='search the log'></label>" +
+        "<button type='reset'>clear</button>";
+      var list = el("datalist");
+      list.id = "agent-names";
+      var options = [];
+      for (var i = 0; i < LOG.agents.length; i++) options.push("<option value='" + esc(LOG.agents[i]) + "'>");
+      list.innerHTML = options.join("");
+      var results = el("div", "results");
+      page.appendChild(el("h2", "", "Action log"));
+      page.appendChild(form);
+      page.appendChild(list);
+      page.appendChild(results);
+      logState = {form: form, results: results, key: null};
+      var timer = null;
+      var changed = function (event) {
+        clearTimeout(timer);
+        var delay = event && event.target && event.target.name === "q" ? 150 : 0;
+        timer = setTimeout(function () {
+          var f = readForm(form);
+          history.replaceState(null, "", "#/log" + (toQuery(f) ? "?" + toQuery(f) : ""));
+          showLog(f, 0);
+        }, delay);
+      };
+      form.addEventListener("input", changed);
+      form.addEventListener("change", changed);
+      form.addEventListener("submit", function (e) { e.preventDefault(); });
+      form.addEventListener("reset", function () { setTimeout(changed, 0); });
+    }
+    writeForm(logState.form, query);
+    showLog(query, Number(query.p || 0));
+  }
+  function readForm(form) {
+    return {agent: form.agent.value.trim().replace(/^@/, ""), inv: form.inv.checked,
+            kind: form.kind.value, s0: form.s0.value, s1: form.s1.value, t0: form.t0.value,
+            t1: form.t1.value, q: form.q.value};
+  }
+  function writeForm(form, q) {
+    form.agent.value = q.agent || "";
+    form.inv.checked = !!q.inv;
+    form.kind.value = q.kind || "";
+    ["s0", "s1", "t0", "t1", "q"].forEach(function (name) { form[name].value = q[name] || ""; });
+  }
+  function showLog(f, pageNumber) {
+    var key = JSON.stringify([f.agent, !!f.inv, f.kind, f.s0, f.s1, f.t0, f.t1, f.q]);
+    var results = logState.results;
+    if (logState.key === key && pageNumber === logState.page) return;
+    var indices = logState.key === key ? logState.indices : filterEvents(f);
+    logState.key = key;
+    logState.indices = indices;
+    logState.page = pageNumber;
+    results.innerHTML = "";
+    var unknown = f.agent && !AGENT_AT.has(f.agent) ? "no agent @" + f.agent : null;
+    results.appendChild(el("p", "note", esc(unknown || (fmt(indices.length) + " of " + fmt(ROWS.length) +
+                                                        " events match"))));
+    eventList(results, indices, {page: pageNumber, onPage: function (p) {
+      logState.page = p;
+      var q = toQuery(Object.assign({}, f, {p: p || ""}));
+      history.replaceState(null, "", "#/log" + (q ? "?" + q : ""));
+    }});
+  }
+
+  // -- threads -----------------------------------------------------------------------------
+  function renderThreads(page) {
+    var T = D.threads || {items: [], total: 0};
+    page.appendChild(el("h2", "", "Conversations"));
+    page.appendChild(el("p", "note", esc(fmt(T.total) + " threads of replies and mentions, the longest chain first" +
+      (T.items.length < T.total ? "; the " + fmt(T.items.length) + " longest are in this report" : ""))));
+    var list = el("div", "threads");
+    page.appendChild(list);
+    var shown = 0;
+    var more = el("button", "more", "show more threads");
+    function add(count) {
+      var end = Math.min(T.items.length, shown + count);
+      var html = [];
+      for (var t = shown; t < end; t++) {
+        var item = T.items[t], rows = item[0], depth = item[1];
+        var authors = {};
+        rows.forEach(function (i) { authors[LOG.agents[ROWS[i][3]]] = 1; });
+        var lines = rows.map(function (i, k) {
+          var r = ROWS[i];
+          return "<div class='msg' style='margin-left:" + (Math.min(depth[k], 14) * 18) + "px'>" +
+                 "<span class='meta'>" + agentLink(LOG.agents[r[3]]) + " &middot; step " + r[1] +
+                 " &middot; " + esc(LOG.kinds[r[4]]) + "</span>" + linkMentions(r[5]) + "</div>";
+        });
+        html.push("<div class='thread' data-thread='" + t + "'><div class='head'>thread " + (t + 1) +
+                  ": " + rows.length + " messages, longest chain " + item[2] + ", " +
+                  Object.keys(authors).length + " agents</div>" + lines.join("") + "</div>");
+      }
+      list.insertAdjacentHTML("beforeend", html.join(""));
+      shown = end;
+      more.style.display = shown < T.items.length ? "" : "none";
+    }
+    more.onclick = function () { add(25); };
+    page.appendChild(more);
+    add(25);
+    if (!T.items.length) list.appendChild(el("p", "empty", "no replies or mentions in this run"));
+  }
+
+  // -- agents --------------------------------------------------------------------------------
+  var AGENT_COLS = ["agent", "events", "concerning it", "model calls", "prompt tokens",
+                    "completion tokens", "cost"];
+  function renderAgents(page) {
+    var A = D.agents.rows;
+    page.appendChild(el("h2", "", "Agents"));
+    var form = el("form", "controls");
+    form.innerHTML = "<label>agent<input type='search' class='search' name='q' placeholder='filter by name'></label>";
+    form.addEventListener("submit", function (e) { e.preventDefault(); });
+    page.appendChild(form);
+    var holder = el("div");
+    page.appendChild(holder);
+    var sortBy = 1, descending = true;
+    function draw() {
+      var q = form.q.value.trim().replace(/^@/, "").toLowerCase();
+      var rows = A.filter(function (r) { return !q || LOG.agents[r[0]].toLowerCase().indexOf(q) >= 0; });
+      rows.sort(function (x, y) {
+        var a = sortBy === 0 ? LOG.agents[x[0]] : x[sortBy], b = sortBy === 0 ? LOG.agents[y[0]] : y[sortBy];
+        var c = a < b ? -1 : a > b ? 1 : 0;
+        if (c === 0) c = LOG.agents[x[0]] < LOG.agents[y[0]] ? -1 : 1;
+        return descending ? -c : c;
+      });
+      holder.innerHTML = "";
+      var head = "<tr>" + AGENT_COLS.map(function (c, i) {
+        var mark = i === sortBy ? (descending ? " &darr;" : " &uarr;") : "";
+        return "<th class='sortable" + (i ? " num" : "") + "' data-col='" + i + "'>" + esc(c) + mark + "</th>";
+      }).join("") + "</tr>";
+      var made = pagedTable(holder, head, rows.length, function (k) {
+        var r = rows[k];
+        return "<tr><td>" + agentLink(LOG.agents[r[0]]) + "</td>" + r.slice(1, 7).map(function (v) {
+          return "<td class='num'>" + fmt(v) + "</td>";
+        }).join("") + "</tr>";
+      }, {what: "agents"});
+      made.table.querySelectorAll("th.sortable").forEach(function (th) {
+        th.onclick = function () {
+          var col = Number(th.getAttribute("data-col"));
+          descending = col === sortBy ? !descending : col !== 0;
+          sortBy = col;
+          draw();
+        };
+      });
+    }
+    form.addEventListener("input", draw);
+    draw();
+  }
+
+  function callsOf(name) {
+    return (D.llm && D.llm.calls && D.llm.calls[name]) || null;
+  }
+  function str(i) { return D.llm.strings[i]; }
+
+  function renderAgent(page, name) {
+    page.innerHTML = "";
+    var a = AGENT_AT.get(name);
+    if (a === undefined) {
+      page.appendChild(el("h2", "", "No agent @" + esc(name)));
+      page.appendChild(el("p", "", "<a href='#/agents'>every agent</a>"));
+      return;
+    }
+    var row = D.agents.rows.filter(function (r) { return r[0] === a; })[0] || [a, 0, 0, 0, 0, 0, 0, {}];
+    var own = [], concerning = [];
+    for (var i = 0; i < ROWS.length; i++) {
+      var r = ROWS[i];
+      if (r[3] === a) own.push(i);
+      else if (r[6] && r[6].indexOf(a) >= 0) concerning.push(i);
+    }
+    page.appendChild(el("h2", "", "@" + esc(name)));
+    var chips = el("div", "chips");
+    var kinds = row[7] || {};
+    Object.keys(kinds).forEach(function (k) {
+      chips.insertAdjacentHTML("beforeend", kindBadge(Number(k)).replace("</span>", " " + kinds[k] + "</span>"));
+    });
+    page.appendChild(chips);
+    page.appendChild(el("div", "cards", "<div class='card'>" + kvTable([
+      ["events it made", row[1]], ["events that concern it", row[2]], ["model calls", row[3]],
+      ["prompt tokens", row[4]], ["completion tokens", row[5]], ["cost", row[6]]]) +
+      "<p class='note'><a href='#/log?" + toQuery({agent: name, inv: true}) +
+      "'>open its events in the log browser</a></p></div>"));
+    // Its actions per step, by kind: a plotly chart like the run's own.
+    var steps = {}, concernSteps = {};
+    own.forEach(function (i) { steps[ROWS[i][1]] = steps[ROWS[i][1]] || {}; steps[ROWS[i][1]][ROWS[i][4]] = (steps[ROWS[i][1]][ROWS[i][4]] || 0) + 1; });
+    concerning.forEach(function (i) { concernSteps[ROWS[i][1]] = (concernSteps[ROWS[i][1]] || 0) + 1; });
+    var xs = (D.steps || []).slice();
+    var traces = LOG.kinds.map(function (kind, k) {
+      return {type: "bar", name: kind, x: xs, marker: {color: (D.colors || {})[kind]},
+              y: xs.map(function (s) { return (steps[s] && steps[s][k]) || 0; })};
+    }).filter(function (t) { return t.y.some(function (v) { return v > 0; }); });
+    traces.push({type: "scatter", mode: "lines+markers", name: "concerning it", x: xs,
+                 y: xs.map(function (s) { return concernSteps[s] || 0; }), line: {color: "#111827"}});
+    var chart = el("div", "chart");
+    chart.id = "agent-chart";
+    chart.setAttribute("data-chart", "agent");
+    page.appendChild(chart);
+    drawChart(chart, {data: traces, layout: {
+      title: {text: "@" + name + ": what it did per " + (D.windowed ? "window" : "step"), x: 0.01, xanchor: "left"},
+      barmode: "stack", height: 300, margin: {l: 60, r: 20, t: 48, b: 48},
+      xaxis: {title: {text: D.windowed ? "window" : "step"}}, yaxis: {title: {text: "events"}, rangemode: "tozero"},
+      legend: {orientation: "h", y: -0.25, x: 0}}});
+
+    page.appendChild(el("h3", "", "What it did"));
+    eventList(page, own, {what: "of its events", empty: "it made no events"});
+
+    var calls = callsOf(name);
+    page.appendChild(el("h3", "", "What it saw"));
+    if (calls && calls.length) {
+      page.appendChild(el("p", "note", "The prompt of each of its model calls: the observation the world gave it."));
+      var seen = el("div");
+      calls.forEach(function (c, k) {
+        var messages = c[4] || [];
+        var last = messages.length ? messages[messages.length - 1] : null;
+        var details = el("details", "saw");
+        if (k === calls.length - 1) details.open = true;  // the newest: what it saw last
+        details.innerHTML = "<summary>call " + c[0] + " &middot; " + fmt(c[1]) + " prompt tokens</summary>" +
+          (last ? "<pre>" + esc(str(last[1])) + "</pre>" : "<p class='note'>its prompt was not recorded</p>");
+        seen.appendChild(details);
+      });
+      page.appendChild(seen);
+    } else {
+      page.appendChild(el("p", "note", esc(D.llm && D.llm.note ? D.llm.note : "Its observations are not recorded.") +
+                          " The events that concern it are below."));
+    }
+    page.appendChild(el("h3", "", "Events that concern it"));
+    page.appendChild(el("p", "note", "Mentions of it, replies to it, likes of its posts, follows."));
+    eventList(page, concerning, {what: "events", empty: "no event concerns it"});
+
+    page.appendChild(el("h3", "", "Its model calls"));
+    if (calls && calls.length) {
+      var holder = el("div", "calls");
+      page.appendChild(holder);
+      pagedTable(holder, "<tr><th class='num'>call</th><th class='num'>prompt</th><th class='num'>completion</th>" +
+                 "<th>finish</th><th>completion text, and the request</th></tr>", calls.length, function (k) {
+        var c = calls[k];
+        var messages = (c[4] || []).map(function (m) {
+          return "<div class='muted'>" + esc(D.llm.roles[m[0]]) + "</div><pre>" + esc(str(m[1])) + "</pre>";
+        }).join("");
+        return "<tr><td class='num'>" + c[0] + "</td><td class='num'>" + fmt(c[1]) + "</td><td class='num'>" +
+               fmt(c[2]) + "</td><td>" + esc(c[5]) + "</td><td class='text'><pre>" + esc(str(c[3])) +
+               "</pre>" + (messages ? "<details><summary>request messages</summary>" + messages + "</details>" : "") +
+               "</td></tr>";
+      }, {what: "calls", pageSize: 20});
+    } else {
+      page.appendChild(el("p", "note", esc((D.llm && D.llm.note) || "No model calls are recorded for it.")));
+    }
+  }
+
+  // ======================================================================================
+  // Studies and monitors
+  // ======================================================================================
+  function renderTablePage(page, title, table, note) {
+    page.appendChild(el("h2", "", esc(title)));
+    if (note) page.appendChild(el("p", "note", esc(note)));
+    var form = el("form", "controls");
+    form.innerHTML = "<label>filter<input type='search' class='search' name='q' placeholder='any column'></label>";
+    form.addEventListener("submit", function (e) { e.preventDefault(); });
+    page.appendChild(form);
+    var holder = el("div");
+    page.appendChild(holder);
+    var head = "<tr>" + table.cols.map(function (c, i) {
+      return "<th" + (table.numeric && table.numeric[i] ? " class='num'" : "") + ">" + esc(c) + "</th>";
+    }).join("") + "</tr>";
+    var text = table.rows.map(function (r) { return r.map(fmt).join("\n").toLowerCase(); });
+    function draw() {
+      var q = form.q.value.trim().toLowerCase();
+      var rows = [];
+      for (var i = 0; i < table.rows.length; i++) if (!q || text[i].indexOf(q) >= 0) rows.push(table.rows[i]);
+      holder.innerHTML = "";
+      pagedTable(holder, head, rows.length, function (k) {
+        return "<tr>" + rows[k].map(function (v, i) {
+          return "<td" + (table.numeric && table.numeric[i] ? " class='num'" : "") + ">" + esc(fmt(v)) + "</td>";
+        }).join("") + "</tr>";
+      }, {what: "rows"});
+    }
+    form.addEventListener("input", draw);
+    draw();
+  }
+  function renderStudyOverview(page) {
+    page.appendChild(el("div", "cards", "<div class='card'><h3>Study</h3>" + kvTable(D.identity) + "</div>"));
+    (D.notes || []).forEach(function (n) { page.appendChild(el("p", "note", esc(n))); });
+    page.appendChild(el("h2", "", "Each KPI against each parameter"));
+    chartGrid(page, D.charts);
+  }
+  function renderMonitorsOverview(page) {
+    var cards = el("div", "cards");
+    cards.appendChild(el("div", "card", "<h3>Monitors</h3>" + kvTable(D.identity)));
+    page.appendChild(cards);
+    [["Time series", D.series_table], ["Samples", D.samples_table]].forEach(function (pair) {
+      if (!pair[1] || !pair[1].rows.length) return;
+      var head = "<tr>" + pair[1].cols.map(function (c) { return "<th>" + esc(c) + "</th>"; }).join("") + "</tr>";
+      var body = pair[1].rows.map(function (r) {
+        return "<tr>" + r.map(function (v) { return "<td>" + esc(fmt(v)) + "</td>"; }).join("") + "</tr>";
+      }).join("");
+      cards.appendChild(el("div", "card", "<h3>" + esc(pair[0]) + "</h3><table><thead>" + head +
+                           "</thead><tbody>" + body + "</tbody></table>"));
+    });
+    page.appendChild(el("h2", "", "Over time, and histograms"));
+    chartGrid(page, D.charts);
+  }
+
+  // ======================================================================================
+  // Routing
+  // ======================================================================================
+  var VIEWS = {
+    society: [["overview", "Overview", renderSocietyOverview], ["log", "Action log", renderLog],
+              ["threads", "Conversations", renderThreads], ["agents", "Agents", renderAgents],
+              ["agent", null, null]],
+    study: [["overview", "Overview", renderStudyOverview],
+            ["summary", "Intervals", function (p) { renderTablePage(p, "Mean and confidence interval per config", D.summary, D.summary_note); }],
+            ["replications", "Replications", function (p) { renderTablePage(p, "Every replication", D.replications); }]],
+    monitors: [["overview", "Overview", renderMonitorsOverview]]
+  }[D.kind];
+  var pages = {}, rendered = {};
+  var nav = document.querySelector("header nav");
+  var main = document.querySelector("main");
+  VIEWS.forEach(function (view) {
+    var section = el("section", "page");
+    section.id = "page-" + view[0];
+    main.appendChild(section);
+    pages[view[0]] = section;
+    if (view[1]) {
+      var link = el("a", "", esc(view[1]));
+      link.href = "#/" + view[0];
+      link.setAttribute("data-view", view[0]);
+      nav.appendChild(link);
+    }
+  });
+  function route() {
+    var hash = location.hash.replace(/^#\/?/, "");
+    var at = hash.indexOf("?");
+    var path = at < 0 ? hash : hash.slice(0, at);
+    var query = parseQuery(at < 0 ? "" : hash.slice(at + 1));
+    var name = path.split("/")[0] || "overview";
+    if (!pages[name]) name = "overview";
+    Object.keys(pages).forEach(function (key) { pages[key].classList.toggle("shown", key === name); });
+    nav.querySelectorAll("a").forEach(function (a) {
+      var view = a.getAttribute("data-view");
+      a.classList.toggle("active", view === name || (name === "agent" && view === "agents"));
+    });
+    var view = VIEWS.filter(function (v) { return v[0] === name; })[0];
+    if (name === "agent") {
+      var who = decodeURIComponent(path.slice("agent/".length));
+      if (rendered.agent !== who) { renderAgent(pages.agent, who); rendered.agent = who; }
+    } else if (name === "log") {
+      renderLog(pages.log, query);
+    } else if (!rendered[name]) {
+      view[2](pages[name]);
+      rendered[name] = true;
+    }
+    if (name !== "overview" || !window.__reportReady) window.scrollTo(0, 0);
+    if (!window.__reportReady) {
+      window.__reportReady = performance.now();
+      document.body.setAttribute("data-ready", "1");
+    }
+  }
+  window.addEventListener("hashchange", route);
+  route();
+})();

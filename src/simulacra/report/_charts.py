@@ -1,0 +1,322 @@
+"""Chart builders: plotly figures of a run's series, a study's intervals and a model's monitors.
+
+Each builder takes what :mod:`simulacra.report._data` gives (a
+:class:`StepSeries`, study intervals, :class:`MonitorData`) and returns a
+``plotly.graph_objects.Figure``; :func:`figure_spec` turns one into the JSON
+that ``Plotly.newPlot(div, spec.data, spec.layout)`` draws. The report embeds
+those specs; the live view sends them (or the series) to its page.
+
+plotly is the ``report`` extra: it is imported when a builder is called, and
+:func:`plotly_missing` says, in one line, how to install it.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Final
+
+from simulacra.errors import ConfigError
+
+from ._data import MonitorData, StepSeries, StudyData, StudyInterval, study_parameters
+
+if TYPE_CHECKING:
+    import plotly.graph_objects as go  # type: ignore[import-untyped]
+
+__all__ = [
+    "PLOTLY_EXTRA", "actions_chart", "calls_chart", "cost_chart", "failures_chart",
+    "figure_spec", "kind_colors", "latency_chart", "monitor_charts", "plotly_missing",
+    "probes_chart", "queue_chart", "society_charts", "study_charts", "tokens_chart",
+]
+
+#: How to install what the charts need.
+PLOTLY_EXTRA: Final = "pip install 'simulacra[report]'"
+
+#: A qualitative palette (plotly's default): one colour per event kind, by sorted name.
+_PALETTE: Final = ("#636efa", "#ef553b", "#00cc96", "#ab63fa", "#ffa15a", "#19d3f3",
+                   "#ff6692", "#b6e880", "#ff97ff", "#fecb52")
+_HEIGHT: Final = 320
+_MARGIN: Final = {"l": 60, "r": 20, "t": 48, "b": 48}
+
+
+def plotly_missing() -> str | None:
+    """None when plotly can be imported; else one line saying how to install it."""
+    try:
+        import plotly.graph_objects  # noqa: F401, PLC0415
+    except ImportError:
+        return f"simulacra report draws its charts with plotly, which is not installed: " \
+               f"{PLOTLY_EXTRA}"
+    return None
+
+
+def _go() -> Any:
+    try:
+        import plotly.graph_objects as go  # noqa: PLC0415
+    except ImportError:
+        raise ConfigError(str(plotly_missing())) from None
+    return go
+
+
+def figure_spec(fig: go.Figure) -> dict[str, Any]:
+    """The figure as plain JSON: ``{"data": [...], "layout": {...}}`` for ``Plotly.newPlot``."""
+    import plotly.io as pio  # type: ignore[import-untyped]  # noqa: PLC0415
+
+    spec: dict[str, Any] = json.loads(pio.to_json(fig, validate=False, pretty=False))
+    return {"data": spec.get("data", []), "layout": spec.get("layout", {})}
+
+
+def kind_colors(kinds: Sequence[str]) -> dict[str, str]:
+    """One colour per event kind, stable for a given set of kinds (sorted by name)."""
+    return {kind: _PALETTE[i % len(_PALETTE)] for i, kind in enumerate(sorted(kinds))}
+
+
+def _figure(title: str, x_title: str, y_title: str, **layout: Any) -> go.Figure:
+    go = _go()
+    fig = go.Figure()
+    fig.update_layout(title={"text": title, "x": 0.01, "xanchor": "left"},
+                      template="plotly_white", height=_HEIGHT, margin=_MARGIN,
+                      legend={"orientation": "h", "y": -0.25, "x": 0},
+                      xaxis={"title": {"text": x_title}},
+                      yaxis={"title": {"text": y_title}, "rangemode": "tozero"}, **layout)
+    return fig
+
+
+def _per(series: StepSeries) -> str:
+    return "window" if series.windowed else "step"
+
+
+def actions_chart(series: StepSeries) -> go.Figure:
+    """Events by kind per step (or window): stacked bars, one colour per kind."""
+    go = _go()
+    fig = _figure(f"Actions by kind per {_per(series)}", series.x_title, "events",
+                  barmode="stack")
+    colors = kind_colors(list(series.kinds))
+    for kind, counts in series.kinds.items():
+        fig.add_trace(go.Bar(x=series.x, y=counts, name=kind, marker_color=colors[kind]))
+    if not series.kinds:
+        fig.add_trace(go.Bar(x=series.x, y=series.events, name="events"))
+    return fig
+
+
+def calls_chart(series: StepSeries) -> go.Figure:
+    """Model calls per step (bars) and turns taken (a line)."""
+    go = _go()
+    fig = _figure(f"Model calls per {_per(series)}", series.x_title, "count")
+    fig.add_trace(go.Bar(x=series.x, y=series.llm_calls, name="model calls",
+                         marker_color="#636efa"))
+    fig.add_trace(go.Scatter(x=series.x, y=series.participants, name="turns",
+                             mode="lines+markers", line={"color": "#00cc96"}))
+    return fig
+
+
+def tokens_chart(series: StepSeries) -> go.Figure:
+    """Prompt and completion tokens per step (stacked bars), cost per step on a second axis."""
+    go = _go()
+    fig = _figure(f"Tokens and cost per {_per(series)}", series.x_title, "tokens",
+                  barmode="stack",
+                  yaxis2={"title": {"text": "cost"}, "overlaying": "y", "side": "right",
+                          "rangemode": "tozero", "showgrid": False})
+    fig.add_trace(go.Bar(x=series.x, y=series.prompt_tokens, name="prompt tokens",
+                         marker_color="#636efa"))
+    fig.add_trace(go.Bar(x=series.x, y=series.completion_tokens, name="completion tokens",
+                         marker_color="#ab63fa"))
+    fig.add_trace(go.Scatter(x=series.x, y=series.cost, name="cost", yaxis="y2",
+                             mode="lines+markers", line={"color": "#ef553b"}))
+    fig.update_layout(margin={**_MARGIN, "r": 60})
+    return fig
+
+
+def cost_chart(series: StepSeries) -> go.Figure:
+    """Cost as it accrued: the running total (a line) over the cost of each step (bars)."""
+    go = _go()
+    fig = _figure("Cost", series.x_title, "cost")
+    fig.add_trace(go.Bar(x=series.x, y=series.cost, name=f"per {_per(series)}",
+                         marker_color="#fecb52"))
+    fig.add_trace(go.Scatter(x=series.x, y=series.cost_cumulative, name="so far",
+                             mode="lines+markers", line={"color": "#ef553b"}))
+    return fig
+
+
+def failures_chart(series: StepSeries) -> go.Figure:
+    """Failed turns per step, stacked by error type (all zero when none failed)."""
+    go = _go()
+    fig = _figure(f"Failed turns by kind per {_per(series)}", series.x_title, "failed turns",
+                  barmode="stack")
+    palette = ("#ef553b", "#ffa15a", "#ff6692", "#ab63fa", "#19d3f3")
+    for i, (kind, counts) in enumerate(series.failed_kinds.items()):
+        fig.add_trace(go.Bar(x=series.x, y=counts, name=kind,
+                             marker_color=palette[i % len(palette)]))
+    if not series.failed_kinds:
+        fig.add_trace(go.Bar(x=series.x, y=series.failed, name="failed turns",
+                             marker_color="#ef553b"))
+        if not any(series.failed):
+            fig.add_annotation(text="no failed turns", showarrow=False, xref="paper",
+                               yref="paper", x=0.5, y=0.5, font={"size": 14, "color": "#888"})
+    return fig
+
+
+def latency_chart(series: StepSeries) -> go.Figure:
+    """Latency per step or window.
+
+    The mean and longest simulated model latency per window (event-driven
+    engine), or the wall-clock seconds per step and per model call (round
+    engine): per-call latencies are not recorded in a run directory.
+    """
+    go = _go()
+    if series.windowed:
+        fig = _figure("Model latency per window (simulated)", series.x_title, "seconds")
+        fig.add_trace(go.Scatter(x=series.x, y=series.latency_mean, name="mean",
+                                 mode="lines+markers", line={"color": "#636efa"}))
+        fig.add_trace(go.Scatter(x=series.x, y=series.latency_max, name="longest",
+                                 mode="lines+markers", line={"color": "#ef553b", "dash": "dot"}))
+        return fig
+    fig = _figure("Wall-clock time per step", series.x_title, "seconds",
+                  yaxis2={"title": {"text": "ms per model call"}, "overlaying": "y",
+                          "side": "right", "rangemode": "tozero", "showgrid": False})
+    per_call = [1000.0 * wall / calls if calls else 0.0
+                for wall, calls in zip(series.wall_s, series.llm_calls, strict=True)]
+    fig.add_trace(go.Bar(x=series.x, y=series.wall_s, name="step", marker_color="#19d3f3"))
+    fig.add_trace(go.Scatter(x=series.x, y=per_call, name="per model call (step / calls)",
+                             yaxis="y2", mode="lines+markers", line={"color": "#ef553b"}))
+    fig.update_layout(margin={**_MARGIN, "r": 60})
+    return fig
+
+
+def queue_chart(series: StepSeries) -> go.Figure:
+    """The engine's queue depth and the model calls in flight, per window (event engine)."""
+    go = _go()
+    fig = _figure("Queue depth and calls in flight per window", series.x_title, "most at once")
+    fig.add_trace(go.Scatter(x=series.x, y=series.queue_max, name="queue depth",
+                             mode="lines+markers", line={"color": "#636efa", "shape": "hv"}))
+    fig.add_trace(go.Scatter(x=series.x, y=series.in_flight_max, name="calls in flight",
+                             mode="lines+markers", line={"color": "#ef553b", "shape": "hv"}))
+    fig.add_trace(go.Bar(x=series.x, y=series.wakes, name="wake-ups", opacity=0.35,
+                         marker_color="#00cc96"))
+    return fig
+
+
+def probes_chart(series: StepSeries) -> go.Figure:
+    """The world's probes per step (its own numbers: posts, likes...), one line each."""
+    go = _go()
+    fig = _figure(f"World probes per {_per(series)}", series.x_title, "value")
+    for name, values in series.probes.items():
+        fig.add_trace(go.Scatter(x=series.x, y=values, name=name, mode="lines+markers"))
+    return fig
+
+
+def society_charts(series: StepSeries) -> dict[str, go.Figure]:
+    """Every chart of a society run, by id, in the order to show them.
+
+    The queue chart is there for the event-driven engine only, the probes
+    chart when the world reports probes.
+    """
+    charts = {
+        "actions": actions_chart(series),
+        "calls": calls_chart(series),
+        "tokens": tokens_chart(series),
+        "cost": cost_chart(series),
+        "failures": failures_chart(series),
+        "latency": latency_chart(series),
+    }
+    if series.windowed:
+        charts["queue"] = queue_chart(series)
+    if series.probes:
+        charts["probes"] = probes_chart(series)
+    return charts
+
+
+# -- studies ----------------------------------------------------------------------------
+
+
+def _label(value: Any) -> str:
+    return f"{value:g}" if isinstance(value, float) else str(value)
+
+
+def _axis_values(values: Sequence[Any]) -> tuple[list[Any], bool]:
+    """The x values, and whether they are numbers (else shown as categories)."""
+    numeric = all(isinstance(v, int | float) and not isinstance(v, bool) for v in values)
+    return (list(values) if numeric else [_label(v) for v in values]), numeric
+
+
+def study_charts(study: StudyData, intervals: Sequence[StudyInterval],
+                 confidence: float = 0.95) -> dict[str, go.Figure]:
+    """Each KPI against each varying config parameter, mean with its confidence interval.
+
+    One figure per (KPI, parameter), id ``"<kpi> ~ <parameter>"``; one line
+    per combination of the other varying parameters. A study with no
+    varying parameter gets one figure per KPI over the config index.
+    """
+    go = _go()
+    varying, _ = study_parameters(study)
+    by_kpi: dict[str, list[StudyInterval]] = {}
+    for item in intervals:
+        by_kpi.setdefault(item.kpi, []).append(item)
+    level = f"{confidence:.0%}"
+    charts: dict[str, Any] = {}
+    for kpi, items in by_kpi.items():
+        axes = varying or ["config"]
+        for parameter in axes:
+            others = [p for p in varying if p != parameter]
+            groups: dict[str, list[StudyInterval]] = {}
+            for item in items:
+                key = ", ".join(f"{p}={_label(item.config.get(p))}" for p in others)
+                groups.setdefault(key, []).append(item)
+            fig = _figure(f"{kpi} against {parameter} (mean, {level} CI)", parameter, kpi)
+            fig.update_layout(yaxis={"rangemode": "normal"})
+            for key, group in groups.items():
+                def x_of(item: StudyInterval, parameter: str = parameter) -> Any:
+                    return (item.config_index if parameter == "config"
+                            else item.config.get(parameter))
+                group = sorted(group, key=lambda i: (str(type(x_of(i))), x_of(i)))
+                xs, numeric = _axis_values([x_of(i) for i in group])
+                errors = [0.0 if math.isnan(i.halfwidth) else i.halfwidth for i in group]
+                fig.add_trace(go.Scatter(
+                    x=xs, y=[i.mean for i in group], name=key or kpi, mode="lines+markers",
+                    error_y={"type": "data", "array": errors, "visible": True},
+                    customdata=[[i.n, i.low, i.high] for i in group],
+                    hovertemplate=("%{x}: %{y:.4g} (n=%{customdata[0]}, CI %{customdata[1]:.4g}"
+                                   " to %{customdata[2]:.4g})<extra>%{fullData.name}</extra>")))
+                if not numeric:
+                    fig.update_layout(xaxis={"type": "category"})
+                elif len(set(xs)) <= 12:  # a grid's few values: ticks at them, not between
+                    fig.update_layout(xaxis={"tickmode": "array",
+                                             "tickvals": sorted(set(xs))})
+            charts[f"{kpi} ~ {parameter}"] = fig
+    return charts
+
+
+# -- monitors ---------------------------------------------------------------------------
+
+
+def monitor_charts(data: MonitorData, bins: int = 40) -> dict[str, go.Figure]:
+    """A step line per monitored series (its time-weighted mean dashed), a histogram per sample.
+
+    Ids are ``"series:<name>"`` and ``"samples:<name>"``.
+    """
+    go = _go()
+    titles: Mapping[str, str] = {"queue": "queue length", "level": "level",
+                                 "utilisation": "utilisation", "count": "count"}
+    charts: dict[str, Any] = {}
+    for name, series in data.series.items():
+        what = titles.get(series.kind, series.kind)
+        mean = series.time_weighted_mean
+        shown = f"; time-weighted mean {mean:.4g}" if mean is not None else ""
+        fig = _figure(f"{name}: {what} over time{shown}", "time", what)
+        fig.add_trace(go.Scatter(x=series.t, y=series.v, name=what, mode="lines",
+                                 line={"shape": "hv", "color": "#636efa"}))
+        if mean is not None and series.t:
+            fig.add_trace(go.Scatter(x=[series.t[0], series.t[-1]], y=[mean, mean],
+                                     name="time-weighted mean", mode="lines",
+                                     line={"dash": "dash", "color": "#ef553b"}))
+        if series.kind == "utilisation":
+            top = max([1.0, *series.v]) * 1.05
+            fig.update_layout(yaxis={"range": [0, top], "rangemode": "normal"})
+        charts[f"series:{name}"] = fig
+    for name, values in data.samples.items():
+        mean = math.fsum(values) / len(values) if values else 0.0
+        fig = _figure(f"{name}: histogram of {len(values)} samples (mean {mean:.4g})", name,
+                      "count")
+        fig.add_trace(go.Histogram(x=values, nbinsx=bins, name=name, marker_color="#00cc96"))
+        charts[f"samples:{name}"] = fig
+    return charts
