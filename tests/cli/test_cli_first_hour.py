@@ -180,3 +180,15 @@ def test_the_agent_backends_words_name_the_study_backends_too(tmp_path: Path) ->
         assert [r.kpis for r in results] == [r.kpis for r in reference]
     with pytest.raises(ConfigError, match="did you mean 'threads'"):
         study.run(1, "threds")
+
+
+def test_the_summary_says_how_much_the_run_directory_takes_on_disk(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "run"
+    assert main(["run", str(SOCIAL / "config.yaml"), "--out", str(out), "--no-progress"]) == 0
+    line = next(x for x in capsys.readouterr().out.splitlines() if x.startswith(" on disk"))
+    value, unit = line.split()[2:4]
+    scale = {"B": 1, "KB": 1e3, "MB": 1e6}[unit]
+    total = sum(f.stat().st_size for f in out.rglob("*") if f.is_file())
+    assert abs(float(value) * scale - total) <= 0.01 * total + scale

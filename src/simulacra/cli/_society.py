@@ -193,6 +193,15 @@ def _society(call: Callable[[Any], Any], where: str) -> Any:
         return EXIT_INTERRUPTED
 
 
+def _bytes(size: int) -> str:
+    """A size as people read it: 812 B, 254 KB, 3.1 MB (powers of 1000)."""
+    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("KB", 1e3)):
+        if size >= scale:
+            value = size / scale
+            return f"{value:.3g} {unit}" if value < 100 else f"{value:.0f} {unit}"
+    return f"{size} B"
+
+
 def _report(config: Any, run: Any, *, resumed: bool, as_json: bool) -> int:
     if as_json:
         import json  # noqa: PLC0415
@@ -209,6 +218,11 @@ def _report(config: Any, run: Any, *, resumed: bool, as_json: bool) -> int:
         # Whole lines, never folded: users copy them.
         print(f" digest         {run.digest}")
         print(f" run directory  {run.run_dir}")
+        if run.run_dir is not None:
+            import simulacra  # noqa: PLC0415
+
+            size = simulacra.RunDirectory(run.run_dir).size_bytes()
+            print(f" on disk        {_bytes(size)}")
         _print_samples(run.world, sys.stdout)
     return _judge(run)
 
