@@ -61,6 +61,7 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import math
+import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -68,7 +69,17 @@ from pathlib import Path
 if importlib.util.find_spec("simulacra") is None:  # a source checkout without `pip install`
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
-from simulacra import ConfigError, Experiment, ProcessGenerator, Resource, Sim, SimError
+from simulacra import (
+    ConfigError,
+    Experiment,
+    ProcessGenerator,
+    Resource,
+    Sim,
+    SimError,
+    Tally,
+    write_monitors,
+)
+from simulacra import monitors as monitors_of
 from simulacra.parallel import mean_interval
 from simulacra.scenarios import Knob, KnobBoard, Knobs, Scenario, apply_scenario, load_scenario
 
@@ -160,6 +171,7 @@ def _busy_at_warmup(sim: Sim, bank: Resource, warmup: float,
     """Record the teller-time spent busy before *warmup* (to take it out of utilisation)."""
     yield sim.delay(warmup)
     busy.append(bank.statistics().utilisation * warmup * bank.capacity)
+    monitors_of(sim).reset()  # with --monitors: the series from the warm-up on, as the KPIs
 def _batch_means_halfwidth(waits: list[float], batches: int = 20) -> float:
     """Half-width of a ~95% confidence interval on the mean wait, by batch means.
 
@@ -203,7 +215,8 @@ def _checked(servers: int, arrival_rate: float, service_rate: float, customers: 
 
 def run(seed: int = 42, servers: int = 3, arrival_rate: float = 2.7, service_rate: float = 1.0,
         customers: int = 20000, *, warmup: float | None = None,
-        scenario: Scenario | dict[str, object] | str | None = None) -> dict[str, float]:
+        scenario: Scenario | dict[str, object] | str | None = None,
+        monitors: str | os.PathLike[str] | None = None) -> dict[str, float]:
     """Simulate an M/M/c bank, measured from time *warmup* on, and compare with Erlang C.
 
     Args:
@@ -218,6 +231,10 @@ def run(seed: int = 42, servers: int = 3, arrival_rate: float = 2.7, service_rat
             opening, bias included.
         scenario: Interventions on :data:`KNOBS` in virtual time (a Scenario,
             its JSON data as a study's config gives it, or an artifact's path).
+        monitors: Write a monitor file here (``docs/monitors.md``): the tellers'
+            utilisation and queue length from *warmup* on (series
+            ``tellers.utilisation`` and ``tellers.queue``), and the measured
+            waits (samples ``wait``), for ``simulacra report``.
 
     Returns:
         ``mean_wait`` (simulated mean time in line), ``erlang_c_wait`` (the
@@ -239,7 +256,7 @@ def run(seed: int = 42, servers: int = 3, arrival_rate: float = 2.7, service_rat
     if scenario is not None:
         apply_scenario(sim, knobs, scenario if isinstance(scenario, Scenario)
                        else load_scenario(scenario))  # type: ignore[arg-type]
-    bank = Resource(sim, capacity=servers)
+    bank = Resource(sim, capacity=servers, monitor="tellers" if monitors is not None else False)
     waits: list[float] = []
     busy_before: list[float] = []
     sim.spawn(_source(sim, bank, waits, knobs, arrival_rate=arrival_rate,
@@ -250,6 +267,11 @@ def run(seed: int = 42, servers: int = 3, arrival_rate: float = 2.7, service_rat
     end = sim.now
     busy = bank.statistics().utilisation * end * servers - busy_before[0]
     mean_wait = math.fsum(waits) / len(waits)
+    if monitors is not None:
+        tally = Tally(sim, "wait")
+        for wait in waits:
+            tally.record(wait)
+        write_monitors(monitors, sim)
     return {
         "mean_wait": mean_wait,
         "erlang_c_wait": analytic,
@@ -279,6 +301,9 @@ def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--replications", type=int, default=1,
                         help="run an Experiment of this many replications and print the 95%% "
                              "confidence interval over them (default 1: one run)")
+    parser.add_argument("--monitors", metavar="FILE", default=None,
+                        help="write the tellers' utilisation and queue length over time and "
+                             "the waits to this monitor file, for `simulacra report` (one run)")
     return parser.parse_args(argv)
 
 
@@ -293,6 +318,14 @@ def main(argv: Sequence[str] | None = None) -> int:
                                     args.customers, args.warmup)
         if args.replications < 1:
             raise ConfigError(f"bank: replications must be an int >= 1, got {args.replications}")
+        if args.monitors is not None:
+            if args.replications != 1:
+                raise ConfigError("bank: --monitors writes the monitors of one run; it cannot be "
+                                  f"combined with --replications {args.replications}")
+            if not Path(args.monitors).resolve().parent.is_dir():
+                raise ConfigError(f"bank: --monitors {args.monitors}: the directory "
+                                  f"{Path(args.monitors).resolve().parent} does not exist")
+            config["monitors"] = args.monitors
     except ConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
@@ -319,6 +352,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"  ci95_halfwidth  {kpis['ci95_halfwidth']:.4f}  (batch means, on mean_wait)")
         print(f"  utilisation     {kpis['utilisation']:.4f}  (offered load {load:.4f})")
         print(f"  served          {int(kpis['served'])}")
+        if args.monitors is not None:
+            print(f"  monitors        {args.monitors}  (tellers.utilisation, tellers.queue, "
+                  "wait: simulacra report)")
         return 0
     waits = mean_interval([float(r.kpis["mean_wait"]) for r in results.records])
     busy = mean_interval([float(r.kpis["utilisation"]) for r in results.records])

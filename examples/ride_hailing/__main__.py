@@ -6,7 +6,9 @@ the flagship demo is the society of LLM agents in ``examples/social``.
 It runs the model once per dispatch policy with the same seed and prints the
 parameters and a KPI table, with ``rich`` when it is installed and as plain
 text otherwise. Options: ``--seed N``, ``--vehicles N``, ``--demand-rate X``,
-``--horizon T``, ``--policy NAME`` (run only that policy), ``--plain``.
+``--horizon T``, ``--policy NAME`` (run only that policy), ``--plain``,
+``--monitors FILE`` (write the idle vehicles, the charging stations and the
+waits over time of every policy's run to a monitor file, for ``simulacra report``).
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from pathlib import Path
 if importlib.util.find_spec("simulacra") is None:  # a source checkout without `pip install`
     sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "src"))
 
-from simulacra import ConfigError
+from simulacra import ConfigError, MonitorSet
 
 try:
     from rich import box
@@ -73,6 +75,9 @@ def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--horizon", type=float, default=defaults.horizon, help="minutes")
     parser.add_argument("--policy", choices=sorted(POLICIES), help="run only this policy")
     parser.add_argument("--plain", action="store_true", help="plain text, even with rich")
+    parser.add_argument("--monitors", metavar="FILE", default=None,
+                        help="write each policy's idle vehicles, charging stations and waits "
+                             "over time to this monitor file (for `simulacra report`)")
     return parser.parse_args(argv)
 
 
@@ -82,18 +87,24 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         params = Params(vehicles=args.vehicles, demand_rate=args.demand_rate,
                         horizon=args.horizon)
+        if args.monitors is not None and not Path(args.monitors).resolve().parent.is_dir():
+            raise ConfigError(f"ride_hailing: --monitors {args.monitors}: the directory "
+                              f"{Path(args.monitors).resolve().parent} does not exist")
     except ConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     policies = [args.policy] if args.policy else list(POLICIES)
     results: dict[str, dict[str, float | int]] = {}
     seconds: dict[str, float] = {}
+    monitors = MonitorSet() if args.monitors is not None else None
     for policy in policies:
         start = time.perf_counter()
         results[policy] = run(seed=args.seed, vehicles=params.vehicles,
                               demand_rate=params.demand_rate, horizon=params.horizon,
-                              policy=policy)
+                              policy=policy, monitors=monitors)
         seconds[policy] = time.perf_counter() - start
+    if monitors is not None:
+        monitors.save(args.monitors)
 
     title = "simulacra: a robotaxi fleet on a ring of city zones"
     settings = [
@@ -118,6 +129,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         _print_rich(title, settings, columns, rows, footer)
     else:
         _print_plain(title, settings, columns, rows, footer)
+    if monitors is not None:
+        print(f"monitors: {len(monitors.series)} series and {len(monitors.samples)} tallies "
+              f"written to {args.monitors} (simulacra report)")
     return 0
 
 

@@ -91,7 +91,16 @@ from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from simulacra import ConfigError, Event, FilterStore, ProcessGenerator, Resource, Sim
+from simulacra import (
+    ConfigError,
+    Event,
+    FilterStore,
+    MonitorSet,
+    ProcessGenerator,
+    Resource,
+    Sim,
+    Tally,
+)
 from simulacra.scenarios import Knob, KnobBoard, Knobs, Scenario, apply_scenario, load_scenario
 
 __all__ = [
@@ -493,6 +502,29 @@ class Fleet:
         self._wakeup = self.sim.event()
         return self._wakeup
 
+    # -- monitors --------------------------------------------------------------
+
+    def monitor(self, prefix: str = "") -> MonitorSet:
+        """Record, from now on, the idle vehicles and each charging station over time.
+
+        Series (``docs/monitors.md``): ``PREFIXidle.items`` (vehicles idle),
+        ``PREFIXidle.getters`` (the dispatcher waiting for one), and per station
+        ``PREFIXstation-K.utilisation`` and ``PREFIXstation-K.queue`` (vehicles
+        waiting for a charger). Returns them, to save with the waits
+        (:meth:`wait_tally`).
+        """
+        found = MonitorSet(self.idle.monitor(f"{prefix}idle"))
+        for k, station in enumerate(self.stations):
+            found.add(station.monitor(f"{prefix}station-{k}"))
+        return found
+
+    def wait_tally(self, name: str = "wait") -> Tally:
+        """The request-to-pickup waits so far, as a Tally named *name*."""
+        tally = Tally(self.sim, name)
+        for wait in self.waits:
+            tally.record(wait)
+        return tally
+
     # -- KPIs ----------------------------------------------------------------
 
     def kpis(self) -> dict[str, float | int]:
@@ -719,11 +751,15 @@ def run(seed: int = 7, *, vehicles: int = 40, zones: int = 12, demand_rate: floa
         min_travel: float = 1.0, hop_time: float = 1.0, stations: int = 3, chargers: int = 3,
         battery_range: float = 120.0, recharge_below: float = 0.25,
         charge_time: float = 30.0,
-        scenario: Scenario | dict[str, Any] | str | None = None) -> dict[str, float | int]:
+        scenario: Scenario | dict[str, Any] | str | None = None,
+        monitors: MonitorSet | None = None) -> dict[str, float | int]:
     """Run the fleet once until *horizon* and return its KPIs.
 
     The parameters are those of :class:`Params` (keyword-only); *seed* seeds the
-    Sim; *scenario* changes knobs during the run (see :func:`build`).
+    Sim; *scenario* changes knobs during the run (see :func:`build`). With
+    *monitors*, the run's monitors (:meth:`Fleet.monitor`) and waits (a Tally)
+    are added to it, named after the policy (``closest.idle.items``,
+    ``closest.wait``...): monitors change no KPI.
 
     Raises:
         ConfigError: a parameter is invalid (the message names it).
@@ -734,7 +770,11 @@ def run(seed: int = 7, *, vehicles: int = 40, zones: int = 12, demand_rate: floa
                   min_travel=min_travel, hop_time=hop_time, stations=stations,
                   chargers=chargers, battery_range=battery_range,
                   recharge_below=recharge_below, charge_time=charge_time, scenario=scenario)
+    if monitors is not None:
+        monitors.add(fleet.monitor(prefix=f"{policy}."))
     sim.run(until=fleet.params.horizon)
+    if monitors is not None:
+        monitors.add(fleet.wait_tally(f"{policy}.wait"))
     return fleet.kpis()
 
 
