@@ -65,6 +65,12 @@ def make_society_run(out: Path, *, engine: str = "round", agents: int = 12,
 
 
 @pytest.fixture(scope="session")
+def society_run_maker() -> Any:
+    """:func:`make_society_run`, for a test that needs a run of its own size."""
+    return make_society_run
+
+
+@pytest.fixture(scope="session")
 def round_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A finished round-engine run with prices and failed turns."""
     return make_society_run(tmp_path_factory.mktemp("report") / "round")

@@ -12,6 +12,7 @@ plotly is the ``report`` extra: it is imported when a builder is called, and
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 from collections.abc import Mapping, Sequence
@@ -205,6 +206,18 @@ def probes_chart(series: StepSeries) -> go.Figure:
     return fig
 
 
+def _step_ticks(fig: go.Figure, series: StepSeries) -> go.Figure:
+    """Ticks at whole steps (or at window starts), never between them."""
+    xs = series.x
+    if len(xs) >= 2:
+        spacing = min(b - a for a, b in itertools.pairwise(xs))
+        if spacing > 0:
+            fig.update_xaxes(tick0=xs[0], dtick=spacing * max(1, math.ceil(len(xs) / 15)))
+    elif xs:
+        fig.update_xaxes(tickvals=xs)
+    return fig
+
+
 def society_charts(series: StepSeries) -> dict[str, go.Figure]:
     """Every chart of a society run, by id, in the order to show them.
 
@@ -223,7 +236,7 @@ def society_charts(series: StepSeries) -> dict[str, go.Figure]:
         charts["queue"] = queue_chart(series)
     if series.probes:
         charts["probes"] = probes_chart(series)
-    return charts
+    return {name: _step_ticks(fig, series) for name, fig in charts.items()}
 
 
 # -- studies ----------------------------------------------------------------------------

@@ -431,7 +431,8 @@
     drawChart(chart, {data: traces, layout: {
       title: {text: "@" + name + ": what it did per " + (D.windowed ? "window" : "step"), x: 0.01, xanchor: "left"},
       barmode: "stack", height: 300, margin: {l: 60, r: 20, t: 48, b: 48},
-      xaxis: {title: {text: D.windowed ? "window" : "step"}}, yaxis: {title: {text: "events"}, rangemode: "tozero"},
+      xaxis: {title: {text: D.windowed ? "window" : "step"}, tick0: 0,
+              dtick: Math.max(1, Math.ceil(xs.length / 15))}, yaxis: {title: {text: "events"}, rangemode: "tozero"},
       legend: {orientation: "h", y: -0.25, x: 0}}});
 
     page.appendChild(el("h3", "", "What it did"));
