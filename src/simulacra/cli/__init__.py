@@ -18,6 +18,11 @@ Commands:
         Write a self-contained HTML report of a run directory, a study
         directory or a monitor file; ``simulacra run CONFIG.yaml --report``
         writes the run's when it ends (see ``simulacra.cli._report``).
+    ``simulacra scenarios generate DOCS... --target MODULE:KNOBS --out DIR``
+        Ask a language model (or the scripted stand-in) for scenarios grounded
+        in documents, record or replay its replies, and write the artifacts;
+        ``simulacra scenarios check DIR --docs DOCS...`` re-validates them
+        (see ``simulacra.cli._scenarios``).
 """
 
 from simulacra.cli._main import main as main

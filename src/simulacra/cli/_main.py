@@ -33,6 +33,7 @@ from typing import TextIO, TypeAlias
 from simulacra._version import __version__
 from simulacra.cli._experiment import add_experiment_command
 from simulacra.cli._report import add_report_arguments, add_report_command, with_report
+from simulacra.cli._scenarios import add_scenarios_command
 from simulacra.cli._society import add_replay_command, is_config_target, resume_run, run_config
 
 __all__ = ["main"]
@@ -162,6 +163,7 @@ def _build_parser() -> argparse.ArgumentParser:
     run.set_defaults(command_fn=with_report(_cmd_run), usage=run.format_usage())
     add_experiment_command(commands)
     add_replay_command(commands)
+    add_scenarios_command(commands, load=_loaded, usage_error=_UsageError)
     add_report_command(commands)
     return parser
 

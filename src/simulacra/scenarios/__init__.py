@@ -6,12 +6,33 @@ hashed list of :class:`Intervention` s that :func:`apply_scenario` schedules on
 a :class:`~simulacra.Sim`. Scenarios are data: JSON artifacts named
 ``<name>-<hash>.json`` (:meth:`Scenario.save`, :func:`load_scenario`,
 :func:`load_scenarios`). See ``docs/scenarios.md``.
+
+At design time, :func:`generate_scenarios` asks a language model (layer 1,
+:mod:`simulacra.llm`) for scenarios grounded in documents
+(:func:`read_documents`, split into :class:`Passage` s with stable ids), and
+:func:`check_artifacts` re-validates the artifacts against the documents;
+:func:`scripted_scenario_model` is a deterministic stand-in for the model.
+A run never calls a model. This package imports the standard library,
+pydantic, :mod:`simulacra.errors`, :mod:`simulacra.llm` and, for ``Sim`` types
+only, :mod:`simulacra.core`; ``pypdf`` (the ``pdf`` extra) when a PDF is read.
 """
 
 from simulacra._util import claim_public_module
 
 from ._apply import apply_scenario as apply_scenario
 from ._apply import schedule as schedule
+from ._documents import DOCUMENT_SUFFIXES as DOCUMENT_SUFFIXES
+from ._documents import Document as Document
+from ._documents import Passage as Passage
+from ._documents import normalize_space as normalize_space
+from ._documents import parse_passage_id as parse_passage_id
+from ._documents import read_documents as read_documents
+from ._documents import split_passages as split_passages
+from ._generate import GENERATE_TASK as GENERATE_TASK
+from ._generate import GENERATOR as GENERATOR
+from ._generate import check_artifacts as check_artifacts
+from ._generate import generate_scenarios as generate_scenarios
+from ._generate import scenario_prompt as scenario_prompt
 from ._knobs import KNOB_TYPES as KNOB_TYPES
 from ._knobs import Knob as Knob
 from ._knobs import KnobBoard as KnobBoard
@@ -24,11 +45,17 @@ from ._schema import Scenario as Scenario
 from ._schema import canonical_json as canonical_json
 from ._schema import load_scenario as load_scenario
 from ._schema import load_scenarios as load_scenarios
+from ._scripted import scenario_rules as scenario_rules
+from ._scripted import scripted_scenario_model as scripted_scenario_model
 
 __all__ = [
     "KNOB_TYPES", "SCENARIO_FORMAT", "Citation", "Intervention", "Knob", "KnobBoard", "KnobValue",
     "Knobs", "Scenario", "apply_scenario", "canonical_json", "load_scenario", "load_scenarios",
     "schedule",
+    # scenarios from documents, at design time
+    "DOCUMENT_SUFFIXES", "GENERATE_TASK", "GENERATOR", "Document", "Passage", "check_artifacts",
+    "generate_scenarios", "normalize_space", "parse_passage_id", "read_documents",
+    "scenario_prompt", "scenario_rules", "scripted_scenario_model", "split_passages",
 ]
 
 claim_public_module(__name__, globals())

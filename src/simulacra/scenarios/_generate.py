@@ -1,0 +1,355 @@
+"""Scenarios from documents, at design time: ask a language model, keep what checks out.
+
+:func:`generate_scenarios` shows a model the knobs of a target model
+(:meth:`Knobs.describe`) and the passages of some documents (with their ids,
+see :mod:`simulacra.scenarios`), and asks for one scenario at a time, as JSON.
+A reply is accepted only when it is a valid :class:`Scenario`, fits the knobs
+(:meth:`Scenario.check`), and cites at least one of the passages with a quote
+that appears in it verbatim (whitespace aside). A reply that does not is
+rejected with the reason, which the next request tells the model, within a
+bounded number of tries.
+
+Every call is made at a call site ``scenario-<i>/<try>`` with temperature 0,
+so a :class:`~simulacra.llm.RecordingModel` records the run and a strict
+:class:`~simulacra.llm.ReplayModel` over those recordings gives the same
+scenarios, byte for byte, with no model call. Each scenario's ``provenance``
+says how it was made: the model, the SHA-256 of the prompt, the passages
+cited with their SHA-256, and the recording (file name and the calls' sites
+and request keys).
+
+:func:`check_artifacts` re-validates a directory of artifacts: schema, hash,
+file name, knobs (when given) and citations against the current documents.
+
+The language model works here, at design time, only: a run with a scenario
+never calls one.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Final
+
+from simulacra.errors import ScenarioError
+from simulacra.llm import CallSite, ChatMessage, Completion, CompletionRequest, LanguageModel
+
+from ._documents import Document, Passage, parse_passage_id
+from ._knobs import Knobs
+from ._schema import Scenario, canonical_json, load_scenario
+
+__all__ = ["GENERATOR", "GENERATE_TASK", "check_artifacts", "generate_scenarios",
+           "scenario_prompt"]
+
+#: The ``provenance.generator`` of every generated scenario; it changes with the prompt.
+GENERATOR: Final = "simulacra.scenarios.generate.v1"
+
+#: The first line of every generation prompt (a scripted responder looks for it).
+GENERATE_TASK: Final = f"TASK: propose one scenario ({GENERATOR})"
+
+_SYSTEM = (
+    "You design fault-injection scenarios for a discrete-event simulation, from the "
+    "documents of the system it models: hardware specifications, operating procedures, "
+    "failure-mode reports. A scenario changes the model's knobs at virtual times. Every "
+    "scenario is grounded: it cites at least one passage of the documents by its id, "
+    "with a quote copied from that passage word for word. Reply with one JSON object "
+    "and nothing else."
+)
+
+_REPLY_FORM = (
+    '{"name": "a-lower-case-slug", "description": "what happens and why, in a sentence or two", '
+    '"interventions": [{"knob": "<a knob name>", "at": <time>, "value": <a value of the '
+    'knob\'s type, within its range>, "duration": <time, or leave it out to keep the value>, '
+    '"note": "why, in words"}], "citations": [{"passage": "<a passage id, exactly as in '
+    'brackets>", "quote": "<words copied verbatim from that passage>"}]}'
+)
+
+_FIELDS = frozenset({"name", "description", "interventions", "citations"})
+
+#: Sections of the prompt, in order (the scripted responder reads them back).
+KNOBS_HEADER: Final = "=== KNOBS (JSON, one per line: set only these, within type and range) ==="
+PASSAGES_HEADER: Final = "=== PASSAGES (cite one by the id in brackets) ==="
+REPLY_HEADER: Final = "=== REPLY with one JSON object of this form ==="
+
+
+def scenario_prompt(knobs: Knobs, passages: Sequence[Passage], *, index: int, count: int,
+                    taken: Sequence[str] = (), until: float | None = None) -> str:
+    """The user message that asks for scenario *index* (from 0) of *count*.
+
+    It holds the knob declarations, the passages with their ids, the names
+    already taken, the time span and the form of the reply; it is a pure
+    function of its arguments.
+    """
+    span = (f"virtual time runs from 0 to {until!r} (the model's time units); interventions "
+            f"start within it" if until is not None else
+            "virtual time starts at 0 (the model's time units); interventions start at 0 or later")
+    lines = [
+        GENERATE_TASK,
+        f"SCENARIO: {index + 1} of {count}",
+        f"TIME: {span}",
+        f"TAKEN NAMES: {', '.join(taken) if taken else 'none'} (choose a name not taken)",
+        KNOBS_HEADER,
+        *(canonical_json(item) for item in knobs.describe()),
+        PASSAGES_HEADER,
+    ]
+    for passage in passages:
+        lines.extend((f"[{passage.id}]", passage.text, ""))
+    lines.extend((REPLY_HEADER, _REPLY_FORM))
+    return "\n".join(lines)
+
+
+def _follow_up(reason: str) -> str:
+    return (f"REJECTED: {reason}\nReply again with one corrected JSON object of the form "
+            "asked for above, and nothing else.")
+
+
+class _Rejected(Exception):
+    """A reply that is not an acceptable scenario; the message is the reason."""
+
+
+def _reply_json(text: str) -> dict[str, Any]:
+    fenced = re.search(r"```(?:json)?\s*\n(.*?)```", text, re.DOTALL)
+    body = fenced.group(1) if fenced else text
+    first, last = body.find("{"), body.rfind("}")
+    if first < 0 or last < first:
+        raise _Rejected("the reply holds no JSON object; reply with one JSON object only")
+    try:
+        data = json.loads(body[first:last + 1])
+    except json.JSONDecodeError as exc:
+        raise _Rejected(f"the reply is not valid JSON ({exc}); reply with one JSON object "
+                        "only") from None
+    if not isinstance(data, dict):
+        raise _Rejected("the reply must be a JSON object")
+    unknown = sorted(set(data) - _FIELDS)
+    if unknown:
+        raise _Rejected(f"unknown field(s) {', '.join(map(repr, unknown))}; a scenario has "
+                        "only name, description, interventions and citations")
+    return data
+
+
+@dataclass(frozen=True, slots=True)
+class _Call:
+    site: CallSite
+    request: CompletionRequest
+    completion: Completion
+
+
+def _accept(data: dict[str, Any], *, knobs: Knobs, passages: dict[str, Passage], target: str,
+            taken: Sequence[str], until: float | None) -> Scenario:
+    try:
+        scenario = Scenario(**data, target=target)
+        scenario.check(knobs, end=until)
+    except ScenarioError as exc:
+        raise _Rejected(str(exc)) from None
+    if not scenario.citations:
+        raise _Rejected(f"scenario {scenario.name!r} cites no passage; cite at least one "
+                        "passage by its id, with a quote copied from it")
+    for number, citation in enumerate(scenario.citations):
+        passage = passages.get(citation.passage)
+        if passage is None:
+            raise _Rejected(f"citation {number} names passage {citation.passage!r}, which is "
+                            "not one of the passages given; copy an id exactly as it appears "
+                            "in brackets")
+        if not passage.quotes(citation.quote):
+            raise _Rejected(f"citation {number}: the quote {citation.quote!r} does not appear "
+                            f"in passage {passage.id} word for word; copy the words exactly")
+    if scenario.name in taken:
+        raise _Rejected(f"the name {scenario.name!r} is taken; choose another")
+    return scenario
+
+
+def _describe_set(documents: Sequence[Document]) -> str:
+    names = [d.file for d in documents]
+    shown = ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
+    return f"documents {shown}"
+
+
+def generate_scenarios(
+    documents: Sequence[Document],
+    knobs: Knobs,
+    model: LanguageModel,
+    *,
+    target: str,
+    model_name: str,
+    count: int = 3,
+    tries: int = 3,
+    until: float | None = None,
+    recording: str | None = None,
+    on_reject: Callable[[int, int, str], None] | None = None,
+) -> list[Scenario]:
+    """Ask *model* for *count* scenarios that fit *knobs*, grounded in *documents*.
+
+    Nothing is written: save the scenarios (:meth:`Scenario.save`) once all
+    of them were accepted.
+
+    Args:
+        documents: The source documents (:func:`read_documents`).
+        knobs: The target model's knobs.
+        model: The language model (a recording, replaying or scripted one...).
+        target: How the target is named (``path.py:KNOBS``); each scenario's ``target``.
+        model_name: The model name sent in every request (part of its key).
+        count: How many scenarios to make (>= 1).
+        tries: The most requests per scenario (>= 1); after a rejected reply
+            the model is asked again, told why.
+        until: The end of the run, if known: an intervention after it is rejected.
+        recording: The file name of the recordings, for ``provenance.recording``.
+        on_reject: ``on_reject(index, try, reason)`` for each rejected reply.
+
+    Returns:
+        The scenarios, in the order they were made.
+
+    Raises:
+        ScenarioError: The model gave no acceptable reply within *tries* for
+            one of the scenarios; the message names the documents, the target
+            and the last reason. Also for bad arguments.
+        ProviderError: The model could not be called (a ReplayMiss when a
+            replay lacks a call).
+    """
+    if type(count) is not int or count < 1:
+        raise ScenarioError(f"count must be an int >= 1, got {count!r}")
+    if type(tries) is not int or tries < 1:
+        raise ScenarioError(f"tries must be an int >= 1, got {tries!r}")
+    if not documents:
+        raise ScenarioError("no documents given")
+    passages = [p for document in documents for p in document.passages()]
+    by_id = {p.id: p for p in passages}
+    system = ChatMessage("system", _SYSTEM)
+    scenarios: list[Scenario] = []
+    for index in range(count):
+        taken = [s.name for s in scenarios]
+        prompt = scenario_prompt(knobs, passages, index=index, count=count, taken=taken,
+                                 until=until)
+        messages = [system, ChatMessage("user", prompt)]
+        prompt_hash = hashlib.sha256(
+            canonical_json([m.to_dict() for m in messages]).encode("utf-8")).hexdigest()
+        calls: list[_Call] = []
+        reason = ""
+        accepted: Scenario | None = None
+        for attempt in range(tries):
+            request = CompletionRequest(tuple(messages), model=model_name, temperature=0.0)
+            site = CallSite(f"scenario-{index}", attempt)
+            completion = model.complete(request, site=site)
+            calls.append(_Call(site, request, completion))
+            try:
+                accepted = _accept(_reply_json(completion.text), knobs=knobs, passages=by_id,
+                                   target=target, taken=taken, until=until)
+                break
+            except _Rejected as exc:
+                reason = str(exc)
+                if on_reject is not None:
+                    on_reject(index, attempt, reason)
+                messages += [ChatMessage("assistant", completion.text),
+                             ChatMessage("user", _follow_up(reason))]
+        if accepted is None:
+            raise ScenarioError(
+                f"{_describe_set(documents)} (target {target}): the model gave no valid "
+                f"scenario {index + 1} of {count} in {tries} tr{'y' if tries == 1 else 'ies'}; "
+                f"the last reply was rejected: {reason}")
+        cited = list(dict.fromkeys(c.passage for c in accepted.citations))
+        provenance = {
+            "generator": GENERATOR,
+            "model": model_name,
+            "reported_model": calls[-1].completion.model,
+            "prompt_sha256": prompt_hash,
+            "passages": [{"id": pid, "sha256": by_id[pid].sha256} for pid in cited],
+            "recording": {"file": recording,
+                          "calls": [{"site": str(c.site), "key": c.request.key()}
+                                    for c in calls]},
+            "tries": len(calls),
+        }
+        scenarios.append(Scenario(**{**accepted.content(), "provenance": provenance}))
+    return scenarios
+
+
+# -- checking artifacts -------------------------------------------------------------------
+
+
+def _check_citations(scenario: Scenario, where: str,
+                     documents: dict[str, Document] | None) -> None:
+    if not scenario.citations:
+        raise ScenarioError(f"{where}: the scenario cites no passage; expected at least one "
+                            "citation of a source document")
+    recorded = {}
+    for item in scenario.provenance.get("passages", ()) or ():
+        if isinstance(item, dict) and isinstance(item.get("id"), str):
+            recorded[item["id"]] = item.get("sha256")
+    for number, citation in enumerate(scenario.citations):
+        label = f"{where}: citation {number} ({citation.passage})"
+        try:
+            file, start, end, prefix = parse_passage_id(citation.passage)
+        except ScenarioError as exc:
+            raise ScenarioError(f"{where}: citation {number}: {exc}") from None
+        full = recorded.get(citation.passage)
+        if isinstance(full, str) and not full.startswith(prefix):
+            raise ScenarioError(f"{label}: provenance gives the passage SHA-256 {full[:12]}..., "
+                                f"but its id says {prefix}")
+        if documents is None:
+            continue
+        document = documents.get(file)
+        if document is None:
+            known = ", ".join(sorted(documents)) or "none"
+            raise ScenarioError(f"{label}: cites document {file!r}, which is not among the "
+                                f"documents given ({known})")
+        passage = document.passage(start, end)
+        if passage.sha256[:12] != prefix:
+            moved = next((p for p in document.passages() if p.sha256.startswith(prefix)), None)
+            where_now = (f" (its text is now at {moved.start}-{moved.end}: the document "
+                         "changed before it)" if moved is not None else "")
+            raise ScenarioError(
+                f"{label}: expected {file}[{start}:{end}] to have SHA-256 {prefix}..., but it "
+                f"has {passage.sha256[:12]}...: the passage changed since generation"
+                f"{where_now}")
+        if not passage.quotes(citation.quote):
+            raise ScenarioError(f"{label}: expected the quote {citation.quote!r} in the "
+                                "passage, word for word; it is not there")
+
+
+def check_artifacts(directory: str | os.PathLike[str], *,
+                    documents: Sequence[Document] | None = None,
+                    knobs: Knobs | None = None, until: float | None = None) -> list[Scenario]:
+    """Re-validate every artifact (``*.json``) of *directory*; stop at the first that fails.
+
+    Each artifact must fit the schema, carry the hash of its content and be
+    called ``<name>-<hash prefix>.json``; with *knobs*, fit them; and cite at
+    least one passage by a well-formed id. With *documents*, each cited
+    passage's file, offsets and SHA-256 must match the document's current
+    text, and the quote must be in it.
+
+    Returns:
+        The scenarios, in file-name order.
+
+    Raises:
+        ScenarioError: The first artifact that fails, named, with what was expected.
+    """
+    folder = Path(directory)
+    if not folder.is_dir():
+        raise ScenarioError(f"{str(folder)!r} is not a directory of scenario artifacts")
+    paths = sorted(folder.glob("*.json"))
+    if not paths:
+        raise ScenarioError(f"{str(folder)!r} holds no scenario artifact (*.json)")
+    table = None if documents is None else {d.file: d for d in documents}
+    names: dict[str, Path] = {}
+    scenarios = []
+    for path in paths:
+        scenario = load_scenario(path)
+        where = str(path)
+        if path.name != scenario.filename:
+            raise ScenarioError(f"{where}: expected the file to be called {scenario.filename} "
+                                "(<name>-<first 12 hex digits of its hash>.json)")
+        if scenario.name in names:
+            raise ScenarioError(f"{where}: another artifact, {names[scenario.name].name}, is "
+                                f"also called {scenario.name!r}; expected one artifact per "
+                                "name (remove the stale one)")
+        names[scenario.name] = path
+        if knobs is not None:
+            try:
+                scenario.check(knobs, end=until)
+            except ScenarioError as exc:
+                raise ScenarioError(f"{where}: {exc}") from None
+        _check_citations(scenario, where, table)
+        scenarios.append(scenario)
+    return scenarios

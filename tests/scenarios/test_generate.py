@@ -1,0 +1,570 @@
+"""Scenarios from documents: passages and their ids, generation, record and replay, checking.
+
+The fixtures in tests/scenarios/data were recorded once over real HTTP
+(data/make_fixtures.py); the tests replay them and expect the shipped
+artifacts byte for byte, with no model call. Every test that calls a
+"model" calls a scripted one, in process or behind a ScriptedServer on
+127.0.0.1.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from simulacra.cli import main
+from simulacra.errors import ScenarioError
+from simulacra.llm import (
+    CallSite,
+    Completion,
+    CompletionRequest,
+    RecordingStore,
+    ReplayModel,
+    ScriptedModel,
+    ScriptedRule,
+    ScriptedServer,
+)
+from simulacra.scenarios import (
+    GENERATE_TASK,
+    Knob,
+    Knobs,
+    Passage,
+    Scenario,
+    check_artifacts,
+    generate_scenarios,
+    load_scenario,
+    parse_passage_id,
+    read_documents,
+    scripted_scenario_model,
+    split_passages,
+)
+
+pytestmark = pytest.mark.timeout(120)
+
+ROOT = Path(__file__).resolve().parents[2]
+DATA = Path(__file__).resolve().parent / "data"
+sys.path.insert(0, str(DATA))
+
+from make_fixtures import DOCS, MODEL, OPTIONS, TARGET  # noqa: E402
+
+KNOBS = Knobs(
+    Knob("lanes", "int", 2, low=1, high=6, doc="checkout lanes open"),
+    Knob("scanner", "bool", True, doc="the barcode scanner works"),
+)
+
+
+@pytest.fixture(autouse=True)
+def _at_root(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Targets and documents are named relative to the repository, as the fixtures were made.
+    monkeypatch.chdir(ROOT)
+
+
+def cli(*args: str) -> int:
+    return main(["scenarios", *args])
+
+
+def artifacts(folder: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in sorted(folder.glob("*.json"))}
+
+
+def write_docs(folder: Path) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "shop.md").write_text(
+        "# Shop floor\n\n## Lanes\nTwo checkout lanes are open on weekdays.\n\n"
+        "The barcode scanner of lane 1 fails when it is cold.\n", encoding="utf-8")
+    return folder
+
+
+def rule(*replies: str) -> ScriptedModel:
+    """A model that gives *replies* in turn, one per try (by the call site's n)."""
+    def reply(request: CompletionRequest, _rng: Any) -> str:
+        tries = sum(m.role == "assistant" for m in request.messages)
+        return replies[min(tries, len(replies) - 1)]
+    return ScriptedModel(0, rules=[ScriptedRule("canned", lambda r: True, reply)])
+
+
+def good(passage: Passage, name: str = "cold-scanner") -> str:
+    return json.dumps({
+        "name": name, "description": "the scanner fails",
+        "interventions": [{"knob": "scanner", "at": 10, "value": False, "duration": 5}],
+        "citations": [{"passage": passage.id, "quote": "scanner of lane 1\n  fails"}]})
+
+
+# -- passages ----------------------------------------------------------------------------
+
+
+def test_passages_split_on_blank_lines_and_headings_and_keep_their_offsets() -> None:
+    text = "# Title\n\n## Derating\nAbove 35 °C it derates.\nStill derated.\n\nNext.\n# H\nbody"
+    passages = split_passages(text, "spec.md")
+
+    assert [p.text for p in passages] == [
+        "# Title\n\n## Derating\nAbove 35 °C it derates.\nStill derated.", "Next.", "# H\nbody"]
+    for p in passages:
+        assert text[p.start:p.end] == p.text
+        assert p.id == f"spec.md#{p.start}-{p.end}:{p.sha256[:12]}"
+        assert parse_passage_id(p.id) == ("spec.md", p.start, p.end, p.sha256[:12])
+    assert split_passages(text, "spec.md") == passages  # a pure function of the text
+
+
+def test_ids_do_not_depend_on_newlines_or_on_how_the_documents_are_named(
+        tmp_path: Path) -> None:
+    write_docs(tmp_path / "a")
+    crlf = tmp_path / "b"
+    crlf.mkdir()
+    (crlf / "shop.md").write_bytes((tmp_path / "a" / "shop.md").read_bytes()
+                                   .replace(b"\n", b"\r\n"))
+    by_dir = [p.id for d in read_documents([tmp_path / "a"]) for p in d.passages()]
+    by_file = [p.id for d in read_documents([tmp_path / "a" / "shop.md"]) for p in d.passages()]
+    by_crlf = [p.id for d in read_documents([crlf]) for p in d.passages()]
+
+    assert by_dir == by_file == by_crlf
+    assert by_dir[0].startswith("shop.md#0-")
+
+
+@pytest.mark.parametrize(("content", "expected"), [
+    (None, "no such file or directory"),
+    (b"\xff\xfe\x00", "byte 0 is not UTF-8"),
+    (b"  \n\n ", "holds no text to cite"),
+])
+def test_a_document_that_cannot_be_read_names_the_file(tmp_path: Path, content: bytes | None,
+                                                        expected: str) -> None:
+    path = tmp_path / "broken.txt"
+    if content is not None:
+        path.write_bytes(content)
+
+    with pytest.raises(ScenarioError, match=expected) as info:
+        read_documents([path])
+    assert "broken.txt" in str(info.value)
+
+
+def test_a_directory_without_documents_says_what_it_looks_for(tmp_path: Path) -> None:
+    (tmp_path / "notes.csv").write_text("a,b\n", encoding="utf-8")
+
+    with pytest.raises(ScenarioError, match=r"holds no document \(.md"):
+        read_documents([tmp_path])
+
+
+def _pdf(text: str) -> bytes:
+    """A one-page PDF with *text* in Helvetica, offsets computed."""
+    stream = f"BT /F1 12 Tf 72 720 Td ({text}) Tj ET".encode("latin-1")
+    objects = [b"<< /Type /Catalog /Pages 2 0 R >>",
+               b"<< /Type /Pages /Kids [3 0 R] /Count 1 >>",
+               b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] "
+               b"/Resources << /Font << /F1 5 0 R >> >> /Contents 4 0 R >>",
+               b"<< /Length %d >>\nstream\n" % len(stream) + stream + b"\nendstream",
+               b"<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica >>"]
+    out, offsets = bytearray(b"%PDF-1.4\n"), []
+    for number, body in enumerate(objects, 1):
+        offsets.append(len(out))
+        out += b"%d 0 obj\n" % number + body + b"\nendobj\n"
+    xref = len(out)
+    out += b"xref\n0 %d\n0000000000 65535 f \n" % (len(objects) + 1)
+    out += b"".join(b"%010d 00000 n \n" % o for o in offsets)
+    out += b"trailer\n<< /Size %d /Root 1 0 R >>\nstartxref\n%d\n%%%%EOF\n" % (
+        len(objects) + 1, xref)
+    return bytes(out)
+
+
+def test_a_pdf_is_read_through_the_pdf_extra(tmp_path: Path) -> None:
+    pytest.importorskip("pypdf")
+    (tmp_path / "manual.pdf").write_bytes(_pdf("Chargers derate above 35 C."))
+
+    [document] = read_documents([tmp_path])
+
+    assert document.file == "manual.pdf"
+    assert "Chargers derate above 35 C." in document.text
+
+
+def test_without_pypdf_a_pdf_names_the_extra(tmp_path: Path,
+                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "manual.pdf").write_bytes(_pdf("x"))
+    monkeypatch.setitem(sys.modules, "pypdf", None)  # import pypdf now raises ImportError
+
+    with pytest.raises(ScenarioError, match=r"pip install 'simulacra\[pdf\]'"):
+        read_documents([tmp_path])
+
+
+def test_a_damaged_pdf_says_so(tmp_path: Path) -> None:
+    pytest.importorskip("pypdf")
+    (tmp_path / "manual.pdf").write_bytes(b"%PDF-1.4\nnot really\n")
+
+    with pytest.raises(ScenarioError, match=r"manual.pdf'.*cannot read the PDF"):
+        read_documents([tmp_path])
+
+
+# -- generation ----------------------------------------------------------------------------
+
+
+def test_a_reply_whose_quote_is_not_in_its_passage_is_rejected_and_asked_again(
+        tmp_path: Path) -> None:
+    documents = read_documents([write_docs(tmp_path)])
+    passage = documents[0].passages()[-1]
+    wrong = json.loads(good(passage))
+    wrong["citations"][0]["quote"] = "the scanner never fails"
+    model = rule(json.dumps(wrong), good(passage))
+    rejected: list[tuple[int, int, str]] = []
+
+    [scenario] = generate_scenarios(documents, KNOBS, model, target="shop.py:KNOBS",
+                                    model_name="m", count=1, tries=2,
+                                    on_reject=lambda *a: rejected.append(a))
+
+    assert rejected == [(0, 0, "citation 0: the quote 'the scanner never fails' does not appear "
+                         f"in passage {passage.id} word for word; copy the words exactly")]
+    assert scenario.provenance["tries"] == 2
+    assert [c["site"] for c in scenario.provenance["recording"]["calls"]] == [
+        "scenario-0/0", "scenario-0/1"]
+    assert scenario.provenance["passages"] == [{"id": passage.id, "sha256": passage.sha256}]
+    assert scenario.target == "shop.py:KNOBS"
+
+
+@pytest.mark.parametrize(("reply", "reason"), [
+    ("I think the scanner could fail.", "holds no JSON object"),
+    ('{"name": "x", "interventions": []', "holds no JSON object"),
+    ('{"name": "x", "interventions": [], "extra": 1}', "unknown field(s) 'extra'"),
+    ('{"name": "x", "interventions": [{"knob": "lane", "at": 1, "value": 3}], '
+     '"citations": [{"passage": "P", "quote": "q"}]}', "no knob 'lane'"),
+    ('{"name": "x", "interventions": [{"knob": "lanes", "at": 1, "value": 9}], '
+     '"citations": [{"passage": "P", "quote": "q"}]}', "must be <= 6"),
+    ('{"name": "x", "interventions": [{"knob": "lanes", "at": 1, "value": 3}]}',
+     "cites no passage"),
+    ('{"name": "x", "interventions": [{"knob": "lanes", "at": 1, "value": 3}], '
+     '"citations": [{"passage": "shop.md#0-5:000000000000", "quote": "Shop"}]}',
+     "not one of the passages given"),
+])
+def test_a_model_that_never_gives_a_valid_scenario_is_one_clear_error(
+        tmp_path: Path, reply: str, reason: str) -> None:
+    documents = read_documents([write_docs(tmp_path)])
+
+    with pytest.raises(ScenarioError) as info:
+        generate_scenarios(documents, KNOBS, rule(reply), target="shop.py:KNOBS",
+                           model_name="m", count=2, tries=2)
+
+    message = str(info.value)
+    assert message.startswith("documents shop.md (target shop.py:KNOBS): the model gave no "
+                              "valid scenario 1 of 2 in 2 tries; the last reply was rejected: ")
+    assert reason in message
+
+
+def test_the_follow_up_tells_the_model_why(tmp_path: Path) -> None:
+    documents = read_documents([write_docs(tmp_path)])
+    seen: list[CompletionRequest] = []
+
+    def reply(request: CompletionRequest, _rng: Any) -> str:
+        seen.append(request)
+        return "no"
+
+    model = ScriptedModel(0, rules=[ScriptedRule("r", lambda r: True, reply)])
+    with pytest.raises(ScenarioError):
+        generate_scenarios(documents, KNOBS, model, target="t", model_name="m", count=1,
+                           tries=3)
+
+    assert [len(r.messages) for r in seen] == [2, 4, 6]
+    assert seen[0].messages[1].content.startswith(GENERATE_TASK)
+    assert seen[2].messages[-2].content == "no"
+    assert seen[2].messages[-1].content.startswith("REJECTED: the reply holds no JSON object")
+
+
+def test_names_must_differ(tmp_path: Path) -> None:
+    documents = read_documents([write_docs(tmp_path)])
+    passage = documents[0].passages()[-1]
+
+    with pytest.raises(ScenarioError, match="the name 'cold-scanner' is taken"):
+        generate_scenarios(documents, KNOBS, rule(good(passage)), target="t", model_name="m",
+                           count=2, tries=1)
+
+
+def test_the_scripted_responder_fits_any_knobs(tmp_path: Path) -> None:
+    documents = read_documents([DATA / "docs"])
+    knobs = Knobs(Knob("rate", "float", 0.0, low=0.0, high=0.5), Knob("mode", "str", "a"),
+                  Knob("level", "int", 1, choices=(1, 2)), Knob("open", "bool", False))
+
+    made = generate_scenarios(documents, knobs, scripted_scenario_model(), target="t",
+                              model_name="scripted", count=6, tries=1, until=100.0)
+
+    assert len({s.name for s in made}) == 6
+    for scenario in made:
+        scenario.check(knobs, end=100.0)
+        scenario.save(tmp_path)
+    check_artifacts(tmp_path, documents=documents, knobs=knobs, until=100.0)
+
+
+# -- the command: record, replay, check ------------------------------------------------------
+
+
+def test_the_shipped_recordings_replay_to_the_shipped_artifacts_with_no_model_call(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # Every option of the recorded run is given, the provider too: --replay must call nothing.
+    with ScriptedServer() as server:
+        status = cli("generate", DOCS, "--target", TARGET, "--out", str(tmp_path), *OPTIONS,
+                     "--provider", "openai_compatible", "--base-url", server.base_url,
+                     "--model", MODEL, "--replay", "tests/scenarios/data/recordings.sqlite")
+        assert server.calls == 0
+
+    captured = capsys.readouterr()
+    assert status == 0, captured.err
+    assert artifacts(tmp_path) == artifacts(DATA / "artifacts"), (
+        "the replay differs from the shipped artifacts; if the prompt changed on purpose, "
+        "re-make them: python tests/scenarios/data/make_fixtures.py")
+    assert "replayed from tests/scenarios/data/recordings.sqlite (no model called)" in captured.out
+    assert "try 1 of 3: rejected: citation 0: the quote" in captured.err  # recorded, replayed
+    assert not list(DATA.glob("recordings.sqlite-*"))  # a replay leaves no -wal or -shm
+
+
+def test_a_strict_replay_serves_every_call(tmp_path: Path) -> None:
+    store = RecordingStore(DATA / "recordings.sqlite", readonly=True)
+    try:
+        model = ReplayModel(store, strict=True)
+        made = generate_scenarios(read_documents([DATA / "docs"]),
+                                  load_knobs(), model, target=TARGET, model_name=MODEL,
+                                  count=3, tries=3, until=480.0, recording="recordings.sqlite")
+        assert model.misses == 0
+        assert model.calls_served == len(store) == 4
+    finally:
+        store.close()
+    assert {s.filename: s.artifact().encode() for s in made} == artifacts(DATA / "artifacts")
+
+
+def load_knobs() -> Knobs:
+    import ferry
+
+    return ferry.KNOBS
+
+
+def test_a_recorded_run_over_http_replays_byte_for_byte(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    record = tmp_path / "rec.sqlite"
+    with ScriptedServer(scripted_scenario_model()) as server:
+        assert cli("generate", DOCS, "--target", TARGET, "--out", str(tmp_path / "live"),
+                   "--count", "2", "--provider", "openai_compatible", "--base-url",
+                   server.base_url, "--model", "m1", "--record", str(record)) == 0
+        calls = server.calls
+        assert cli("generate", DOCS, "--target", TARGET, "--out", str(tmp_path / "again"),
+                   "--count", "2", "--replay", str(record)) == 0  # --model read from it
+        assert server.calls == calls == 2
+    capsys.readouterr()
+
+    assert artifacts(tmp_path / "live") == artifacts(tmp_path / "again")
+    assert len(artifacts(tmp_path / "live")) == 2
+    [first, *_] = sorted((tmp_path / "live").glob("*.json"))
+    provenance = load_scenario(first).provenance
+    assert provenance["model"] == "m1"
+    assert provenance["recording"]["file"] == "rec.sqlite"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["again", "live", "rec.sqlite"]
+
+
+def test_the_scripted_provider_needs_no_server(tmp_path: Path,
+                                               capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "out"
+    assert cli("generate", *sorted(str(p.relative_to(ROOT)) for p in (DATA / "docs").iterdir()),
+               "--target", "tests/scenarios/data/ferry.py", "--out", str(out)) == 0
+    first = artifacts(out)
+    assert cli("generate", DOCS, "--target", TARGET, "--out", str(tmp_path / "two")) == 0
+
+    assert len(first) == 3
+    assert first == artifacts(tmp_path / "two")  # deterministic; files or their directory
+    assert cli("check", str(out), "--docs", DOCS, "--target", TARGET) == 0
+    assert "ok: 3 artifacts" in capsys.readouterr().out
+
+
+def test_a_replay_that_lacks_a_call_is_one_line_and_writes_nothing(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    options = [o if o != "3" else "4" for o in OPTIONS]  # --count 4: one more than recorded
+    status = cli("generate", DOCS, "--target", TARGET, "--out", str(tmp_path / "out"),
+                 *options, "--replay", "tests/scenarios/data/recordings.sqlite")
+
+    err = capsys.readouterr().err
+    assert status == 2
+    assert err.count("error:") == 1
+    assert "no recording for call site agent='scenario-0' n=0" in err
+    assert "differ from the recorded run" in err
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_failed_generation_writes_no_artifact_and_no_recording(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    class Never:
+        def complete(self, request: CompletionRequest, *,
+                     site: CallSite | None = None) -> Completion:
+            return Completion("{}", model="never")
+
+        async def acomplete(self, request: CompletionRequest, *,
+                            site: CallSite | None = None) -> Completion:
+            return self.complete(request, site=site)
+
+    record = tmp_path / "rec.sqlite"
+    with ScriptedServer(Never()) as server:
+        status = cli("generate", DOCS, "--target", TARGET, "--out", str(tmp_path / "out"),
+                     "--tries", "2", "--provider", "openai_compatible", "--base-url",
+                     server.base_url, "--model", "never", "--record", str(record))
+
+    err = capsys.readouterr().err
+    assert status == 2
+    assert ("error: documents gate-incident.txt, storm-report.md, terminal-operations.md "
+            f"(target {TARGET}): the model gave no valid scenario 1 of 3 in 2 tries") in err
+    assert sorted(tmp_path.iterdir()) == []
+
+
+def test_an_unreachable_provider_is_exit_1(tmp_path: Path,
+                                           capsys: pytest.CaptureFixture[str]) -> None:
+    with ScriptedServer() as server:
+        server.fail_next(100, 400)
+        status = cli("generate", DOCS, "--target", TARGET, "--out", str(tmp_path / "out"),
+                     "--provider", "openai_compatible", "--base-url", server.base_url,
+                     "--model", "m")
+
+    assert status == 1
+    assert capsys.readouterr().err.startswith("error: the model could not be called: ")
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize(("args", "expected"), [
+    (["--target", "tests/scenarios/data/ferry.py:NOPE"], "has no 'NOPE'; it has KNOBS"),
+    (["--target", "tests/scenarios/data/ferry.py:Knob"], "Knob is a"),
+    (["--target", "tests/scenarios/data/nowhere.py"], "file not found"),
+    (["--target", TARGET, "--provider", "openai_compatible"], "needs --base-url and --model"),
+    (["--target", TARGET, "--base-url", "http://127.0.0.1:1/v1"],
+     "--base-url goes with --provider openai_compatible"),
+    (["--target", TARGET, "--count", "0"], "--count must be >= 1"),
+    (["--target", TARGET, "--tries", "0"], "--tries must be >= 1"),
+    (["--target", TARGET, "--record", "r", "--replay", "r"], "--record and --replay go apart"),
+    (["--target", TARGET, "--replay", "missing.sqlite"], "no such recordings file"),
+])
+def test_bad_options_are_one_line_and_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                             args: list[str], expected: str) -> None:
+    status = cli("generate", DOCS, "--out", str(tmp_path / "out"), *args)
+
+    err = capsys.readouterr().err
+    assert status == 2
+    assert err.startswith("error: "), err
+    assert err.count("\n") == 1, err
+    assert expected in err
+    assert not (tmp_path / "out").exists()
+
+
+def test_an_unreadable_document_is_exit_2_before_any_call(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    bad = tmp_path / "docs" / "scan.txt"
+    bad.parent.mkdir()
+    bad.write_bytes(b"\x89PNG\r\n")
+    with ScriptedServer() as server:
+        status = cli("generate", str(bad.parent), "--target", TARGET, "--out",
+                     str(tmp_path / "out"), "--provider", "openai_compatible", "--base-url",
+                     server.base_url, "--model", "m")
+        assert server.calls == 0
+
+    assert status == 2
+    assert "scan.txt': cannot read the document: byte 0 is not UTF-8" in capsys.readouterr().err
+
+
+# -- check ---------------------------------------------------------------------------------
+
+
+def copy_fixture(tmp_path: Path) -> tuple[Path, Path]:
+    shutil.copytree(DATA / "artifacts", tmp_path / "artifacts")
+    shutil.copytree(DATA / "docs", tmp_path / "docs")
+    return tmp_path / "artifacts", tmp_path / "docs"
+
+
+def test_check_passes_on_the_shipped_artifacts(capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli("check", "tests/scenarios/data/artifacts", "--docs", DOCS,
+               "--target", TARGET, "--until", "480") == 0
+    assert capsys.readouterr().out == (
+        "ok: 3 artifacts in tests/scenarios/data/artifacts (schema, hash, file name, knobs, "
+        "citations against 3 documents)\n")
+
+
+def test_check_without_documents_says_what_it_did_not_check(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli("check", "tests/scenarios/data/artifacts") == 0
+    assert "give --docs DOCS" in capsys.readouterr().err
+
+
+def test_an_edited_artifact_fails_its_hash(tmp_path: Path,
+                                           capsys: pytest.CaptureFixture[str]) -> None:
+    folder, docs = copy_fixture(tmp_path)
+    path = sorted(folder.glob("*.json"))[0]
+    path.write_text(path.read_text(encoding="utf-8").replace('"duration":120.0',
+                                                             '"duration":121.0'),
+                    encoding="utf-8")
+
+    assert cli("check", str(folder), "--docs", str(docs)) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: {path}: its hash ")
+    assert "does not match its content" in err
+
+
+def test_a_passage_changed_since_generation_fails(tmp_path: Path,
+                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    folder, docs = copy_fixture(tmp_path)
+    scenario = load_scenario(sorted(folder.glob("*.json"))[0])
+    file, start, end, prefix = parse_passage_id(scenario.citations[0].passage)
+    text = (docs / file).read_text(encoding="utf-8")
+    (docs / file).write_text(text[:start] + text[start:end].replace("a", "A", 1) + text[end:],
+                             encoding="utf-8")
+
+    assert cli("check", str(folder), "--docs", str(docs)) == 2
+    err = capsys.readouterr().err
+    assert f"citation 0 ({scenario.citations[0].passage}): expected {file}[{start}:{end}] " \
+           f"to have SHA-256 {prefix}..., but it has " in err
+    assert "the passage changed since generation" in err
+
+
+def test_a_quote_not_in_its_passage_fails_even_with_a_good_hash(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    folder, docs = copy_fixture(tmp_path)
+    original = load_scenario(sorted(folder.glob("*.json"))[0])
+    citation = replace_quote(original, "words that are not there")
+    for path in folder.glob("*.json"):
+        path.unlink()
+    citation.save(folder)
+
+    assert cli("check", str(folder), "--docs", str(docs)) == 2
+    assert "expected the quote 'words that are not there' in the passage" in \
+        capsys.readouterr().err
+
+
+def replace_quote(scenario: Scenario, quote: str) -> Scenario:
+    data = scenario.content()
+    data["citations"][0]["quote"] = quote
+    return Scenario(**data)
+
+
+def test_a_renamed_artifact_and_a_missing_document_fail(tmp_path: Path,
+                                                        capsys: pytest.CaptureFixture[str]) -> None:
+    folder, docs = copy_fixture(tmp_path)
+    first = sorted(folder.glob("*.json"))[0]
+    first.rename(folder / ("x" + first.name))
+    assert cli("check", str(folder)) == 2
+    assert f"expected the file to be called {first.name}" in capsys.readouterr().err
+
+    (folder / ("x" + first.name)).rename(first)
+    cited = parse_passage_id(load_scenario(first).citations[0].passage)[0]
+    others = [p for p in docs.iterdir() if p.name != cited]
+    assert cli("check", str(folder), "--docs", *map(str, others)) == 2
+    assert f"cites document {cited!r}, which is not among the documents given" in \
+        capsys.readouterr().err
+
+
+def test_the_shipped_fixture_was_made_with_a_rejection() -> None:
+    tries = sorted(load_scenario(p).provenance["tries"]
+                   for p in (DATA / "artifacts").glob("*.json"))
+    assert tries == [1, 1, 2]
+
+
+def test_a_passage_that_moved_is_named_where_it_is_now(tmp_path: Path,
+                                                       capsys: pytest.CaptureFixture[str]) -> None:
+    folder, docs = copy_fixture(tmp_path)
+    scenario = load_scenario(sorted(folder.glob("*.json"))[0])
+    file = parse_passage_id(scenario.citations[0].passage)[0]
+    (docs / file).write_text("A new first paragraph.\n\n" + (docs / file).read_text(
+        encoding="utf-8"), encoding="utf-8")
+
+    assert cli("check", str(folder), "--docs", str(docs)) == 2
+    err = capsys.readouterr().err
+    assert "the passage changed since generation (its text is now at " in err
+    assert "the document changed before it)" in err
