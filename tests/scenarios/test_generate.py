@@ -568,3 +568,19 @@ def test_a_passage_that_moved_is_named_where_it_is_now(tmp_path: Path,
     err = capsys.readouterr().err
     assert "the passage changed since generation (its text is now at " in err
     assert "the document changed before it)" in err
+
+
+def test_without_httpx_the_provider_names_the_extra_before_any_work(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "httpx", None)  # as on a plain install
+
+    status = cli("generate", DOCS, "--target", TARGET, "--out", str(tmp_path / "out"),
+                 "--provider", "openai_compatible", "--base-url", "http://127.0.0.1:9/v1",
+                 "--model", "m")
+
+    assert status == 2
+    assert capsys.readouterr().err == (
+        "error: --provider openai_compatible needs the httpx package, which is not installed: "
+        "pip install 'simulacra[llm]'\n")
+    assert not (tmp_path / "out").exists()
