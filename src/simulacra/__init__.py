@@ -156,6 +156,7 @@ if TYPE_CHECKING:  # the type checker sees every name; at run time they load laz
     from .pausable import PausableAgent as PausableAgent
     from .pausable import PausableContext as PausableContext
     from .pausable import PausableHost as PausableHost
+    from .report import LiveView as LiveView
     from .report import build_report as build_report
     from .resources import Container as Container
     from .resources import ContainerMonitor as ContainerMonitor
@@ -267,6 +268,8 @@ __all__ = [
     "RunDirectory", "InvalidAction",
     # reports: one HTML file of a run, a study or a monitor file
     "build_report",
+    # the live view of a society run
+    "LiveView",
     "__version__",
 ]
 
@@ -294,6 +297,7 @@ _LAZY: dict[str, str] = {
     "preflight_provider": ".societies",
     "RunControl": ".societies",
     "build_report": ".report",
+    "LiveView": ".report",
     "resume_society": ".societies",
     "Agent": ".agents",
     "AgentSpec": ".agents",

@@ -35,6 +35,7 @@ from simulacra.cli._experiment import add_experiment_command
 from simulacra.cli._report import add_report_arguments, add_report_command, with_report
 from simulacra.cli._scenarios import add_scenarios_command
 from simulacra.cli._society import add_replay_command, is_config_target, resume_run, run_config
+from simulacra.cli._view import ViewOptions, add_view_arguments, add_view_command
 
 __all__ = ["main"]
 
@@ -160,9 +161,11 @@ def _build_parser() -> argparse.ArgumentParser:
     run.add_argument("--json", action="store_true",
                      help="print the KPIs (with CONFIG.yaml: the run's summary.json) as JSON")
     add_report_arguments(run)
+    add_view_arguments(run, run=True)
     run.set_defaults(command_fn=with_report(_cmd_run), usage=run.format_usage())
     add_experiment_command(commands)
     add_replay_command(commands)
+    add_view_command(commands)
     add_scenarios_command(commands, load=_loaded, usage_error=_UsageError)
     add_report_command(commands)
     return parser
@@ -171,6 +174,18 @@ def _build_parser() -> argparse.ArgumentParser:
 def _cmd_run(args: argparse.Namespace) -> int:
     import simulacra  # noqa: PLC0415  (layer 7 uses the front door, and only when needed)
 
+    try:
+        view = ViewOptions.from_args(args, view=args.view)
+    except ValueError as exc:
+        raise _UsageError(str(exc)) from None
+    if view is not None:
+        if args.resume is None and (args.target is None or not is_config_target(args.target)):
+            raise _UsageError("--view shows a society run: give a run config (CONFIG.yaml) or "
+                              "--resume RUN_DIR")
+        try:
+            view.check()  # before any work: the extra is installed, the host allowed
+        except simulacra.ConfigError as exc:
+            raise _UsageError(str(exc)) from None
     if args.resume is not None:
         # argparse puts a first override in TARGET: `--resume DIR run.budget.cost=2`.
         items = [*([args.target] if args.target is not None else []), *args.overrides]
@@ -181,7 +196,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
                               "simulation stored in RUN_DIR")
         return resume_run(args.resume, progress=not args.no_progress, overrides=items,
                           from_checkpoint=args.from_checkpoint, re_record=args.re_record,
-                          as_json=args.json)
+                          as_json=args.json, view=view)
     if args.from_checkpoint is not None or args.re_record:
         raise _UsageError("--from-checkpoint and --re-record go with --resume RUN_DIR")
     if args.target is None:
@@ -193,7 +208,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
                               "overrides instead: simulacra run CONFIG.yaml sim.steps=20")
         return run_config(args.target, args.overrides, seed=args.seed, out=args.out,
                           progress=not args.no_progress, usage_error=_UsageError,
-                          as_json=args.json)
+                          as_json=args.json, view=view)
     if args.overrides:
         raise _UsageError(f"unexpected arguments {args.overrides}: KEY=VALUE overrides are for "
                           "run configs (CONFIG.yaml); pass model parameters with --set KEY=VALUE")

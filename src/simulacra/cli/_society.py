@@ -170,19 +170,33 @@ def _stoppable(control: Any) -> Iterator[None]:
             signal.signal(number, old)
 
 
-def _society(call: Callable[[Any], Any], where: str) -> Any:
-    """Run *call(control)* under the signal handlers; an int is an exit status to return."""
+def _society(call: Callable[[Any], Any], where: str, view: Any = None, *, name: str = "",
+             steps: int = 0) -> Any:
+    """Run *call(control)* under the signal handlers; an int is an exit status to return.
+
+    With *view* (``ViewOptions``), the live view of the run is served while it goes; it
+    shows how the run ended, then closes, before this returns.
+    """
     import simulacra  # noqa: PLC0415
 
-    control = simulacra.RunControl()
+    control = simulacra.RunControl(paused=bool(view is not None and view.paused))
+    live = None if view is None else view.start(where, control, name=name, steps=steps)
+    ended = "the run failed"
     try:
         with _stoppable(control):
-            return call(control)
+            run = call(control)
+        ended = f"finished: digest {run.digest}"
+        return run
     except simulacra.RunStopped as exc:
+        ended = str(exc)
         print(f"{'budget' if exc.reason == 'budget' else 'interrupted'}: {exc}",
               file=sys.stderr)
         return EXIT_BUDGET if exc.reason == "budget" else EXIT_INTERRUPTED
+    except simulacra.SimError as exc:
+        ended = f"{type(exc).__name__}: {exc}"
+        raise
     except KeyboardInterrupt:
+        ended = "stopped at once (Ctrl-C twice)"
         step = simulacra.RunDirectory(where).last_checkpoint()
         if step is not None:
             print(f"interrupted: stopped at once; `simulacra run --resume {where}` continues "
@@ -191,6 +205,9 @@ def _society(call: Callable[[Any], Any], where: str) -> Any:
             print(f"interrupted: stopped at once, before any checkpoint was written: {where} "
                   "cannot be resumed; run it again", file=sys.stderr)
         return EXIT_INTERRUPTED
+    finally:
+        if live is not None:
+            live.close(ended)
 
 
 def _bytes(size: int) -> str:
@@ -248,8 +265,11 @@ def _print_samples(world: Any, out: Any) -> None:
 
 def run_config(target: str, overrides: Sequence[str], *, seed: int | None, out: str | None,
                progress: bool, usage_error: Callable[[str], Exception],
-               as_json: bool = False) -> int:
-    """``simulacra run CONFIG.yaml [overrides]``: run, write the run directory, print a summary."""
+               as_json: bool = False, view: Any = None) -> int:
+    """``simulacra run CONFIG.yaml [overrides]``: run, write the run directory, print a summary.
+
+    *view* (``ViewOptions``) serves the live view while the run goes.
+    """
     import simulacra  # noqa: PLC0415  (layer 7 uses the front door, and only when needed)
 
     items = list(overrides)
@@ -277,7 +297,7 @@ def run_config(target: str, overrides: Sequence[str], *, seed: int | None, out: 
                                          control=control)
 
     try:
-        run = _society(call, where)
+        run = _society(call, where, view, name=config.name, steps=sim.steps)
     except simulacra.ConfigError as exc:
         raise usage_error(str(exc)) from None
     except simulacra.SimError as exc:
@@ -347,8 +367,11 @@ def _rows(config: Any, run: Any) -> dict[str, Any]:
 
 def resume_run(run_dir: str, *, progress: bool, overrides: Sequence[str] = (),
                from_checkpoint: int | None = None, re_record: bool = False,
-               as_json: bool = False) -> int:
-    """``simulacra run --resume RUN_DIR``: continue a run from its last checkpoint."""
+               as_json: bool = False, view: Any = None) -> int:
+    """``simulacra run --resume RUN_DIR``: continue a run from its last checkpoint.
+
+    *view* (``ViewOptions``) serves the live view while it goes.
+    """
     import simulacra  # noqa: PLC0415
 
     try:
@@ -369,7 +392,7 @@ def resume_run(run_dir: str, *, progress: bool, overrides: Sequence[str] = (),
                                                 re_record=re_record, overrides=tuple(overrides),
                                                 control=control)
 
-        run = _society(call, run_dir)
+        run = _society(call, run_dir, view, name=config.name, steps=sim.steps)
     except simulacra.ConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_USAGE

@@ -81,6 +81,7 @@ from ._data import source_kind as source_kind
 from ._data import step_series as step_series
 from ._data import study_intervals as study_intervals
 from ._data import study_parameters as study_parameters
+from ._live import LiveView as LiveView  # the live view (simulacra run --view)
 
 __all__ = [
     # the report
@@ -96,6 +97,8 @@ __all__ = [
     "LLMCall", "load_study", "StudyData", "study_intervals", "StudyInterval",
     "study_parameters", "load_monitors", "MonitorData", "MonitorSeries", "read_jsonl",
     "MANIFEST_SCHEMES", "STUDY_FORMATS", "MONITORS_FORMAT", "MONITOR_KINDS",
+    # the live view: simulacra run --view, simulacra view (see _live.py)
+    "LiveView",
 ]
 
 claim_public_module(__name__, globals())

@@ -1,0 +1,1130 @@
+"""The live view: a page on 127.0.0.1 that shows a society run as it goes, and controls it.
+
+``simulacra run CONFIG --view`` serves it while the run goes; ``simulacra view
+RUN_DIR`` serves it for a run directory already written (a finished run is
+replayed in the page, with a position slider). The page shows the report's
+charts (:func:`~simulacra.report._charts.society_charts`, drawn from
+:func:`~simulacra.report._data.step_series` of the telemetry so far), the
+newest events and the cost so far, and has four controls: play, pause, step
+(one step, or one window of the event-driven engine) and stop (a checkpoint is
+written and the run ends resumable). The controls act through a
+:class:`simulacra.RunControl`, at the engine's safe points, so they change
+how long a run takes and never what it does.
+
+How it is built:
+
+- a real ASGI stack: a starlette app served by uvicorn, the page fed by
+  server-sent events (sse-starlette), plotly.js served from the installed
+  plotly package (no other host is ever asked for anything);
+- the page reads what the run writes: the run directory's
+  ``telemetry.jsonl`` and ``action_events.jsonl``, flushed at every step, are
+  followed as they grow. Nothing is added to the run's own loop;
+- during a run the server lives in a child process (:class:`LiveView` with
+  ``process=True``): reading the logs and building charts then costs the run
+  no time under its GIL. The child gets the listening socket, the run
+  directory and the token; a pipe carries the control's state to it and the
+  page's commands back;
+- every route needs the random token of the printed URL (403 otherwise), and
+  the server listens on 127.0.0.1 unless another host is asked for with
+  ``allow_remote``.
+
+starlette, uvicorn, sse-starlette and plotly are the ``view`` extra:
+:func:`view_missing` says in one line what is missing and how to install it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import errno
+import importlib.util
+import json
+import os
+import secrets
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Final, Protocol
+
+from simulacra.errors import ConfigError
+
+from ._data import MANIFEST_SCHEMES, event_text, step_series
+
+if TYPE_CHECKING:
+    from starlette.requests import Request
+    from starlette.responses import Response
+
+    from simulacra.societies import RunControl
+
+__all__ = ["LOCAL_HOSTS", "VIEW_EXTRA", "LiveView", "check_view_dir", "view_missing"]
+
+#: How to install what the live view needs.
+VIEW_EXTRA: Final = "pip install 'simulacra[view]'"
+#: The modules the live view imports, and the packages that hold them.
+_VIEW_MODULES: Final = (("starlette", "starlette"), ("uvicorn", "uvicorn"),
+                        ("sse_starlette", "sse-starlette"), ("plotly", "plotly"))
+#: Hosts that only this machine can reach: served without ``allow_remote``.
+LOCAL_HOSTS: Final = ("127.0.0.1", "localhost", "::1")
+#: The newest events the page lists.
+NEWEST: Final = 50
+#: A page's events are cut to this many characters of text.
+_TEXT_LIMIT: Final = 280
+#: Seconds between two looks at the logs (and two messages to a page).
+_TICK: Final = 0.5
+#: Charts are rebuilt at most this often while a run plays...
+_CHART_INTERVAL: Final = 2.0
+#: ...and at most this share of the time (building them and drawing them costs CPU
+#: that a run on a small machine needs; they are rebuilt at once when the run waits).
+_CHART_SHARE: Final = 0.05
+#: The actions the page may ask for.
+ACTIONS: Final = ("play", "pause", "step", "stop")
+
+
+def view_missing() -> str | None:
+    """None when the live view can run here; else one line naming what to install."""
+    missing = [package for module, package in _VIEW_MODULES
+               if importlib.util.find_spec(module) is None]
+    if not missing:
+        return None
+    verb = "is" if len(missing) == 1 else "are"
+    return (f"the live view needs {', '.join(missing)}, which {verb} not installed: "
+            f"{VIEW_EXTRA}")
+
+
+def check_view_dir(path: str | os.PathLike[str]) -> Path:
+    """Check that *path* is a society run directory the view can show; return it.
+
+    Raises:
+        ConfigError: It does not exist, is not a run directory (the message
+            names the missing file), or its manifest is of an unknown version.
+    """
+    where = Path(path)
+    if not where.exists():
+        raise ConfigError(f"{str(where)!r} is not a run directory: it does not exist")
+    if not where.is_dir():
+        raise ConfigError(f"{str(where)!r} is not a run directory: it is a file")
+    for name in ("manifest.json", "config.yaml", "telemetry.jsonl", "action_events.jsonl"):
+        if not (where / name).is_file():
+            raise ConfigError(f"{str(where)!r} is not a run directory of simulacra run: "
+                              f"no {name}")
+    try:
+        manifest = json.loads((where / "manifest.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise ConfigError(f"{where / 'manifest.json'}: not readable as a run manifest "
+                          f"({exc})") from None
+    scheme = manifest.get("scheme") if isinstance(manifest, dict) else None
+    if scheme not in MANIFEST_SCHEMES:
+        raise ConfigError(f"{where / 'manifest.json'}: unknown format version {scheme!r}; "
+                          f"this simulacra reads {', '.join(MANIFEST_SCHEMES)}")
+    return where
+
+
+# -- following the logs -----------------------------------------------------------------
+
+
+class _RunFiles:
+    """What a run directory's two logs hold so far, read as they grow.
+
+    Only whole lines are read (a line being written is left for the next
+    look). A log that became shorter (a resumed run cut it back to its
+    checkpoint) is read again from its start.
+    """
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.telemetry: list[dict[str, Any]] = []
+        #: ``[i, step, time, agent, kind, text]`` per event, in log order.
+        self.rows: list[list[Any]] = []
+        #: The failed turns' events (for the failures chart, by error type).
+        self.failed: list[dict[str, Any]] = []
+        self._at = {"telemetry": 0, "events": 0}
+
+    def _reset(self) -> None:
+        self.telemetry, self.rows, self.failed = [], [], []
+        self._at = {"telemetry": 0, "events": 0}
+
+    def _new_lines(self, role: str, name: str) -> list[bytes] | None:
+        """The whole lines added since the last look; None when the log was cut back."""
+        file = self.path / name
+        try:
+            size = file.stat().st_size
+        except FileNotFoundError:
+            return []
+        at = self._at[role]
+        if size < at:
+            return None
+        if size == at:
+            return []
+        with file.open("rb") as stream:
+            stream.seek(at)
+            data = stream.read(size - at)
+        end = data.rfind(b"\n") + 1
+        self._at[role] = at + end
+        return data[:end].splitlines()
+
+    def poll(self) -> bool:
+        """Read what was added; whether anything was."""
+        telemetry = self._new_lines("telemetry", "telemetry.jsonl")
+        events = self._new_lines("events", "action_events.jsonl")
+        if telemetry is None or events is None:
+            self._reset()
+            return self.poll() or True
+        for line in telemetry:
+            with contextlib.suppress(ValueError):
+                item = json.loads(line)
+                if isinstance(item, dict):
+                    self.telemetry.append(item)
+        for line in events:
+            try:
+                event = json.loads(line)
+            except ValueError:
+                continue
+            if not isinstance(event, dict):
+                continue
+            if event.get("kind") == "turn_failed":
+                self.failed.append(event)
+            self.rows.append([event.get("i", len(self.rows)), event.get("step", 0),
+                              event.get("time", 0.0), str(event.get("agent")),
+                              str(event.get("kind")), event_text(event)[:_TEXT_LIMIT]])
+        return bool(telemetry or events)
+
+
+# -- what controls the run --------------------------------------------------------------
+
+
+class _Link(Protocol):
+    """Where the page's controls go, and what the run's control says."""
+
+    def status(self) -> dict[str, Any]:
+        """``{"controls": bool, "started": bool, "state": str, "step": int | None, ...}``."""
+        ...
+
+    def command(self, action: str) -> None:
+        """Play, pause, step or stop."""
+        ...
+
+
+class _NoLink:
+    """A run directory on its own (``simulacra view``): no run to control."""
+
+    def __init__(self, path: Path) -> None:
+        self._path = path
+
+    def status(self) -> dict[str, Any]:
+        finished = (self._path / "digest.txt").is_file()
+        return {"controls": False, "started": True, "step": None,
+                "state": "finished" if finished else "unfinished"}
+
+    def command(self, action: str) -> None:
+        raise ConfigError("this view shows a run directory: there is no run to control")
+
+
+def _control_status(control: RunControl) -> dict[str, Any]:
+    # "ended" is the view's last word, said by LiveView.close with how the run ended.
+    state = "ending" if control.state == "ended" else control.state
+    return {"controls": True, "started": control.step is not None, "state": state,
+            "step": control.step, "waiting": control.waiting}
+
+
+def _apply(control: RunControl, action: str) -> None:
+    if action == "play":
+        control.play()
+    elif action == "pause":
+        control.pause()
+    elif action == "step":
+        control.step_once()
+    elif action == "stop":
+        control.request_stop("stop from the live view")
+
+
+class _ControlLink:
+    """A control in this process (``LiveView(process=False)``)."""
+
+    def __init__(self, control: RunControl) -> None:
+        self.control = control
+        self.final: dict[str, Any] | None = None
+
+    def status(self) -> dict[str, Any]:
+        status = _control_status(self.control)
+        if self.final is not None:
+            status.update(self.final)
+        return status
+
+    def command(self, action: str) -> None:
+        _apply(self.control, action)
+
+
+class _PipeLink:
+    """The child's side: the state comes on stdin (a JSON line per change), commands go out.
+
+    Commands go out on stdout, a JSON line each.
+    """
+
+    def __init__(self) -> None:
+        self._status: dict[str, Any] = {"controls": True, "started": False,
+                                        "state": "starting", "step": None}
+        self._lock = threading.Lock()
+        self.closed = threading.Event()
+        threading.Thread(target=self._read, name="simulacra-view-link", daemon=True).start()
+
+    def _read(self) -> None:
+        for line in sys.stdin:
+            with contextlib.suppress(ValueError):
+                status = json.loads(line)
+                if isinstance(status, dict):
+                    with self._lock:
+                        self._status = {**self._status, **status}
+        with self._lock:  # the run's process closed the pipe: it has ended
+            self._status = {**self._status, "state": "ended", "started": True}
+        self.closed.set()
+
+    def status(self) -> dict[str, Any]:
+        with self._lock:
+            return dict(self._status)
+
+    def command(self, action: str) -> None:
+        sys.stdout.write(json.dumps({"command": action}) + "\n")
+        sys.stdout.flush()
+
+
+# -- what the page is sent --------------------------------------------------------------
+
+
+class _Hub:
+    """The logs and the control, made into what the page shows; shared by every page."""
+
+    def __init__(self, path: Path, link: _Link, *, name: str, steps: int | None,
+                 replay: bool) -> None:
+        self.path = path
+        self.link = link
+        self.name = name
+        self.steps = steps
+        self.replay = replay
+        self.files = _RunFiles(path)
+        self.version = 0
+        self.charts_version = 0
+        self._charts: dict[str, Any] = {}
+        self._charts_lines = -1
+        self._charts_at = 0.0
+        self._charts_cost = 0.0
+        self._status: dict[str, Any] = {}
+        self._looked = 0.0
+        self._step_charts: dict[int, dict[str, Any]] = {}
+        self._boundaries: tuple[int, list[int]] = (-1, [])
+        #: Pages following the stream now.
+        self.streams = 0
+        self.closing = False
+
+    @property
+    def ended(self) -> bool:
+        """Whether the run is over (its last state was sent)."""
+        return self._status.get("state") in ("ended", "finished")
+
+    def refresh(self, *, force: bool = False) -> None:
+        """Look at the control and the logs (at most every ``_TICK``); count a change."""
+        now = time.monotonic()
+        if not force and now - self._looked < _TICK * 0.8:
+            return
+        self._looked = now
+        status = self.link.status()
+        changed = status != self._status
+        self._status = status
+        if status.get("started"):
+            changed = self.files.poll() or changed
+        lines = len(self.files.telemetry)
+        settled = status.get("state") != "playing" or bool(status.get("waiting"))
+        interval = max(_CHART_INTERVAL, self._charts_cost / _CHART_SHARE)
+        if lines != self._charts_lines and (
+                settled or force or now - self._charts_at >= interval):
+            self._charts = self._build_charts(lines)
+            self._charts_lines = lines
+            self._charts_at = time.monotonic()
+            self._charts_cost = self._charts_at - now
+            self.charts_version += 1
+            changed = True
+        if changed:
+            self.version += 1
+
+    def _build_charts(self, lines: int) -> dict[str, Any]:
+        from ._charts import figure_spec, society_charts  # noqa: PLC0415  (plotly, lazily)
+
+        telemetry = self.files.telemetry[:lines]
+        last = telemetry[-1].get("step", lines - 1) if telemetry else -1
+        failed = [e for e in self.files.failed if int(e.get("step", 0)) <= int(last)]
+        series = step_series(telemetry, failed)
+        return {name: figure_spec(fig) for name, fig in society_charts(series).items()}
+
+    def _totals(self, telemetry: list[dict[str, Any]], events: int) -> dict[str, Any]:
+        calls = sum(int(line.get("llm_calls", 0)) for line in telemetry)
+        tokens = sum(int(line.get("prompt_tokens", 0)) + int(line.get("completion_tokens", 0))
+                     for line in telemetry)
+        cost = sum(float(line.get("cost", 0.0)) for line in telemetry)
+        failed = sum(int(line.get("failed", 0)) for line in telemetry)
+        return {"steps": len(telemetry), "events": events, "calls": calls, "tokens": tokens,
+                "cost": round(cost, 9), "failed": failed}
+
+    def snapshot(self, *, charts: bool) -> dict[str, Any]:
+        """The page's state now: counters, the newest events, and (if asked) the charts."""
+        rows = self.files.rows
+        status = self._status
+        out: dict[str, Any] = {
+            "mode": "replay" if self.replay else "live", "name": self.name,
+            "state": status.get("state", "starting"), "controls": bool(status.get("controls")),
+            "paused_at": status.get("step") if status.get("waiting") else None,
+            "steps_total": self.steps, "message": status.get("message"),
+            "totals": self._totals(self.files.telemetry, len(rows)),
+            "events": rows[-NEWEST:][::-1], "position": len(rows),
+            "charts_version": self.charts_version,
+        }
+        if charts:
+            out["charts"] = self._charts
+        return out
+
+    def at(self, position: int) -> dict[str, Any]:
+        """The page's state after the first *position* events (the slider of a replay)."""
+        rows = self.files.rows
+        position = max(0, min(position, len(rows)))
+        step = int(rows[position - 1][1]) if position else -1
+        telemetry = [line for line in self.files.telemetry
+                     if int(line.get("step", 0)) <= step]
+        if step not in self._step_charts:
+            if len(self._step_charts) > 64:
+                self._step_charts.clear()
+            self._step_charts[step] = self._build_charts(len(telemetry))
+        return {"mode": "replay", "name": self.name, "state": self._status.get("state"),
+                "controls": False, "steps_total": self.steps,
+                "totals": self._totals(telemetry, position),
+                "events": rows[max(0, position - NEWEST):position][::-1],
+                "position": position, "events_total": len(rows), "step": step,
+                "boundaries": self.boundaries(), "charts": self._step_charts[step],
+                "charts_version": -1 - step}
+
+    def boundaries(self) -> list[int]:
+        """The slider positions at the end of each step (events before the next step)."""
+        rows = self.files.rows
+        if self._boundaries[0] != len(rows):
+            ends = [number for number in range(1, len(rows) + 1)
+                    if number == len(rows) or rows[number][1] != rows[number - 1][1]]
+            self._boundaries = (len(rows), ends)
+        return self._boundaries[1]
+
+
+# -- the web app ------------------------------------------------------------------------
+
+
+def _app(hub: _Hub, token: str) -> _TokenGate:
+    from sse_starlette.sse import EventSourceResponse  # noqa: PLC0415
+    from starlette.applications import Starlette  # noqa: PLC0415
+    from starlette.responses import (  # noqa: PLC0415
+        FileResponse,
+        HTMLResponse,
+        JSONResponse,
+        PlainTextResponse,
+    )
+    from starlette.routing import Route  # noqa: PLC0415
+
+    async def page(request: Request) -> Response:
+        return HTMLResponse(_PAGE.replace("__TOKEN__", token).replace(
+            "__TITLE__", _html_escape(hub.name)))
+
+    async def plotly_js(request: Request) -> Response:
+        return FileResponse(_plotly_js(), media_type="text/javascript",
+                            headers={"Cache-Control": "private, max-age=3600"})
+
+    async def stream(request: Request) -> Response:
+        async def messages() -> AsyncIterator[dict[str, str]]:
+            hub.streams += 1
+            try:
+                async for message in follow():
+                    yield message
+            finally:
+                hub.streams -= 1
+
+        async def follow() -> AsyncIterator[dict[str, str]]:
+            seen, charts_seen = -1, -1
+            while not hub.closing:
+                hub.refresh()
+                if hub.version != seen:
+                    seen = hub.version
+                    send_charts = hub.charts_version != charts_seen
+                    charts_seen = hub.charts_version
+                    yield {"event": "snapshot",
+                           "data": json.dumps(hub.snapshot(charts=send_charts))}
+                if hub.ended and not hub.replay:
+                    hub.refresh(force=True)
+                    yield {"event": "snapshot", "data": json.dumps(hub.snapshot(charts=True))}
+                    yield {"event": "end", "data": "{}"}
+                    return
+                if await request.is_disconnected():
+                    return
+                await asyncio.sleep(_TICK)
+            yield {"event": "end", "data": "{}"}
+
+        return EventSourceResponse(messages(), ping=10)
+
+    async def snapshot(request: Request) -> Response:
+        hub.refresh(force=True)
+        raw = request.query_params.get("pos")
+        if raw is None:
+            return JSONResponse(hub.snapshot(charts=True))
+        try:
+            position = int(raw)
+        except ValueError:
+            return PlainTextResponse(f"pos must be an integer, got {raw!r}", status_code=400)
+        return JSONResponse(hub.at(position))
+
+    async def control(request: Request) -> Response:
+        action = request.path_params["action"]
+        if action not in ACTIONS:
+            return PlainTextResponse(f"unknown action {action!r} (one of: "
+                                     f"{', '.join(ACTIONS)})", status_code=404)
+        try:
+            hub.link.command(action)
+        except ConfigError as exc:
+            return PlainTextResponse(str(exc), status_code=409)
+        return JSONResponse({"ok": True, "action": action})
+
+    app = Starlette(routes=[
+        Route("/", page),
+        Route("/plotly.min.js", plotly_js),
+        Route("/stream", stream),
+        Route("/api/snapshot", snapshot),
+        Route("/api/control/{action}", control, methods=["POST"]),
+    ])
+    return _TokenGate(app, token)
+
+
+class _TokenGate:
+    """ASGI middleware: any request without the view's token gets 403, whatever its route."""
+
+    def __init__(self, app: Any, token: str) -> None:
+        self.app = app
+        self.token = token.encode()
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] in ("http", "websocket"):
+            from urllib.parse import parse_qs  # noqa: PLC0415
+
+            given = parse_qs(scope.get("query_string", b"").decode("latin-1")).get("token", [""])
+            if not secrets.compare_digest(given[-1].encode(), self.token):
+                if scope["type"] == "websocket":
+                    await send({"type": "websocket.close", "code": 1008})
+                    return
+                body = b"403 forbidden: this page needs the token of the URL the view printed\n"
+                await send({"type": "http.response.start", "status": 403,
+                            "headers": [(b"content-type", b"text/plain; charset=utf-8"),
+                                        (b"content-length", str(len(body)).encode())]})
+                await send({"type": "http.response.body", "body": body})
+                return
+        await self.app(scope, receive, send)
+
+
+def _html_escape(text: str) -> str:
+    import html  # noqa: PLC0415
+
+    return html.escape(text, quote=True)
+
+
+def _plotly_js() -> Path:
+    spec = importlib.util.find_spec("plotly")
+    if spec is None or spec.origin is None:
+        raise ConfigError(f"plotly is not installed: {VIEW_EXTRA}")
+    return Path(spec.origin).parent / "package_data" / "plotly.min.js"
+
+
+# -- the server -------------------------------------------------------------------------
+
+
+def _check_host(host: str, allow_remote: bool) -> None:
+    if host not in LOCAL_HOSTS and not allow_remote:
+        raise ConfigError(
+            f"--host {host}: the view (with its stop button) would be reachable from other "
+            "machines; it serves 127.0.0.1 only unless --allow-remote is given too")
+
+
+def bind(host: str = "127.0.0.1", port: int = 0) -> tuple[socket.socket, str | None]:
+    """A listening socket on *host*; port 0 picks a free one.
+
+    Returns the socket and, when *port* was taken and another was picked,
+    one line saying so.
+
+    Raises:
+        ConfigError: *host* cannot be listened on.
+    """
+    address = "127.0.0.1" if host == "localhost" else host
+    family = socket.AF_INET6 if ":" in address else socket.AF_INET
+
+    def listen(number: int) -> socket.socket:
+        sock = socket.socket(family, socket.SOCK_STREAM)
+        try:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            sock.bind((address, number))
+            sock.listen(128)
+        except OSError:
+            sock.close()
+            raise
+        sock.set_inheritable(True)
+        return sock
+
+    try:
+        return listen(port), None
+    except OSError as exc:
+        if port == 0 or exc.errno != errno.EADDRINUSE:
+            raise ConfigError(f"cannot serve the view on {host}:{port}: {exc.strerror}") from None
+    sock = listen(0)
+    return sock, f"port {port} is in use; serving on port {sock.getsockname()[1]} instead"
+
+
+def _url(host: str, port: int, token: str) -> str:
+    shown = f"[{host}]" if ":" in host else host
+    return f"http://{shown}:{port}/?token={token}"
+
+
+class _Server:
+    """uvicorn serving an app on a socket, in a thread of its own."""
+
+    def __init__(self, app: Any, sock: socket.socket) -> None:
+        import uvicorn  # noqa: PLC0415
+
+        config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="off",
+                                timeout_graceful_shutdown=2)
+        self.server = uvicorn.Server(config)
+        self.sock = sock
+        self.thread = threading.Thread(target=self.server.run, kwargs={"sockets": [sock]},
+                                       name="simulacra-view", daemon=True)
+
+    def start(self) -> None:
+        self.thread.start()
+
+    def stop(self, timeout: float = 5.0) -> None:
+        self.server.should_exit = True
+        self.thread.join(timeout)
+        with contextlib.suppress(OSError):
+            self.sock.close()
+
+
+def _serve_in_child() -> None:
+    """The child process of ``LiveView(process=True)``: serve until the run's pipe closes."""
+    options = json.loads(sys.argv[1])
+    sock = socket.socket(fileno=int(options["fd"]))
+    link = _PipeLink()
+    hub = _Hub(Path(options["run_dir"]), link, name=str(options["name"]),
+               steps=options.get("steps"), replay=False)
+    server = _Server(_app(hub, str(options["token"])), sock)
+    server.start()
+    link.closed.wait()
+    _last_word(hub)
+    server.stop()
+
+
+def _last_word(hub: _Hub, timeout: float = 2.0) -> None:
+    """Let the pages that follow the stream get the run's last state, then end their streams."""
+    deadline = time.monotonic() + timeout
+    while hub.streams and time.monotonic() < deadline:
+        time.sleep(0.02)
+    hub.closing = True
+
+
+@dataclass(frozen=True, slots=True)
+class _Options:
+    host: str
+    port: int
+    allow_remote: bool
+
+
+class LiveView:
+    """The live view of a society run: a page on 127.0.0.1 behind a random token.
+
+    ::
+
+        control = RunControl(paused=True)
+        with LiveView("runs/demo", control=control, steps=20) as view:
+            print(view.url)
+            run_society(config, out="runs/demo", control=control)
+
+    Without *control* it shows a run directory already written: a finished
+    run is replayed in the page with a position slider; an unfinished one is
+    shown as far as its files go, and followed if they grow.
+
+    Args:
+        run_dir: The run directory (a run about to start writes it).
+        control: The run's control: the page's play, pause, step and stop
+            act on it.
+        name: The run's name, shown as the page's title.
+        steps: How many steps (windows) the run has, shown as "step k of N".
+        host: Where to listen; one of :data:`LOCAL_HOSTS` unless *allow_remote*.
+        port: The port; 0 picks a free one. One that is taken is replaced by
+            a free one, and :attr:`note` says so.
+        allow_remote: Allow a *host* other machines can reach.
+        process: Serve from a child process (the default for a run, so that
+            the page costs the run nothing but a pipe); False serves from a
+            thread of this process.
+
+    Raises:
+        ConfigError: A remote *host* without *allow_remote*; *host* cannot be
+            listened on; without *control*, *run_dir* is not a run directory.
+    """
+
+    def __init__(self, run_dir: str | os.PathLike[str], *, control: RunControl | None = None,
+                 name: str | None = None, steps: int | None = None,
+                 host: str = "127.0.0.1", port: int = 0, allow_remote: bool = False,
+                 process: bool | None = None) -> None:
+        _check_host(host, allow_remote)
+        self.run_dir = Path(run_dir) if control is not None else check_view_dir(run_dir)
+        self.control = control
+        self.name = name or self.run_dir.name
+        self.steps = steps if steps is not None else _steps_of(self.run_dir)
+        self.process = control is not None if process is None else process
+        self.token = secrets.token_urlsafe(18)
+        self._options = _Options(host, port, allow_remote)
+        self.url = ""
+        #: One line when the port asked for was taken and another was picked, else None.
+        self.note: str | None = None
+        self._server: _Server | None = None
+        self._child: subprocess.Popen[str] | None = None
+        self._link: _ControlLink | None = None
+        self._done = threading.Event()
+        self._sender: threading.Thread | None = None
+
+    @staticmethod
+    def check(*, host: str = "127.0.0.1", allow_remote: bool = False) -> None:
+        """Check, before any work, that a view can be served here on *host*.
+
+        Raises:
+            ConfigError: A package of the ``view`` extra is missing (the
+                message names ``pip install 'simulacra[view]'``), or *host* is
+                remote and *allow_remote* is not set.
+        """
+        missing = view_missing()
+        if missing is not None:
+            raise ConfigError(missing)
+        _check_host(host, allow_remote)
+
+    def start(self) -> str:
+        """Start serving; return the URL (with its token) to open."""
+        sock, self.note = bind(self._options.host, self._options.port)
+        port = int(sock.getsockname()[1])
+        self.url = _url(self._options.host, port, self.token)
+        if self.process and self.control is not None:
+            self._start_child(sock)
+        else:
+            link: _Link
+            if self.control is None:
+                link = _NoLink(self.run_dir)
+            else:
+                link = self._link = _ControlLink(self.control)
+            hub = _Hub(self.run_dir, link, name=self.name, steps=self.steps,
+                       replay=self.control is None)
+            self._hub = hub
+            self._server = _Server(_app(hub, self.token), sock)
+            self._server.start()
+        return self.url
+
+    def _start_child(self, sock: socket.socket) -> None:
+        import simulacra  # noqa: PLC0415  (where the package is, for the child's path)
+
+        options = {"fd": sock.fileno(), "run_dir": str(self.run_dir.resolve()),
+                   "token": self.token, "name": self.name, "steps": self.steps}
+        root = str(Path(simulacra.__file__).resolve().parents[1])
+        env = {**os.environ,
+               "PYTHONPATH": os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")]))}
+        code = "from simulacra.report._live import _serve_in_child; _serve_in_child()"
+        # A session of its own: Ctrl-C in the terminal is for the run, which then closes
+        # the pipe, and the child ends after it.
+        self._child = subprocess.Popen(  # noqa: S603
+            [sys.executable, "-c", code, json.dumps(options)], stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE, text=True, pass_fds=(sock.fileno(),), env=env,
+            start_new_session=True)
+        sock.close()  # the child holds it now
+        threading.Thread(target=self._commands, name="simulacra-view-commands",
+                         daemon=True).start()
+        self._sender = threading.Thread(target=self._send_status, name="simulacra-view-status",
+                                        daemon=True)
+        self._sender.start()
+
+    def _commands(self) -> None:
+        child = self._child
+        if child is None or child.stdout is None:  # pragma: no cover (started with pipes)
+            return
+        for line in child.stdout:
+            with contextlib.suppress(ValueError, KeyError, TypeError):
+                action = json.loads(line)["command"]
+                if action in ACTIONS and self.control is not None:
+                    _apply(self.control, action)
+
+    def _send_status(self) -> None:
+        child = self._child
+        control = self.control
+        if child is None or child.stdin is None or control is None:  # pragma: no cover
+            return
+        last: dict[str, Any] | None = None
+        while True:
+            done = self._done.wait(0.1)
+            status = _control_status(control)
+            if status != last:
+                last = status
+                try:
+                    child.stdin.write(json.dumps(status) + "\n")
+                    child.stdin.flush()
+                except (OSError, ValueError):
+                    return  # the child went away: the run goes on without its view
+            if done:
+                return
+
+    def close(self, message: str | None = None) -> None:
+        """Show the run's end (and *message*: how it ended) to open pages, then stop serving."""
+        self._done.set()
+        if self._sender is not None:
+            self._sender.join(5)
+        final = {"state": "ended", "started": True, "message": message}
+        if self._child is not None:
+            child = self._child
+            with contextlib.suppress(OSError, ValueError, AttributeError):
+                child.stdin.write(json.dumps(final) + "\n")  # type: ignore[union-attr]
+                child.stdin.close()  # type: ignore[union-attr]
+            try:
+                child.wait(10)
+            except subprocess.TimeoutExpired:
+                child.kill()
+                child.wait()
+            if child.stdout is not None:
+                child.stdout.close()
+            self._child = None
+        if self._server is not None:
+            if self._link is not None:
+                self._link.final = final
+                _last_word(self._hub)
+            self._hub.closing = True
+            self._server.stop()
+            self._server = None
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Block while the server runs (``simulacra view``); False on *timeout*."""
+        if self._server is None:
+            return True
+        self._server.thread.join(timeout)
+        return not self._server.thread.is_alive()
+
+    def __enter__(self) -> LiveView:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _steps_of(run_dir: Path) -> int | None:
+    """``sim.steps`` of a run directory's config, if it can be read."""
+    try:
+        import yaml  # type: ignore[import-untyped]  # noqa: PLC0415
+
+        config = yaml.safe_load((run_dir / "config.yaml").read_text(encoding="utf-8"))
+        return int(config["sim"]["steps"])
+    except Exception:  # only a label on the page
+        return None
+
+
+# -- the page ---------------------------------------------------------------------------
+
+_PAGE: Final = r"""<!doctype html>
+<html lang="en">
+<head>
+<meta charset="utf-8">
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<link rel="icon" href="data:,">
+<title>__TITLE__ - simulacra live view</title>
+<style>
+  :root { --fg: #1d2330; --muted: #687085; --line: #e3e6ee; --accent: #3b5bdb; }
+  * { box-sizing: border-box; }
+  body { margin: 0; font: 14px/1.45 system-ui, -apple-system, "Segoe UI", sans-serif;
+         color: var(--fg); background: #f6f7fb; }
+  header { position: sticky; top: 0; z-index: 5; background: #fff;
+           border-bottom: 1px solid var(--line); padding: 10px 18px;
+           display: flex; flex-wrap: wrap; gap: 12px 22px; align-items: center; }
+  h1 { font-size: 17px; margin: 0; }
+  .badge { padding: 2px 9px; border-radius: 10px; font-weight: 600; font-size: 12px;
+           text-transform: uppercase; letter-spacing: .04em; background: #e7ecff;
+           color: var(--accent); }
+  .badge.paused { background: #fff3bf; color: #8a6d00; }
+  .badge.stopping, .badge.ended, .badge.unfinished { background: #ffe3e3; color: #b02a2a; }
+  .badge.finished { background: #d3f9d8; color: #2b8a3e; }
+  .counters { display: flex; gap: 18px; flex-wrap: wrap; }
+  .counter b { font-variant-numeric: tabular-nums; }
+  .counter span { color: var(--muted); margin-right: 4px; }
+  .controls button { font: inherit; padding: 5px 12px; margin-right: 4px; cursor: pointer;
+                     border: 1px solid #c8cedc; background: #fff; border-radius: 6px; }
+  .controls button:hover:enabled { border-color: var(--accent); color: var(--accent); }
+  .controls button:disabled { opacity: .45; cursor: default; }
+  #slider-box { display: none; flex: 1 1 320px; align-items: center; gap: 10px; }
+  #slider { flex: 1; }
+  #message { width: 100%; color: #b02a2a; margin: 0; }
+  #message:empty { display: none; }
+  main { padding: 14px 18px; display: grid; gap: 14px;
+         grid-template-columns: repeat(auto-fill, minmax(520px, 1fr)); }
+  .card { background: #fff; border: 1px solid var(--line); border-radius: 8px;
+          padding: 6px; min-height: 330px; }
+  #events-card { grid-column: 1 / -1; min-height: 0; padding: 10px 12px; }
+  #events-card h2 { font-size: 15px; margin: 2px 0 8px; }
+  table { border-collapse: collapse; width: 100%; }
+  th, td { text-align: left; padding: 3px 8px; border-bottom: 1px solid var(--line);
+           vertical-align: top; }
+  th { color: var(--muted); font-weight: 600; }
+  td.num { font-variant-numeric: tabular-nums; color: var(--muted); }
+  td.text { max-width: 720px; overflow-wrap: anywhere; }
+</style>
+</head>
+<body>
+<header>
+  <h1 id="title">__TITLE__</h1>
+  <span id="state" class="badge">connecting</span>
+  <div class="counters">
+    <div class="counter"><span>step</span><b id="step">0</b><b id="steps-total"></b></div>
+    <div class="counter"><span>events</span><b id="events-count">0</b></div>
+    <div class="counter"><span>model calls</span><b id="calls">0</b></div>
+    <div class="counter"><span>tokens</span><b id="tokens">0</b></div>
+    <div class="counter"><span>cost so far</span><b id="cost">0</b></div>
+    <div class="counter"><span>failed turns</span><b id="failed">0</b></div>
+  </div>
+  <div class="controls">
+    <button id="play" title="play">&#9654; play</button>
+    <button id="pause" title="pause at the end of this step">&#10074;&#10074; pause</button>
+    <button id="step-once" title="one step (one window), then pause">&#9654;&#10073; step</button>
+    <button id="stop" title="stop: a checkpoint is written; simulacra run --resume continues"
+      >&#9632; stop</button>
+  </div>
+  <div id="slider-box">
+    <input id="slider" type="range" min="0" max="0" value="0" aria-label="position">
+    <span id="position">0 / 0</span>
+  </div>
+  <p id="message"></p>
+</header>
+<main id="charts">
+  <section class="card" id="events-card">
+    <h2>Newest events</h2>
+    <table><thead><tr><th>#</th><th>step</th><th>time</th><th>agent</th><th>kind</th>
+      <th>what</th></tr></thead><tbody id="events"></tbody></table>
+  </section>
+</main>
+<script src="plotly.min.js?token=__TOKEN__"></script>
+<script>
+"use strict";
+const TOKEN = "__TOKEN__";
+const q = (path) => path + (path.includes("?") ? "&" : "?") + "token=" + encodeURIComponent(TOKEN);
+const $ = (id) => document.getElementById(id);
+let chartsVersion = null, mode = null, source = null, replay = null;
+
+function setText(id, value) {
+  const el = $(id);
+  if (el.textContent !== String(value)) el.textContent = value;
+}
+
+function money(value) {
+  if (!value) return "0";
+  if (value >= 100) return value.toFixed(2);
+  return value.toPrecision(4).replace(/(\.\d*?)0+$/, "$1").replace(/\.$/, "");
+}
+
+// Drawing charts costs the browser CPU that a run on a small machine needs too. While the
+// run plays, they are redrawn at most every 2 s and at most 5% of the time, and a chart
+// scrolled out of sight waits until it is seen again; when the run waits (paused, ended,
+// a replay), every chart is drawn at once.
+const visible = new Set();
+const observer = new IntersectionObserver((entries) => {
+  for (const entry of entries) {
+    const div = entry.target;
+    if (entry.isIntersecting) {
+      visible.add(div);
+      if (div.pendingSpec) drawChart(div, div.pendingSpec);
+    } else {
+      visible.delete(div);
+    }
+  }
+});
+let chartsDue = 0, chartsPending = null, chartsTimer = null, chartsSettled = true;
+
+function drawChart(div, spec) {
+  div.pendingSpec = null;
+  Plotly.react(div, spec.data, spec.layout, {displaylogo: false, responsive: true});
+}
+
+function drawCharts(charts, settled) {
+  const main = $("charts");
+  for (const [name, spec] of Object.entries(charts)) {
+    let div = $("chart-" + name);
+    if (!div) {
+      div = document.createElement("section");
+      div.className = "card chart";
+      div.id = "chart-" + name;
+      div.dataset.chart = name;
+      main.insertBefore(div, $("events-card"));
+      observer.observe(div);
+      drawChart(div, spec);
+    } else if (settled || visible.has(div)) {
+      drawChart(div, spec);
+    } else {
+      div.pendingSpec = spec;
+    }
+  }
+}
+
+function offerCharts(charts, settled) {
+  chartsPending = charts;
+  chartsSettled = settled;
+  const wait = settled ? 0 : chartsDue - performance.now();
+  if (wait <= 0) flushCharts();
+  else if (chartsTimer === null) chartsTimer = setTimeout(flushCharts, wait);
+}
+
+function flushCharts() {
+  clearTimeout(chartsTimer);
+  chartsTimer = null;
+  if (chartsPending === null) return;
+  const start = performance.now();
+  drawCharts(chartsPending, chartsSettled);
+  chartsPending = null;
+  const cost = performance.now() - start;
+  chartsDue = performance.now() + Math.max(2000, 20 * cost);
+}
+
+function drawEvents(rows) {
+  const body = $("events");
+  const out = document.createDocumentFragment();
+  for (const [i, step, time, agent, kind, text] of rows) {
+    const tr = document.createElement("tr");
+    const cells = [[i, "num"], [step, "num"],
+                   [typeof time === "number" ? time.toFixed(3) : time, "num"],
+                   ["@" + agent, ""], [kind, ""], [text, "text"]];
+    for (const [value, cls] of cells) {
+      const td = document.createElement("td");
+      td.textContent = value;
+      if (cls) td.className = cls;
+      tr.appendChild(td);
+    }
+    out.appendChild(tr);
+  }
+  body.replaceChildren(out);
+}
+
+function render(s) {
+  mode = s.mode;
+  const state = s.state || "starting";
+  const badge = $("state");
+  let label = state;
+  if (state === "paused" && s.paused_at !== null && s.paused_at !== undefined)
+    label = "paused at step " + s.paused_at;
+  setText("state", label);
+  badge.className = "badge " + state;
+  badge.dataset.state = state;
+  const t = s.totals;
+  setText("step", t.steps);
+  setText("steps-total", s.steps_total ? " / " + s.steps_total : "");
+  setText("events-count", t.events);
+  setText("calls", t.calls);
+  setText("tokens", t.tokens);
+  setText("cost", money(Number(t.cost)));
+  setText("failed", t.failed);
+  setText("message", s.message || "");
+  const live = s.mode === "live";
+  const over = ["ended", "stopping"].includes(state);
+  $("stop").style.display = live ? "" : "none";
+  $("play").disabled = live && (over || state === "playing");
+  $("pause").disabled = live && (over || state === "paused");
+  $("step-once").disabled = live && over;
+  $("stop").disabled = over;
+  if (s.charts && s.charts_version !== chartsVersion) {
+    chartsVersion = s.charts_version;
+    offerCharts(s.charts, !(live && state === "playing"));
+  }
+  drawEvents(s.events);
+  document.body.dataset.ready = "1";
+}
+
+async function control(action) {
+  if (mode === "replay") { replayControl(action); return; }
+  const response = await fetch(q("api/control/" + action), {method: "POST"});
+  if (!response.ok) setText("message", await response.text());
+}
+
+// -- replay: the slider moves through the events of a run directory --------------
+let timer = null, pending = null, fetching = false, boundaries = [];
+async function showAt(position) {
+  if (fetching) { pending = position; return; }
+  fetching = true;
+  try {
+    const response = await fetch(q("api/snapshot?pos=" + position));
+    const s = await response.json();
+    boundaries = s.boundaries;
+    const slider = $("slider");
+    slider.max = s.events_total;
+    slider.value = s.position;
+    setText("position", s.position + " / " + s.events_total);
+    render(s);
+  } finally {
+    fetching = false;
+    if (pending !== null) { const next = pending; pending = null; showAt(next); }
+  }
+}
+function nextBoundary() {
+  const at = Number($("slider").value);
+  for (const end of boundaries) if (end > at) return end;
+  return Number($("slider").max);
+}
+function replayControl(action) {
+  if (action === "pause") { clearInterval(timer); timer = null; }
+  if (action === "step") { clearInterval(timer); timer = null; showAt(nextBoundary()); }
+  if (action === "play" && timer === null) {
+    if (Number($("slider").value) >= Number($("slider").max)) showAt(0);
+    timer = setInterval(() => {
+      const slider = $("slider");
+      if (Number(slider.value) >= Number(slider.max)) {
+        clearInterval(timer); timer = null; return;
+      }
+      showAt(nextBoundary());
+    }, 700);
+  }
+}
+
+async function start() {
+  $("play").onclick = () => control("play");
+  $("pause").onclick = () => control("pause");
+  $("step-once").onclick = () => control("step");
+  $("stop").onclick = () => control("stop");
+  const first = await (await fetch(q("api/snapshot"))).json();
+  if (first.mode === "replay") {
+    mode = "replay";
+    $("slider-box").style.display = "flex";
+    $("slider").addEventListener("input", (e) => showAt(Number(e.target.value)));
+    await showAt(first.position);  // the whole run, at its end
+    if (first.state === "unfinished") follow();
+    return;
+  }
+  render(first);
+  follow();
+}
+
+function follow() {
+  source = new EventSource(q("stream"));
+  source.addEventListener("snapshot", (e) => {
+    const s = JSON.parse(e.data);
+    if (s.mode === "replay") {
+      const slider = $("slider");
+      const atEnd = Number(slider.value) >= Number(slider.max);
+      slider.max = s.position;
+      if (atEnd) showAt(s.position);
+      return;
+    }
+    render(s);
+  });
+  source.addEventListener("end", () => { source.close(); source = null; });
+}
+
+start();
+</script>
+</body>
+</html>
+"""
