@@ -47,6 +47,7 @@ import contextlib
 import functools
 import itertools
 import pickle
+import threading
 import uuid
 from collections.abc import Iterable, Mapping
 from typing import Any, Final, NoReturn, final
@@ -93,6 +94,10 @@ _CLOSE_S: Final = 10.0
 
 
 @final
+def _set(event: threading.Event, _future: object) -> None:
+    event.set()
+
+
 class DaskBackend(BackendBase):
     """Runs agents on the workers of a ``dask.distributed`` cluster, each owning a partition.
 
@@ -466,7 +471,16 @@ class DaskBackend(BackendBase):
         while pending:
             index = pending[0]
             try:
-                data = futures[index].result(timeout=_POLL_S)
+                # Wait, then take the result of a finished future without a timeout:
+                # result(timeout=...) races inside distributed's sync() when the
+                # future finishes as the timeout fires (UnboundLocalError 'result').
+                future = futures[index]
+                if not future.done():
+                    ready = threading.Event()
+                    future.add_done_callback(functools.partial(_set, ready))
+                    if not ready.wait(_POLL_S):
+                        raise TimeoutError
+                data = future.result()
             except TimeoutError:
                 members = set(self._members())
                 for waiting in pending:
