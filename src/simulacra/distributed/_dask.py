@@ -93,11 +93,11 @@ _CLOSE_S: Final = 10.0
 # --------------------------------------------------------------------------- the backend
 
 
-@final
 def _set(event: threading.Event, _future: object) -> None:
     event.set()
 
 
+@final
 class DaskBackend(BackendBase):
     """Runs agents on the workers of a ``dask.distributed`` cluster, each owning a partition.
 
