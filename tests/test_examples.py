@@ -443,6 +443,8 @@ RUN_ELSEWHERE = {
     "social": "tests/social/test_social.py::test_python_examples_social_runs",
     "pdes_models.py": "test_the_pdes_examples_run_as_scripts_and_agree",
     "ride_hailing/sharded.py": "test_the_pdes_examples_run_as_scripts_and_agree",
+    # A module that docs/scenarios.md names for its knobs, not a script.
+    "ride_hailing/model.py": "tests/test_ride_hailing_scenarios.py",
 }
 
 
