@@ -9,8 +9,9 @@ stable on a shared machine. The variants:
 
 * ``before``: simulacra as of ``--baseline`` (a commit before monitors), with
   ``git archive`` of its ``src/`` on ``PYTHONPATH``;
-* ``off``: this tree, ``Resource(sim, 3)``: monitors off, the default;
-* ``on``: this tree, ``Resource(sim, 3, monitor=True)``: utilisation and queue
+* ``off``: this tree (or ``--after COMMIT``), ``Resource(sim, 3)``: monitors
+  off, the default;
+* ``on``: the same, ``Resource(sim, 3, monitor=True)``: utilisation and queue
   length recorded at every change;
 * ``on+tally``: as ``on``, and every wait also recorded in a ``Tally``.
 
@@ -19,10 +20,18 @@ of customers/s and of the ratio to SimPy, and "vs before", the median over round
 of the per-round ratio of each variant's time to ``before``'s. Every variant must
 give the same mean wait (``==``); the script exits with status 1 if one does not.
 
+Wall-clock figures on a loaded 2-core machine move by tens of per cent from run
+to run. ``--instructions`` counts executed instructions instead (valgrind
+callgrind, as ``bench/instructions.py`` does; 5 000 customers by default), which
+do not depend on the load: per variant, the count of a run of the model minus
+that of an interpreter that imports the same modules and builds nothing.
+
 Usage::
 
     python bench/monitors.py --baseline ee83f42 --rounds 7
+    python bench/monitors.py --baseline ee83f42 --after d559c6f --rounds 7
     python bench/monitors.py --baseline ee83f42 --quick      # 10 000 customers, 3 rounds
+    python bench/monitors.py --baseline ee83f42 --after d559c6f --instructions
 """
 
 from __future__ import annotations
@@ -34,6 +43,8 @@ import math
 import os
 import platform
 import random
+import re
+import shutil
 import statistics
 import subprocess
 import sys
@@ -120,6 +131,55 @@ def _tally(sim: Any) -> Any:
     return Tally(sim, "wait")
 
 
+def count_child(customers: int, variant: str) -> None:
+    """Run the model once (or nothing, for ``none``), for callgrind to count."""
+    import simpy  # noqa: F401  (every count, the baseline too, imports the same modules)
+
+    import simulacra
+
+    simulacra.Sim, simulacra.Resource  # noqa: B018  (the front door loads them lazily)
+    if hasattr(simulacra, "Tally"):
+        simulacra.Tally  # noqa: B018
+    if variant == "simpy":
+        _mmc_simpy(customers)
+    elif variant != "none":
+        _mmc_simulacra(customers, variant)
+
+
+def _instructions(src: Path, variant: str, customers: int, workdir: Path) -> int:
+    out = workdir / f"cg.{variant}.{src.parent.name}"
+    env = {key: value for key, value in os.environ.items() if key != "PYTHONPATH"}
+    env.update(PYTHONPATH=str(src), PYTHONHASHSEED="0",
+               PYTHONPYCACHEPREFIX=str(workdir / "pycache"))
+    command = [sys.executable, __file__, "--count", variant, "--customers", str(customers)]
+    subprocess.run(command, env=env, check=True, timeout=600)  # fills the bytecode cache
+    done = subprocess.run(["valgrind", "--tool=callgrind",  # noqa: S607
+                           f"--callgrind-out-file={out}", *command],
+                          env=env, capture_output=True, text=True, check=True, timeout=3600)
+    match = re.search(r"Collected : (\d+)", done.stderr)
+    if match is None:
+        raise RuntimeError(f"no callgrind total for {variant}:\n{done.stderr[-2000:]}")
+    return int(match.group(1))
+
+
+def instructions(before_src: Path, after_src: Path, customers: int, workdir: Path) -> int:
+    """Print instructions per customer of every variant, and their ratios."""
+    none = {src: _instructions(src, "none", customers, workdir) for src in (before_src,
+                                                                          after_src)}
+    counts = {"simpy": _instructions(after_src, "simpy", customers, workdir) - none[after_src]}
+    for variant in VARIANTS:
+        src = before_src if variant == "before" else after_src
+        counts[variant] = _instructions(src, variant, customers, workdir) - none[src]
+    print(f"\ninstructions (valgrind callgrind), M/M/3, {customers:,} customers, "
+          f"net of an interpreter that imports the same modules:")
+    print(f"  {'variant':9s} {'per customer':>13s} {'vs before':>10s} {'SimPy / ours':>13s}")
+    for variant in ("simpy", *VARIANTS):
+        n = counts[variant]
+        print(f"  {variant:9s} {n / customers:13,.0f} {n / counts['before']:10.4f} "
+              f"{counts['simpy'] / n:13.3f}")
+    return 0
+
+
 def child(customers: int, variant: str, simpy_first: bool) -> dict[str, Any]:
     """Time simulacra (*variant*) and SimPy once each, in this interpreter, after a warm-up."""
     import simulacra
@@ -147,6 +207,7 @@ def _git(*args: str) -> str:
 
 def _extract(commit: str, into: Path) -> Path:
     """``git archive COMMIT src`` unpacked into *into*; returns its ``src``."""
+    into.mkdir()
     archive = into / "src.tar"
     with archive.open("wb") as file:
         subprocess.run(["git", "archive", "--format=tar", commit, "src"], cwd=ROOT,  # noqa: S607
@@ -176,36 +237,56 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run the rounds and print the table; 1 if the variants' mean waits differ."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--baseline", help="the commit before monitors (for 'before')")
+    parser.add_argument("--after", help="the commit to measure (default: this tree's src/)")
     parser.add_argument("--rounds", type=int, default=7, help="rounds (default 7)")
-    parser.add_argument("--customers", type=int, default=100_000)
+    parser.add_argument("--customers", type=int, default=None,
+                        help="default 100 000 (5 000 with --instructions)")
     parser.add_argument("--quick", action="store_true", help="10 000 customers, 3 rounds")
     parser.add_argument("--json", metavar="PATH", help="also write the results as JSON")
+    parser.add_argument("--instructions", action="store_true",
+                        help="count instructions under valgrind instead of timing "
+                             "(default 5 000 customers)")
     parser.add_argument("--child", choices=VARIANTS, help=argparse.SUPPRESS)
+    parser.add_argument("--count", choices=(*VARIANTS, "simpy", "none"), help=argparse.SUPPRESS)
     parser.add_argument("--simpy-first", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child:
         print(json.dumps(child(args.customers, args.child, args.simpy_first)))
         return 0
+    if args.count:
+        count_child(args.customers, args.count)
+        return 0
     if not args.baseline:
         parser.error("--baseline COMMIT is required (a commit before monitors, e.g. ee83f42)")
     if args.quick:
         args.customers, args.rounds = 10_000, 3
+    if args.customers is None:
+        args.customers = 5_000 if args.instructions else 100_000
+    if args.instructions and shutil.which("valgrind") is None:
+        parser.error("--instructions needs valgrind (apt-get install valgrind)")
     baseline = _git("rev-parse", "--short", args.baseline)
-    head = _git("rev-parse", "--short", "HEAD")
-    dirty = " + uncommitted changes in src/" if _git("status", "--porcelain", "--", "src") else ""
+    if args.after:
+        head, dirty = _git("rev-parse", "--short", args.after), ""
+    else:
+        head = _git("rev-parse", "--short", "HEAD")
+        dirty = " + uncommitted changes in src/" if _git("status", "--porcelain", "--",
+                                                         "src") else ""
     print(f"M/M/3, {args.customers:,} customers; before = {baseline}, after = {head}{dirty}; "
           f"{args.rounds} rounds; {platform.python_implementation()} "
           f"{platform.python_version()}, {os.cpu_count()} CPUs, "
           f"load {os.getloadavg()[0]:.1f}")
     results: dict[str, list[dict[str, Any]]] = {variant: [] for variant in VARIANTS}
     with tempfile.TemporaryDirectory(prefix="simulacra-bench-monitors-") as tmp:
-        before_src = _extract(args.baseline, Path(tmp))
+        before_src = _extract(args.baseline, Path(tmp) / "before")
+        after_src = _extract(args.after, Path(tmp) / "after") if args.after else ROOT / "src"
+        if args.instructions:
+            return instructions(before_src, after_src, args.customers, Path(tmp))
         pycache = str(Path(tmp) / "pycache")
         start = time.perf_counter()
         for index in range(args.rounds):
             order = VARIANTS[index % len(VARIANTS):] + VARIANTS[:index % len(VARIANTS)]
             for variant in order:
-                src = before_src if variant == "before" else ROOT / "src"
+                src = before_src if variant == "before" else after_src
                 results[variant].append(
                     _measure(src, args.customers, variant, index % 2 == 1, pycache))
             print(f"  round {index + 1}/{args.rounds} done ({time.perf_counter() - start:.0f} s, "
