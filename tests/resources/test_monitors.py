@@ -230,6 +230,20 @@ def test_names_are_unique_per_sim(sim: Sim) -> None:
     Tally(Sim(seed=1), "wait")  # another Sim, another namespace
 
 
+def test_a_taken_resource_name_leaves_nothing_behind(sim: Sim) -> None:
+    """The store's third series would clash: none of its series is made, and it stays plain."""
+    Container(sim, monitor="pump")
+    with pytest.raises(ConfigError, match=r"monitor name 'pump': its series pump.getters "
+                                          r"would take the name of <Monitor 'pump.getters'"):
+        Store(sim, monitor="pump")
+    store: Store[int] = Store(sim)
+    with pytest.raises(ConfigError, match=r"pump\.getters"):
+        store.monitor("pump")
+    assert type(store) is Store
+    assert list(monitors(sim)) == ["pump.level", "pump.getters", "pump.putters"]
+    assert store.monitor("tank").name == "tank"
+
+
 @settings(max_examples=200, **COMMON)
 @given(st.lists(st.tuples(st.sampled_from((0, 0, 0.5, 1, 2.25)),
                           st.sampled_from((0, 1, 2, 3, 0.5))), max_size=40),

@@ -547,6 +547,7 @@ class ResourceMonitor(MonitorSet):
     __slots__ = ("name", "queue", "utilisation")
 
     def __init__(self, sim: Sim, name: str, *, utilisation: float, queue: int) -> None:
+        _names_free(sim, name, ("utilisation", "queue"))
         self.name = name
         self.utilisation = Monitor(sim, f"{name}.utilisation", kind="utilisation",
                                    value=utilisation)
@@ -569,6 +570,7 @@ class ContainerMonitor(MonitorSet):
 
     def __init__(self, sim: Sim, name: str, *, level: float, getters: int,
                  putters: int) -> None:
+        _names_free(sim, name, ("level", "getters", "putters"))
         self.name = name
         self.level = Monitor(sim, f"{name}.level", kind="level", value=level)
         self.getters = Monitor(sim, f"{name}.getters", kind="queue", value=getters)
@@ -590,6 +592,7 @@ class StoreMonitor(MonitorSet):
     __slots__ = ("getters", "items", "name", "putters")
 
     def __init__(self, sim: Sim, name: str, *, items: int, getters: int, putters: int) -> None:
+        _names_free(sim, name, ("items", "getters", "putters"))
         self.name = name
         self.items = Monitor(sim, f"{name}.items", kind="count", value=items)
         self.getters = Monitor(sim, f"{name}.getters", kind="queue", value=getters)
@@ -620,6 +623,18 @@ def _entry(sim: Sim) -> _SimMonitors:
 
 def _register(sim: Sim, item: Monitor | Tally) -> None:
     _entry(sim).set.add(item)
+
+
+def _names_free(sim: Sim, name: str, parts: tuple[str, ...]) -> None:
+    """Refuse a resource's monitor name before any of its series is made (none is left over)."""
+    taken = _entry(sim).set
+    for part in parts:
+        held = taken._find(f"{name}.{part}")
+        if held is not None:
+            raise ConfigError(
+                f"monitor name {name!r}: its series {name}.{part} would take the name of "
+                f"{held!r}; give each resource its own monitor name"
+            )
 
 
 def default_name(sim: Sim, kind: str) -> str:
