@@ -61,6 +61,7 @@ from .errors import ReplayMiss as ReplayMiss
 from .errors import ReplicationFailed as ReplicationFailed
 from .errors import ResourceError as ResourceError
 from .errors import RunStopped as RunStopped
+from .errors import ScenarioError as ScenarioError
 from .errors import ScheduleError as ScheduleError
 from .errors import SelfInterrupt as SelfInterrupt
 from .errors import ShardCrashed as ShardCrashed
@@ -179,6 +180,14 @@ if TYPE_CHECKING:  # the type checker sees every name; at run time they load laz
     from .resources import monitors as monitors
     from .resources import read_monitors as read_monitors
     from .resources import write_monitors as write_monitors
+    from .scenarios import Intervention as Intervention
+    from .scenarios import Knob as Knob
+    from .scenarios import KnobBoard as KnobBoard
+    from .scenarios import Knobs as Knobs
+    from .scenarios import Scenario as Scenario
+    from .scenarios import apply_scenario as apply_scenario
+    from .scenarios import load_scenario as load_scenario
+    from .scenarios import load_scenarios as load_scenarios
     from .societies import EventEngine as EventEngine
     from .societies import EventResult as EventResult
     from .societies import ReplayReport as ReplayReport
@@ -215,6 +224,9 @@ __all__ = [
     # monitors
     "Monitor", "Tally", "MonitorSet", "ResourceMonitor", "ContainerMonitor", "StoreMonitor",
     "monitors", "write_monitors", "read_monitors",
+    # scenarios: knobs and interventions in virtual time
+    "Knob", "Knobs", "KnobBoard", "Intervention", "Scenario", "apply_scenario", "load_scenario",
+    "load_scenarios",
     # random streams
     "SeedTree", "Streams", "derive_seed",
     # trace
@@ -249,8 +261,8 @@ __all__ = [
     "SimError", "ScheduleError", "EmptySchedule", "InvalidDelay", "UntilInPast", "EventError",
     "AlreadyTriggered", "EventNotReady", "NotAnEvent", "ForeignEvent", "ProcessError",
     "DeadProcess", "SelfInterrupt", "ResourceError", "CapacityExceeded", "ForeignRequest",
-    "ConfigError", "ThreadOwnershipError", "DeterminismError", "TraceError", "Interrupt",
-    "KernelBug",
+    "ConfigError", "ScenarioError", "ThreadOwnershipError", "DeterminismError", "TraceError",
+    "Interrupt", "KernelBug",
     "BackendError", "BackendUnavailable", "WorkerLost", "RemoteError", "ExperimentError",
     "ReplicationFailed", "SpoolError",
     "PartitionError", "UnknownEntity", "LookaheadViolation", "ShardError", "ShardCrashed",
@@ -385,6 +397,14 @@ _LAZY: dict[str, str] = {
     "Store": ".resources",
     "StoreStatistics": ".resources",
     "Monitor": ".resources",
+    "Knob": ".scenarios",
+    "KnobBoard": ".scenarios",
+    "Knobs": ".scenarios",
+    "Intervention": ".scenarios",
+    "Scenario": ".scenarios",
+    "apply_scenario": ".scenarios",
+    "load_scenario": ".scenarios",
+    "load_scenarios": ".scenarios",
     "Tally": ".resources",
     "MonitorSet": ".resources",
     "ResourceMonitor": ".resources",
