@@ -49,8 +49,12 @@ class _Page(HTMLParser):
 def parse(path: Path) -> tuple[_Page, dict[str, Any]]:
     page = _Page()
     page.feed(path.read_text(encoding="utf-8"))
-    data = next(text for attrs, text in page.scripts if attrs.get("id") == "report-data")
-    return page, json.loads(data)
+    data = json.loads(next(text for attrs, text in page.scripts
+                           if attrs.get("id") == "report-data"))
+    for attrs, text in page.scripts:
+        if attrs.get("id") == "report-log":  # the part parsed when a view needs it
+            data.update(json.loads(text))
+    return page, data
 
 
 def test_the_report_is_one_file_that_references_no_other_host(round_run: Path,

@@ -56,7 +56,7 @@ def add_report_command(commands: Any) -> None:
                         help="the HTML file to write (default: PATH/report.html)")
     parser.add_argument("--llm-calls", type=int, default=None, metavar="N",
                         help="embed at most N recorded model calls with their prompts "
-                             "(default 5000; 0: none)")
+                             "(default 2000; 0: none)")
     parser.set_defaults(command_fn=_cmd_report)
 
 

@@ -28,7 +28,9 @@ __all__ = ["DEFAULT_LLM_CALLS", "REPORT_FILE", "build_report", "report_path"]
 #: The report's file name in a run or study directory.
 REPORT_FILE: Final = "report.html"
 #: How many recorded model calls (with their prompts) a report embeds at most.
-DEFAULT_LLM_CALLS: Final = 5000
+DEFAULT_LLM_CALLS: Final = 2000
+#: What the page parses only when a view needs it (the overview does not).
+_LATER: Final = frozenset({"log", "threads", "agents", "llm"})
 #: How many conversation threads a report embeds at most (the longest).
 _THREADS: Final = 500
 
@@ -106,16 +108,25 @@ def _embed_json(data: Any) -> str:
 
 
 def render_page(data: Mapping[str, Any]) -> str:
-    """The whole HTML document for the data of :func:`society_data` (or a study, or monitors)."""
+    """The whole HTML document for the data of :func:`society_data` (or a study, or monitors).
+
+    The log, threads, agents and model calls go into a second JSON document,
+    which the page parses when a view first needs it.
+    """
     from plotly.offline import get_plotlyjs  # type: ignore[import-untyped]  # noqa: PLC0415
 
     title = html.escape(str(data.get("title", "simulacra report")))
+    first = {k: v for k, v in data.items() if k not in _LATER}
+    later = {k: v for k, v in data.items() if k in _LATER}
+    second = (f"<script type='application/json' id='report-log'>{_embed_json(later)}</script>\n"
+              if later else "")
     return (
         "<!DOCTYPE html>\n<html lang='en'><head><meta charset='utf-8'>"
         "<meta name='viewport' content='width=device-width, initial-scale=1'>"
         f"<title>{title}</title><style>{_asset('report.css')}</style></head>\n"
         f"<body><header><h1>{title}</h1><nav></nav></header><main></main>\n"
-        f"<script type='application/json' id='report-data'>{_embed_json(data)}</script>\n"
+        f"<script type='application/json' id='report-data'>{_embed_json(first)}</script>\n"
+        f"{second}"
         f"<script>{get_plotlyjs()}</script>\n"
         f"<script>{_asset('report.js')}</script>\n"
         "</body></html>\n"
@@ -147,8 +158,8 @@ def society_data(run: _data.RunData, *, llm_calls: int = DEFAULT_LLM_CALLS) -> d
     series = _data.step_series(run)
     figures = _charts.society_charts(series)
     specs, template = _charts_json(figures)
-    rows = _data.agent_rows(run)
-    table = _data.event_table(run.events, (r.agent for r in rows))
+    table = _data.event_table(run.events, _called_agents(run))
+    rows = _data.agent_rows(run, table)
     agent_at = {name: i for i, name in enumerate(table.agents)}
     kind_at = {name: i for i, name in enumerate(table.kinds)}
     threads = _data.conversation_threads(run.events)
@@ -201,6 +212,11 @@ def society_data(run: _data.RunData, *, llm_calls: int = DEFAULT_LLM_CALLS) -> d
                              {str(kind_at[k]): n for k, n in r.kinds.items()}] for r in rows]},
         "llm": llm,
     }
+
+
+def _called_agents(run: _data.RunData) -> list[str]:
+    """The agents with model calls in ``summary.json`` (some may have made no event)."""
+    return list((run.summary.get("llm") or {}).get("per_agent") or {})
 
 
 def _llm_data(run: _data.RunData, rows: Sequence[_data.AgentRow],

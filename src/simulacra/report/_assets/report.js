@@ -1,6 +1,7 @@
 /* simulacra report: the views of one self-contained page.
  *
- * The data is the JSON in <script id="report-data">; the charts are plotly
+ * The data is the JSON of the script element "report-data" (the log, threads,
+ * agents and model calls: "report-log", parsed when first needed); the charts are plotly
  * specs drawn with Plotly.newPlot when their view is first shown. Views are
  * hash routes: #/overview, #/log?agent=..&kind=..&q=.., #/threads, #/agents,
  * #/agent/NAME (society runs); #/overview, #/summary, #/replications
@@ -125,12 +126,20 @@
   // ======================================================================================
   // Society runs
   // ======================================================================================
-  var LOG = D.log || {agents: [], kinds: [], rows: []};
-  var ROWS = LOG.rows;
-  var AGENT_AT = new Map();
-  LOG.agents.forEach(function (name, i) { AGENT_AT.set(name, i); });
-  var KIND_AT = new Map();
-  LOG.kinds.forEach(function (name, i) { KIND_AT.set(name, i); });
+  var LOG = null, ROWS = null, AGENT_AT = null, KIND_AT = null;
+  /* The action log, the threads, the agents and the model calls are a second JSON
+     document, parsed when a view first needs them: the overview does not wait for them. */
+  function needLog() {
+    if (LOG !== null) return;
+    var node = document.getElementById("report-log");
+    if (node) Object.assign(D, JSON.parse(node.textContent));
+    LOG = D.log || {agents: [], kinds: [], rows: []};
+    ROWS = LOG.rows;
+    AGENT_AT = new Map();
+    LOG.agents.forEach(function (name, i) { AGENT_AT.set(name, i); });
+    KIND_AT = new Map();
+    LOG.kinds.forEach(function (name, i) { KIND_AT.set(name, i); });
+  }
   var LOWER = null;  // lowercased "text agent kind" of every event, built on the first search
 
   function kindBadge(k) {
@@ -222,6 +231,7 @@
   // -- the log browser ------------------------------------------------------------------------
   var logState = null;
   function renderLog(page, query) {
+    needLog();
     if (logState === null) {
       page.innerHTML = "";
       var form = el("form", "controls");
@@ -300,6 +310,7 @@
 
   // -- threads -----------------------------------------------------------------------------
   function renderThreads(page) {
+    needLog();
     var T = D.threads || {items: [], total: 0};
     page.appendChild(el("h2", "", "Conversations"));
     page.appendChild(el("p", "note", esc(fmt(T.total) + " threads of replies and mentions, the longest chain first" +
@@ -339,6 +350,7 @@
   var AGENT_COLS = ["agent", "events", "concerning it", "model calls", "prompt tokens",
                     "completion tokens", "cost"];
   function renderAgents(page) {
+    needLog();
     var A = D.agents.rows;
     page.appendChild(el("h2", "", "Agents"));
     var form = el("form", "controls");
@@ -387,6 +399,7 @@
   function str(i) { return D.llm.strings[i]; }
 
   function renderAgent(page, name) {
+    needLog();
     page.innerHTML = "";
     var a = AGENT_AT.get(name);
     if (a === undefined) {
