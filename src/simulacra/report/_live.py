@@ -619,7 +619,10 @@ def _serve_in_child() -> None:
     server.start()
     link.closed.wait()
     _last_word(hub)
-    server.stop()
+    # Every page has had the last word: nothing is left to close gracefully, and the run's
+    # command waits for this process to end.
+    sys.stdout.flush()
+    os._exit(0)
 
 
 def _last_word(hub: _Hub, timeout: float = 2.0) -> None:
