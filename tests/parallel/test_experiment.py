@@ -489,12 +489,11 @@ def test_one_replication_has_no_interval() -> None:
     assert math.isnan(interval.std)
 
 
-def test_a_kpi_named_like_a_config_field_is_reported() -> None:
-    results = Experiment(models.draws, [{"a": 1}], master_seed=1).run(1, "sequential")
-
-    with pytest.raises(ConfigError, match="KPI 'a' has the name of a config field"):
-        results.table()
-    assert results[0, 0]["a"] != 1  # the records still hold everything
+def test_a_kpi_named_like_a_config_field_is_reported_by_the_run() -> None:
+    # The results table could not hold both, so the study stops at the first such
+    # result instead of running every replication and failing when it writes them.
+    with pytest.raises(ReplicationFailed, match="returned KPI 'a', which is also the name"):
+        Experiment(models.draws, [{"a": 1}], master_seed=1).run(1, "sequential")
 
 
 def test_results_index_and_repr() -> None:
@@ -535,3 +534,36 @@ def test_interpreters_backend_says_why_it_is_unavailable(tmp_path: Path) -> None
     ):
         study.run(1, "interpreters")
     assert (tmp_path / "study.json").exists()  # nothing half-open is left behind
+
+
+def test_a_kpi_named_like_a_config_field_fails_at_its_first_result(tmp_path: Path) -> None:
+    model = tmp_path / "clash.py"
+    model.write_text("def run(seed=0, doctors=1):\n    return {'doctors': doctors, 'x': 1.0}\n",
+                     encoding="utf-8")
+    study = Experiment.from_run(f"{model}:run", [{"doctors": 2}], master_seed=1,
+                                spool_dir=tmp_path / "study")
+
+    with pytest.raises(ReplicationFailed, match=r"returned KPI 'doctors', which is also the name "
+                                                r"of a config field.* rename the KPI"):
+        study.run(3, "sequential")
+    assert (tmp_path / "study" / "results.jsonl").read_text(encoding="utf-8") == ""
+
+
+def test_resuming_refuses_the_results_of_an_edited_model(tmp_path: Path) -> None:
+    model = tmp_path / "clinic.py"
+    model.write_text("def run(seed=0, doctors=1):\n    return {'seen': seed % 7 + doctors}\n",
+                     encoding="utf-8")
+    spool = tmp_path / "study"
+    study = Experiment.from_run(f"{model}:run", [{"doctors": 2}], master_seed=1,
+                                spool_dir=spool)
+    study.run(4, "sequential")
+    lines = (spool / "results.jsonl").read_text(encoding="utf-8").splitlines(keepends=True)
+    (spool / "results.jsonl").write_text("".join(lines[:2]), encoding="utf-8")  # interrupted
+
+    model.write_text("def run(seed=0, doctors=1):\n    return {'seen': seed % 5 + doctors}\n",
+                     encoding="utf-8")
+    edited = Experiment.from_run(f"{model}:run", [{"doctors": 2}], master_seed=1,
+                                 spool_dir=spool)
+    with pytest.raises(SpoolError, match=r"results of another version of the model: the source "
+                                         r"file of .*clinic\.py:run changed"):
+        edited.run(4, "sequential", resume=True)

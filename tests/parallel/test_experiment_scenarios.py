@@ -10,7 +10,7 @@ import pytest
 
 pytest.importorskip("polars")
 
-from simulacra import ConfigError, Experiment, SpoolError
+from simulacra import ConfigError, Experiment, ScenarioError, SpoolError
 from simulacra.scenarios import Scenario
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -99,11 +99,14 @@ def test_bad_scenarios_are_refused_when_the_study_is_built(tmp_path: Path) -> No
             BANK, CONFIGS, master_seed=1, scenarios=str(tmp_path))
     with pytest.raises(ConfigError, match="sets 'scenario', which a study with scenarios sets"):
         Experiment.from_run(BANK, [{"scenario": None}], master_seed=1, scenarios=[RUSH])
-    # A knob the model does not have fails in the first replication, naming it.
+    # A knob the model's KNOBS lacks is refused before any replication runs.
     typo = Scenario(name="typo", interventions=[{"knob": "demnd", "at": 1, "value": 2.0}])
-    with pytest.raises(Exception, match="the model has no knob 'demnd'"):
-        Experiment.from_run(BANK, CONFIGS[:1], master_seed=1, scenarios=[typo]).run(
-            1, "sequential")
+    spool = tmp_path / "typo-study"
+    with pytest.raises(ScenarioError, match=r"scenario 'typo', intervention 0: the model has "
+                                            r"no knob 'demnd' .*did you mean 'demand'\?"):
+        Experiment.from_run(BANK, CONFIGS[:1], master_seed=1, scenarios=[typo],
+                            spool_dir=spool).run(1, "sequential")
+    assert not (spool / "results.jsonl").exists()
 
 
 def test_a_directory_of_artifacts_is_a_scenarios_axis_and_resume_checks_it(

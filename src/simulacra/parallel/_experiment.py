@@ -49,7 +49,7 @@ from simulacra.executors import (
     resolve_callable,
 )
 from simulacra.rng import SeedTree
-from simulacra.scenarios import SCENARIO_FORMAT, Scenario, load_scenario, load_scenarios
+from simulacra.scenarios import SCENARIO_FORMAT, Knobs, Scenario, load_scenario, load_scenarios
 
 from ._stats import check_confidence, mean_interval
 
@@ -157,6 +157,24 @@ def _run_unit(unit: _Unit) -> object:
     if isinstance(result, Mapping):
         return result if type(result) is dict else dict(result)
     return _NotKPIs(type(result).__qualname__)
+
+
+def _source_digest(reference: str) -> str | None:
+    """The SHA-256 of the source file that defines the model, or None if there is none.
+
+    Recorded in ``study.json`` so that resuming refuses results of an edited model.
+    """
+    try:
+        model = _model(reference)
+        path = inspect.getsourcefile(model)
+    except (ConfigError, TypeError, OSError):
+        return None
+    if path is None:
+        return None
+    try:
+        return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+    except OSError:
+        return None
 
 
 def _scenarios_of(
@@ -434,6 +452,15 @@ class _Spool:
                     f"{_shown(found, field)}, this study's is {_shown(self._identity, field)}; "
                     "use another spool_dir for this study"
                 )
+        source = found.get("model_source_sha256")  # absent in studies of earlier versions
+        mine = self._identity.get("model_source_sha256")
+        if source is not None and mine is not None and source != mine:
+            raise SpoolError(
+                f"spool_dir {str(study.parent)!r} holds results of another version of the "
+                f"model: the source file of {self._identity['model']} changed since they "
+                "were made (its SHA-256 differs), and mixing them would average two models; "
+                "run the study again in another spool_dir (or without resume)"
+            )
 
     def _load(self, results: Path) -> dict[Key, dict[str, KPIValue]]:
         done: dict[Key, dict[str, KPIValue]] = {}
@@ -1137,6 +1164,7 @@ class Experiment:
             "master_seed": _seed_json(self._master_seed),
             "common_random_numbers": self._common,
             "configs_digest": hashlib.sha256("\n".join(configs).encode("utf-8")).hexdigest(),
+            "model_source_sha256": _source_digest(self._model),
             "configs": [json.loads(c) for c in configs],
             **({"scenarios": {s.name: s.hash for s in self._scenarios}} if self._scenarios
                else {}),
@@ -1253,6 +1281,7 @@ class Experiment:
             raise ConfigError(f"progress must be a bool or None, got {progress!r}")
         if self._convention == "run":
             _check_parameters(self._model, self._configs)
+        self._check_scenarios()
         executor, name, reason = self._executor(backend, max_workers, scheduler_address, retries)
         try:
             spool = (
@@ -1341,6 +1370,7 @@ class Experiment:
                     if isinstance(outcome, Done):
                         try:
                             kpis = _checked_kpis(outcome.value, self._model, key)
+                            self._check_columns(kpis, key)
                         except ReplicationFailed as exc:
                             raise _replication_failed(
                                 f"{exc}; {self._kept(len(results))}", key
@@ -1369,19 +1399,49 @@ class Experiment:
             resumed=resumed,
         )
 
+    def _check_scenarios(self) -> None:
+        """Check the scenarios against the model's knobs, before any replication runs.
+
+        The knobs are the ``KNOBS`` (a :class:`~simulacra.scenarios.Knobs`) of the
+        model function's module, as the examples declare them; a model without
+        one checks its scenarios itself, when each run applies them.
+
+        Raises:
+            ScenarioError: A scenario does not fit the knobs.
+        """
+        if not self._scenarios:
+            return
+        declared = getattr(_model(self._model), "__globals__", {}).get("KNOBS")
+        if isinstance(declared, Knobs):
+            for scenario in self._scenarios:
+                scenario.check(declared)
+
+    def _check_columns(self, kpis: Mapping[str, KPIValue], key: Key) -> None:
+        """A KPI with the name of a config field: refused at its first result, not at the end."""
+        fields = _flatten(self._configs[key[0]])
+        clash = sorted(set(fields) & set(kpis))
+        if clash:
+            raise _replication_failed(
+                f"model {self._model} (config {key[0]}, replication {key[1]}) returned KPI "
+                f"{clash[0]!r}, which is also the name of a config field, so the results "
+                "table cannot hold both: rename the KPI or the parameter",
+                key,
+            )
+
     def _kept(self, finished: int) -> str:
         if self._spool_dir is None:
             return f"{finished} finished replications are lost with it (no spool_dir)"
         return (
             f"{finished} finished replications are kept in {str(self._spool_dir)!r}; "
-            "run again with resume=True to finish the study"
+            "once the cause is fixed, run again with resume=True (simulacra experiment "
+            "--resume) to finish the study, or in another spool_dir if the model changed"
         )
 
     def _failed(self, key: Key, outcome: Raised, finished: int) -> ReplicationFailed:
         error = outcome.error
         if error.__traceback__ is None and outcome.traceback:
             error.add_note(f"Traceback in the worker:\n{outcome.traceback.rstrip()}")
-        config = _canonical_json(self._configs[key[0]])
+        config = _canonical_json(_flatten(self._configs[key[0]]))
         return _replication_failed(
             f"model {self._model} raised for config {key[0]} {config}, replication {key[1]}: "
             f"{type(error).__name__}: {error}. It is not retried (an exception is a bug, not "
