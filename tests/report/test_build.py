@@ -273,3 +273,33 @@ def test_run_report_is_for_society_runs(tmp_path: Path,
 
     assert main(["run", str(model), "--report"]) == 2
     assert "--report writes the report of a society run" in capsys.readouterr().err
+
+
+def test_the_report_reads_what_write_monitors_writes(tmp_path: Path) -> None:
+    """A kernel model of our own with the resources' own monitors and a Tally of waits."""
+    sim = simulacra.Sim(seed=4)
+    pumps = simulacra.Resource(sim, 2, monitor=True)
+    waits = simulacra.Tally(sim, "wait at the pumps")
+
+    def car(sim: simulacra.Sim) -> Any:
+        arrived = sim.now
+        with pumps.request() as turn:
+            yield turn
+            waits.record(sim.now - arrived)
+            yield sim.delay(sim.rng("fill").expovariate(1.0))
+
+    def road(sim: simulacra.Sim) -> Any:
+        for _ in range(60):
+            yield sim.delay(sim.rng("cars").expovariate(1.6))
+            sim.spawn(car)
+
+    sim.spawn(road)
+    sim.run()
+    written = report.build_report(simulacra.write_monitors(tmp_path / "monitors.json", sim))
+    _, data = parse(written)
+
+    kinds = {c["id"]: c for c in data["charts"]}
+    assert any(i.startswith("series:") and "utilisation" in i for i in kinds)
+    assert any(i.startswith("series:") and "queue" in i for i in kinds)
+    assert kinds["samples:wait at the pumps"]["spec"]["data"][0]["type"] == "histogram"
+    assert data["samples_table"]["rows"][0][:2] == ["wait at the pumps", 60]
