@@ -285,8 +285,12 @@ def test_the_study_report_draws_every_kpi_against_every_parameter(
     assert len(loaded.page.query_selector_all("#page-replications tbody tr")) == 16
     loaded.page.fill("#page-replications input[name=q]", "true")
     loaded.page.wait_for_timeout(100)
-    crowded = loaded.page.query_selector_all("#page-replications tbody tr")
-    assert 0 < len(crowded) <= 16
+    crowded = [[c.inner_text() for c in tr.query_selector_all("td")] for tr in
+               loaded.page.query_selector_all("#page-replications tbody tr")]
+    expected = sum(r["kpis"]["crowded"] for r in report.load_study(study_dir).results)
+    assert 0 < expected < 16
+    assert len(crowded) == expected
+    assert all(row[-1] == "true" for row in crowded)
     loaded.shot(screenshots, "study-replications")
     loaded.check_clean()
 

@@ -32,7 +32,7 @@
       if (Number.isInteger(value)) return value.toLocaleString("en-US");
       return Math.abs(value) >= 1000 ? value.toFixed(1) : String(Number(value.toPrecision(4)));
     }
-    if (typeof value === "boolean") return value ? "yes" : "no";
+    if (typeof value === "boolean") return value ? "true" : "false";
     if (typeof value === "object") return JSON.stringify(value);
     return String(value);
   }
@@ -540,7 +540,7 @@
       var body = pair[1].rows.map(function (r) {
         return "<tr>" + r.map(function (v) { return "<td>" + esc(fmt(v)) + "</td>"; }).join("") + "</tr>";
       }).join("");
-      cards.appendChild(el("div", "card", "<h3>" + esc(pair[0]) + "</h3><table><thead>" + head +
+      cards.appendChild(el("div", "card wide", "<h3>" + esc(pair[0]) + "</h3><table><thead>" + head +
                            "</thead><tbody>" + body + "</tbody></table>"));
     });
     page.appendChild(el("h2", "", "Over time, and histograms"));
