@@ -83,3 +83,30 @@ def test_a_study_with_scenarios_fits_80_columns(tmp_path: Path) -> None:
     assert max(len(line) for line in lines) <= 80, max(lines, key=len)
     assert not [line for line in lines if "…" in line]  # no value cut short
     assert (tmp_path / "study-results" / "effects.csv").is_file()
+
+
+@pytest.mark.timeout(300)
+def test_the_example_study_fits_80_columns_and_cuts_no_value(tmp_path: Path) -> None:
+    pytest.importorskip("polars")
+    import shutil
+
+    shutil.copy(ROOT / "examples" / "bank.py", tmp_path / "bank.py")
+    code, lines = _in_terminal(["experiment", "--example"], tmp_path)
+    text = "\n".join(lines).replace("examples/bank.py", "bank.py")
+    (tmp_path / "study.toml").write_text(text.replace("replications = 5", "replications = 2")
+                                         .replace('backend = "auto"', 'backend = "sequential"'),
+                                         encoding="utf-8")
+
+    code, lines = _in_terminal(["experiment", "study.toml", "--no-progress"], tmp_path)
+
+    assert code == 0, "\n".join(lines)
+    assert any(line.startswith("for customers=2000") for line in lines)
+    assert max(len(line) for line in lines) <= 80, max(lines, key=len)
+    assert not [line for line in lines if "…" in line]
+
+
+def test_experiment_help_and_example_fit_80_columns(tmp_path: Path) -> None:
+    for args in (["experiment", "--help"], ["experiment", "--example"]):
+        code, lines = _in_terminal(args, tmp_path)
+        assert code == 0
+        assert max(len(line) for line in lines) <= 80, (args, max(lines, key=len))

@@ -3,24 +3,24 @@
 A study file (TOML shown; JSON has the same keys)::
 
     model = "examples/bank.py:run"  # or "package.module:function"
-    convention = "run"              # "run": model(seed=..., **config) (default)
+    convention = "run"              # the default: model(seed=..., **config)
                                     # "stream": model(stream, config)
     master_seed = 2025              # int or str
     replications = 20
-    backend = "auto"                # sequential | threads | processes | interpreters | dask
+    backend = "auto"                # or sequential, threads, processes, dask
     max_workers = 4                 # optional: one per CPU
     scheduler_address = "tcp://..." # optional, dask only
     retries = 3                     # optional: re-runs after a worker died
     common_random_numbers = false   # optional
     confidence = 0.95               # optional: of the printed intervals
     output = "bank-study"           # optional: <study file stem>-results
-    scenarios = "scenarios/"        # optional: a directory of scenario artifacts;
-                                    # each config also runs under each scenario
+    scenarios = "scenarios/"        # optional: scenario artifacts; every
+                                    # config also runs under each one
 
     [base]                          # optional: fields shared by every config
     customers = 2000
 
-    [grid]                          # either a grid: every combination, first key slowest
+    [grid]                          # every combination, first key slowest
     servers = [3, 4]
     arrival_rate = [2.0, 2.7]
 
@@ -47,7 +47,9 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import math
 import sys
+import textwrap
 import tomllib
 from collections.abc import Iterator, Mapping
 from pathlib import Path
@@ -87,16 +89,16 @@ class StudyError(Exception):
 #: repository root (the bank of ``examples/bank.py``), small enough to take seconds.
 EXAMPLE_STUDY = """\
 # simulacra experiment study.toml   (the format: simulacra experiment --help)
-model = "examples/bank.py:run"      # a file relative to this study file, or "module:function"
+model = "examples/bank.py:run"  # relative to this file, or "module:function"
 master_seed = 2025
 replications = 5
-backend = "auto"                    # sequential | threads | processes | interpreters | dask
-output = "bank-study"               # results.csv, results.parquet, summary.csv go here
+backend = "auto"                # or sequential, threads, processes, dask
+output = "bank-study"           # where results.csv, summary.csv... go
 
-[base]                              # shared by every config
+[base]                          # shared by every config
 customers = 2000
 
-[grid]                              # every combination, first key slowest
+[grid]                          # every combination, first key slowest
 servers = [3, 4]
 arrival_rate = [2.0, 2.7]
 """
@@ -107,11 +109,11 @@ def add_experiment_command(commands: Any) -> None:
     parser = commands.add_parser(
         "experiment",
         help="run a study of replications from a TOML or JSON file",
-        description=(
+        description=textwrap.fill(
             "Run a model over configs x replications, as described in STUDY (.toml or "
             ".json), print the mean and confidence interval of every KPI per config, "
-            "and write results.csv, results.parquet and summary.csv to the output directory."
-        ),
+            "and write results.csv, results.parquet and summary.csv to the output directory.",
+            width=79),
         epilog="A study file (TOML; JSON has the same keys):\n\n" + "\n".join(
             "  " + line for line in __doc__.split("::\n\n", 1)[1].split("\n\nRelative", 1)[0]
             .splitlines()) + "\n\n`simulacra experiment --example` prints one that runs as it is.",
@@ -381,8 +383,14 @@ def _on_sys_path(*directories: Path) -> Iterator[None]:
 
 
 def _number(value: object) -> str:
-    """Four significant figures (the JSON and CSV files keep every digit)."""
-    return f"{value:.4g}" if isinstance(value, float) else str(value)
+    """Four significant figures, never in exponent form below 1e15 (the files keep every digit)."""
+    if not isinstance(value, float):
+        return str(value)
+    if math.isnan(value):  # one replication has no interval
+        return "n/a"
+    if 1e4 <= abs(value) < 1e15:
+        return f"{value:.0f}"
+    return f"{value:.4g}"
 
 
 def _halfwidth(row: Mapping[str, Any]) -> str:
@@ -394,6 +402,21 @@ def _halfwidth(row: Mapping[str, Any]) -> str:
     return _number(half)
 
 
+def _varying(rows: list[dict[str, Any]], fields: list[str], out: TextIO,
+             keep: tuple[str, ...] = ("kpi",)) -> list[str]:
+    """The fields whose value differs between rows; the others are printed above the table.
+
+    A column that holds one value in every row spends 80 columns on nothing.
+    """
+    varying = [name for name in fields
+               if name in keep or len({str(row.get(name)) for row in rows}) > 1]
+    same = [f"{name}={_number(rows[0][name])}" for name in fields
+            if name not in varying and name != "config_index"]
+    if same:
+        print("for " + ", ".join(same), file=out)
+    return varying
+
+
 def _print_effects(rows: list[dict[str, Any]], confidence: float, out: TextIO) -> None:
     """Each scenario's KPIs beside their difference from the baseline, with rich."""
     from rich import box  # type: ignore[import-not-found,unused-ignore]  # noqa: PLC0415
@@ -402,16 +425,11 @@ def _print_effects(rows: list[dict[str, Any]], confidence: float, out: TextIO) -
 
     stats = {"n", "mean", "halfwidth", "ci_low", "ci_high", "difference", "diff_halfwidth",
              "diff_low", "diff_high"}
-    every = [name for name in (rows[0] if rows else {}) if name not in stats]
-    # A field with one value in every row goes above the table, not into 80 columns.
-    fields = [name for name in every
-              if name in ("scenario", "kpi") or len({str(r[name]) for r in rows}) > 1]
-    same = [f"{name}={_number(rows[0][name])}" for name in every if name not in fields]
-    if same:
-        print("for " + ", ".join(same), file=out)
+    fields = _varying(rows, [name for name in (rows[0] if rows else {}) if name not in stats],
+                      out, keep=("scenario", "kpi"))
     table = Table(box=box.SIMPLE_HEAD, show_edge=False)
     for name in fields:
-        table.add_column(name, overflow="fold")
+        table.add_column(name, no_wrap=name == "kpi", overflow="fold")
     table.add_column("mean", justify="right", no_wrap=True)
     table.add_column("±", justify="right", no_wrap=True)
     table.add_column("vs base", justify="right", no_wrap=True)
@@ -439,12 +457,16 @@ def _print_summary(rows: list[dict[str, Any]], confidence: float, out: TextIO) -
     from rich.table import Table  # type: ignore[import-not-found,unused-ignore]  # noqa: PLC0415
 
     stats = {"n", "mean", "std", "halfwidth", "ci_low", "ci_high"}
-    fields = [name for name in (rows[0] if rows else {}) if name not in stats]
+    fields = _varying(rows, [name for name in (rows[0] if rows else {}) if name not in stats],
+                      out)
     table = Table(box=box.SIMPLE_HEAD, show_edge=False)
     for name in fields:
-        table.add_column("config" if name == "config_index" else name, no_wrap=True)
+        if name == "kpi":
+            table.add_column(name, no_wrap=True)
+        else:
+            table.add_column("config" if name == "config_index" else name, overflow="fold")
     table.add_column("mean", justify="right", no_wrap=True)
-    table.add_column(f"± ({confidence:.0%} CI)", justify="right", no_wrap=True)
+    table.add_column(f"± {confidence:.0%}", justify="right", no_wrap=True)
     table.add_column("n", justify="right", no_wrap=True)
     for row in rows:
         table.add_row(
