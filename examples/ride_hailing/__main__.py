@@ -164,7 +164,8 @@ def _print_plain(title: str, settings: list[tuple[str, str]], columns: list[str]
 def _print_rich(title: str, settings: list[tuple[str, str]], columns: list[str],
                 rows: list[list[str]], footer: str) -> None:
     console = Console(highlight=False)
-    console.width = max(console.width, 100)  # never wrap the table in a narrow pipe
+    if not console.is_terminal:  # a file or a pipe: never wrap the table
+        console.width = max(console.width, 100)
     console.print(f"[bold]{title}[/bold]")
     console.print()
     params = Table(box=None, show_header=False, padding=(0, 2, 0, 2))
