@@ -443,9 +443,19 @@ class ProcessPoolBackend(BackendBase):
         worker.process.join(0.5)
         how = describe_exit(worker.process.exitcode)
         self.close()
+        hint = ""
+        if doing == "starting":
+            hint = (
+                ". A worker that dies as it starts usually cannot import the agents' code: "
+                "spawned workers import the main module again, so a script must guard its "
+                "run with `if __name__ == '__main__':`, and agent classes defined in code "
+                "piped to `python -` or typed into a notebook must move into a module "
+                "(the worker's own error is on stderr above)"
+            )
         error = WorkerLost(
             f"worker {worker.index} of ProcessPoolBackend (pid {worker.pid}) {how} while "
             f"{doing}; the {worker.size} agents it held are lost, so the run cannot continue"
+            f"{hint}"
         )
         error.unit = worker.index
         error.crashes = 1
