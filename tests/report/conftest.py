@@ -109,7 +109,7 @@ def _chromium() -> str | None:
     return shutil.which("chromium") or shutil.which("chromium-browser")
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def browser() -> Iterator[Any]:
     """Headless Chromium under Playwright; skipped when missing, a failure when CI is set."""
     executable = _chromium()
