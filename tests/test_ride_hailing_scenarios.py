@@ -122,3 +122,28 @@ def test_the_same_scenario_gives_the_same_digest_and_a_bad_one_fails_before_the_
         model.run(scenario=scenario("typo", {"knob": "station_7", "at": 1, "value": False}))
     with pytest.raises(ScenarioError, match=r"at=900.0 is after the end of the run \(600.0\)"):
         model.run(scenario=scenario("late", {"knob": "demand", "at": 900, "value": 2.0}))
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_the_worked_example_ranks_its_scenarios_by_their_effect(tmp_path: Path) -> None:
+    import csv
+    import subprocess
+
+    pytest.importorskip("polars")
+    script = ROOT / "examples" / "ride_hailing" / "scenarios" / "rank.py"
+    done = subprocess.run([sys.executable, str(script), str(tmp_path), "--replications", "2"],
+                          capture_output=True, text=True, timeout=280, check=False)
+
+    assert done.returncode == 0, done.stderr
+    with (tmp_path / "ranking.csv").open(encoding="utf-8") as file:
+        rows = list(csv.DictReader(file))
+    artifacts = sorted(p.name.rsplit("-", 1)[0] for p in
+                       (ROOT / "examples" / "ride_hailing" / "scenarios" / "artifacts").glob(
+                           "*.json"))
+    assert sorted(r["scenario"] for r in rows) == artifacts
+    effects = [float(r["abandonment_rate_difference"]) for r in rows]
+    assert effects == sorted(effects, reverse=True)  # most harmful first
+    assert all(r["scenario"] in done.stdout for r in rows)
+    table = [line for line in done.stdout.splitlines() if not line.startswith("wrote ")]
+    assert max(len(line) for line in table) <= 80
