@@ -192,3 +192,21 @@ def test_the_summary_says_how_much_the_run_directory_takes_on_disk(
     scale = {"B": 1, "KB": 1e3, "MB": 1e6}[unit]
     total = sum(f.stat().st_size for f in out.rglob("*") if f.is_file())
     assert abs(float(value) * scale - total) <= 0.01 * total + scale
+
+
+def test_a_damaged_digest_file_is_named_not_blamed_on_the_run(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    run = tmp_path / "run"
+    assert main(["run", str(SOCIAL / "config.yaml"), "--out", str(run), "sim.steps=1",
+                 "--no-progress"]) == 0
+    capsys.readouterr()
+    (run / "digest.txt").write_text("0000\n", encoding="utf-8")
+    assert main(["replay", str(run), "--no-progress"]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1
+    assert "first difference: digest.txt itself: it was changed after the run" in err[0]
+    (run / "digest.txt").unlink()
+    assert main(["replay", str(run), "--no-progress"]) == 2
+    assert "has no digest.txt, but summary.json says the run finished" in (
+        capsys.readouterr().err)

@@ -238,10 +238,17 @@ class RunDirectory:
         """The digest the run ended with.
 
         Raises:
-            ConfigError: The run did not finish (no ``digest.txt``).
+            ConfigError: The run did not finish (no ``digest.txt``), or its
+                ``digest.txt`` was deleted (``summary.json`` says it finished).
         """
         where = self.file("digest")
+        recorded = self.read_summary().get("digest")
         if not where.is_file():
+            if isinstance(recorded, str):
+                raise ConfigError(
+                    f"{str(self.path)!r} has no {where.name}, but summary.json says the run "
+                    f"finished with digest {recorded[:12]}...: {where.name} was deleted; the "
+                    "run directory was changed or damaged")
             raise ConfigError(f"{str(self.path)!r} has no {where.name}: the run did not finish")
         return where.read_text(encoding="utf-8").strip()
 
