@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-__all__ = ["claim_public_module"]
+__all__ = ["claim_public_module", "describe_error", "did_you_mean", "yaml_problem"]
 
 
 def claim_public_module(module_name: str, namespace: dict[str, Any]) -> None:
@@ -88,3 +88,17 @@ def yaml_problem(exc: BaseException) -> str:
         return f"line {mark.line + 1}, column {mark.column + 1}: {problem}"
     text = " ".join(str(exc).split())
     return text or type(exc).__name__
+
+
+def did_you_mean(name: object, choices: Iterable[str],
+                 resolve: Callable[[str], str] | None = None) -> str:
+    """``"; did you mean 'x'?"`` for the choice closest to *name*, or ``""`` if none is close.
+
+    *resolve* maps the match to the name to suggest (an alias to what it stands for).
+    """
+    import difflib  # noqa: PLC0415  (only on the error path)
+
+    close = difflib.get_close_matches(str(name), list(choices), n=1)
+    if not close:
+        return ""
+    return f"; did you mean {(resolve or str)(close[0])!r}?"

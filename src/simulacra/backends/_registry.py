@@ -6,6 +6,7 @@ import importlib
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Final
 
+from simulacra._util import did_you_mean
 from simulacra.errors import BackendUnavailable, ConfigError
 
 from ._async import AsyncBackend
@@ -195,12 +196,9 @@ def backend_options(name: str) -> frozenset[str]:
 
 
 def _unknown(name: object) -> ConfigError:
-    import difflib  # noqa: PLC0415
-
     reserved = (f"; reserved for later versions: {', '.join(sorted(RESERVED_BACKENDS))}"
                 if RESERVED_BACKENDS else "")
-    close = difflib.get_close_matches(str(name), [*backend_names(), *BACKEND_ALIASES], n=1)
-    hint = f"; did you mean {canonical_backend(close[0])!r}?" if close else ""
+    hint = did_you_mean(name, [*backend_names(), *BACKEND_ALIASES], canonical_backend)
     return ConfigError(
         f"unknown backend {name!r} (known: {', '.join(backend_names())}{reserved}){hint}"
     )

@@ -7,6 +7,7 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
+from simulacra._util import did_you_mean
 from simulacra.errors import ConfigError
 
 from ._base import Executor, check_retries, check_workers
@@ -78,11 +79,9 @@ def executor_name(name: object, *, auto: bool = True) -> str:
     if isinstance(name, str):
         name = EXECUTOR_ALIASES.get(name, name)
     if not isinstance(name, str) or name not in EXECUTOR_NAMES or (name == "auto" and not auto):
-        import difflib  # noqa: PLC0415
-
         known = ", ".join(map(repr, EXECUTOR_NAMES))
-        close = difflib.get_close_matches(str(name), [*EXECUTOR_NAMES, *EXECUTOR_ALIASES], n=1)
-        hint = f"; did you mean {EXECUTOR_ALIASES.get(close[0], close[0])!r}?" if close else ""
+        hint = did_you_mean(name, [*EXECUTOR_NAMES, *EXECUTOR_ALIASES],
+                            lambda match: EXECUTOR_ALIASES.get(match, match))
         raise ConfigError(f"backend must be one of {known}, got {name!r}{hint}")
     return name
 

@@ -12,7 +12,6 @@ and resumed run gives the same table.
 from __future__ import annotations
 
 import copy
-import difflib
 import hashlib
 import inspect
 import itertools
@@ -28,6 +27,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Literal, TypeAlias, final
 
+from simulacra._util import did_you_mean
 from simulacra.errors import (
     ConfigError,
     DeterminismError,
@@ -232,8 +232,7 @@ def _check_parameters(reference: str, configs: Sequence[Mapping[str, Any]]) -> N
     for index, config in enumerate(configs):
         for key in config:
             if key not in accepted:
-                close = difflib.get_close_matches(key, accepted, n=1)
-                hint = f"; did you mean {close[0]!r}?" if close else ""
+                hint = did_you_mean(key, accepted)
                 raise ConfigError(
                     f"config {index} sets {key!r}, which model {reference} does not take "
                     f"(its parameters: {', '.join(accepted) or 'none but seed'}){hint}"

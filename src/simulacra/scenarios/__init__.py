@@ -20,7 +20,6 @@ only, :mod:`simulacra.core`; ``pypdf`` (the ``pdf`` extra) when a PDF is read.
 from simulacra._util import claim_public_module
 
 from ._apply import apply_scenario as apply_scenario
-from ._apply import schedule as schedule
 from ._documents import DOCUMENT_SUFFIXES as DOCUMENT_SUFFIXES
 from ._documents import Document as Document
 from ._documents import Passage as Passage
@@ -51,7 +50,6 @@ from ._scripted import scripted_scenario_model as scripted_scenario_model
 __all__ = [
     "KNOB_TYPES", "SCENARIO_FORMAT", "Citation", "Intervention", "Knob", "KnobBoard", "KnobValue",
     "Knobs", "Scenario", "apply_scenario", "canonical_json", "load_scenario", "load_scenarios",
-    "schedule",
     # scenarios from documents, at design time
     "DOCUMENT_SUFFIXES", "GENERATE_TASK", "GENERATOR", "Document", "Passage", "check_artifacts",
     "generate_scenarios", "normalize_space", "parse_passage_id", "read_documents",

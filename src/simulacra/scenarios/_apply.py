@@ -21,23 +21,7 @@ from ._schema import Intervention, Scenario
 if TYPE_CHECKING:
     from simulacra.core import Process, Sim
 
-__all__ = ["apply_scenario", "schedule"]
-
-
-def schedule(item: Intervention) -> list[tuple[float, float | None]]:
-    """The ``(time, value)`` changes one intervention makes, in order.
-
-    ``value`` None means "the value the knob had just before ``at``" (the end
-    of a *duration*). A ramp's values are filled in by :func:`apply_scenario`,
-    which knows the start value; here they are the fractions of the way
-    (``1/steps`` ... ``1``).
-    """
-    if item.ramp is not None:
-        steps = item.ramp_steps
-        return [(item.at + item.ramp * k / steps, k / steps) for k in range(1, steps + 1)]
-    if item.duration is not None:
-        return [(item.at, 1.0), (item.at + item.duration, None)]
-    return [(item.at, 1.0)]
+__all__ = ["apply_scenario"]
 
 
 def _run(sim: Sim, board: KnobBoard, scenario: Scenario, index: int,

@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final, final
 
+from simulacra._util import did_you_mean
 from simulacra.errors import ScenarioError
 
 if TYPE_CHECKING:
@@ -172,10 +173,7 @@ class Knobs(Mapping[str, Knob]):
         """The knob called *name*, or ScenarioError naming *where* and the closest name."""
         found = self._knobs.get(name)
         if found is None:
-            import difflib  # noqa: PLC0415
-
-            close = difflib.get_close_matches(str(name), list(self._knobs), n=1)
-            hint = f"; did you mean {close[0]!r}?" if close else ""
+            hint = did_you_mean(name, self._knobs)
             raise ScenarioError(
                 f"{where}: the model has no knob {name!r} (its knobs: "
                 f"{', '.join(self._knobs) or 'none'}){hint}")

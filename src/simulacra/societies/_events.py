@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures as cf
-import difflib
 import functools
 import hashlib
 import heapq
@@ -46,6 +45,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final, final
 
+from simulacra._util import did_you_mean
 from simulacra.agents import ActionEvent, ActionSpec, Actor, AgentId, LLMAgent, World
 from simulacra.agents import canonical_line as _canonical_line
 from simulacra.errors import AgentActionError, CheckpointError, ConfigError, InvalidAction
@@ -1077,8 +1077,7 @@ def check_step_options(given: Mapping[str, Any]) -> dict[str, Any]:
     prefix = "sim.engine.step.options"
     unknown = sorted(set(options) - STEP_OPTIONS)
     if unknown:
-        close = difflib.get_close_matches(str(unknown[0]), sorted(STEP_OPTIONS), n=1)
-        hint = f"; did you mean {close[0]!r}?" if close else ""
+        hint = did_you_mean(unknown[0], sorted(STEP_OPTIONS))
         raise ConfigError(
             f"{prefix}.{unknown[0]} is not an option of the async_event engine "
             f"(it takes: {', '.join(sorted(STEP_OPTIONS))}){hint}")
