@@ -467,6 +467,7 @@ class DaskBackend(BackendBase):
         results: list[Any] = [None] * len(futures)
         errors: list[BaseException] = []
         pending = list(range(len(futures)))
+        ready: dict[int, threading.Event] = {}
         lost_types = (self._distributed.KilledWorker, OSError, cf.CancelledError)
         while pending:
             index = pending[0]
@@ -476,9 +477,10 @@ class DaskBackend(BackendBase):
                 # future finishes as the timeout fires (UnboundLocalError 'result').
                 future = futures[index]
                 if not future.done():
-                    ready = threading.Event()
-                    future.add_done_callback(functools.partial(_set, ready))
-                    if not ready.wait(_POLL_S):
+                    if index not in ready:  # one callback per future, however long it waits
+                        ready[index] = threading.Event()
+                        future.add_done_callback(functools.partial(_set, ready[index]))
+                    if not ready[index].wait(_POLL_S):
                         raise TimeoutError
                 data = future.result()
             except TimeoutError:
