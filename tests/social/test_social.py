@@ -198,6 +198,28 @@ def test_bad_overrides_name_the_dotted_field(override: str, field: str) -> None:
         _config(override)
 
 
+@pytest.mark.parametrize(("override", "field"), [
+    ("sim.agents=true", "sim.agents"), ("sim.steps=2.5", "sim.steps"),
+    ("sim.steps=3.0", "sim.steps"), ("run.record=1", "run.record"),
+    ("sim.engine.concurrency=false", "sim.engine.concurrency"),
+])
+def test_values_of_another_type_are_refused_not_converted(override: str, field: str) -> None:
+    # pydantic's lax mode would read true as 1 and 3.0 as 3: a typo that runs
+    with pytest.raises(simulacra.ConfigError, match=field.replace(".", r"\.")) as info:
+        _config(override)
+    # the problem is the command line's, not the file's
+    assert str(info.value).endswith("(set on the command line)")
+    assert "config.yaml" not in str(info.value)
+
+
+def test_a_problem_in_the_file_still_names_the_file(tmp_path: Path) -> None:
+    path = tmp_path / "society.yaml"
+    path.write_text("sim:\n  agents: yes\n", encoding="utf-8")
+    with pytest.raises(simulacra.ConfigError, match=r"society\.yaml: sim\.agents") as info:
+        simulacra.load_config(path, ["sim.steps=2"])
+    assert "command line" not in str(info.value)
+
+
 def test_config_errors_for_the_world_factory() -> None:
     with pytest.raises(simulacra.ConfigError, match=r"sim\.world\.colour"):
         build_society(_config("sim.world.colour=red"))

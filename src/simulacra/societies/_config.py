@@ -88,7 +88,7 @@ def _schema() -> Any:
     from ._rounds import canonical_mode  # noqa: PLC0415
 
     class _Strict(BaseModel):
-        model_config = ConfigDict(extra="forbid", frozen=True)
+        model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
     class Step(_Strict):
         built_in: Literal["round", "async_event"] = "round"
@@ -315,13 +315,25 @@ def parse_config(data: object, source: str | None = None,
         data = {}
     if not isinstance(data, Mapping):
         raise ConfigError(f"{label}: a run config must be a mapping, got {type(data).__name__}")
+    overrides = list(overrides)
     merged = apply_overrides(_merge(dict(copy.deepcopy(DEFAULTS)), data), overrides)
     try:
         doc = _schema().model_validate(merged)
     except ValidationError as exc:
-        problems = "; ".join(describe_error(e, "must be a mapping") + _did_you_mean(e)
-                             for e in exc.errors())
-        raise ConfigError(f"{label}: {problems}") from None
+        # a problem with a command-line override is named by the override, not the file
+        # (by its key only: describe_error already hides the value of a secret)
+        given = {str(item).partition("=")[0].strip() for item in overrides}
+        from_file: list[str] = []
+        from_line: list[str] = []
+        for error in exc.errors():
+            problem = describe_error(error, "must be a mapping") + _did_you_mean(error)
+            dotted = ".".join(str(part) for part in error["loc"])
+            if any(dotted == key or dotted.startswith(key + ".") for key in given):
+                from_line.append(f"{problem} (set on the command line)")
+            else:
+                from_file.append(problem)
+        parts = ([f"{label}: " + "; ".join(from_file)] if from_file else []) + from_line
+        raise ConfigError("; ".join(parts)) from None
     return RunConfig(doc, doc.model_dump(mode="json"), source)
 
 
