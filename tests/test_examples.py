@@ -664,3 +664,35 @@ def test_the_bank_script_runs_an_experiment() -> None:
     assert "3 replications, master seed 42" in done.stdout
     assert "95% CI over replications" in done.stdout
     assert re.search(r"Erlang C: (inside|OUTSIDE) the interval", done.stdout)
+
+
+def _cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads /proc")
+@pytest.mark.parametrize("args", [
+    ("bank.py", "--customers", "100000000"),
+    ("ride_hailing", "--horizon", "1e7"),
+    ("sir", "--steps", "100000000"),
+])
+@pytest.mark.timeout(120)
+def test_ctrl_c_in_an_example_is_one_line_and_exit_130(args: tuple[str, ...]) -> None:
+    import signal
+
+    proc = subprocess.Popen([sys.executable, str(EXAMPLES / args[0]), *args[1:]], cwd=ROOT,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        # well inside the simulation: its imports take a fraction of this CPU time
+        deadline = time.monotonic() + 90
+        while proc.poll() is None and _cpu_seconds(proc.pid) < 1.5:
+            assert time.monotonic() < deadline, "the example never got going"
+            time.sleep(0.05)
+        assert proc.poll() is None, proc.communicate()
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    assert proc.returncode == 130
+    assert err == "interrupted\n"

@@ -91,4 +91,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    try:
+        sys.exit(main())
+    except KeyboardInterrupt:  # Ctrl-C: one line and the shell's exit status, no traceback
+        print("interrupted", file=sys.stderr)
+        sys.exit(130)

@@ -187,4 +187,8 @@ def _print_rich(title: str, settings: list[tuple[str, str]], columns: list[str],
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    try:
+        sys.exit(main())
+    except KeyboardInterrupt:  # Ctrl-C: one line and the shell's exit status, no traceback
+        print("interrupted", file=sys.stderr)
+        sys.exit(130)

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import sys
 from collections import deque
 from collections.abc import Generator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -376,4 +377,8 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    try:
+        main()
+    except KeyboardInterrupt:  # Ctrl-C: one line and the shell's exit status, no traceback
+        print("interrupted", file=sys.stderr)
+        sys.exit(130)
