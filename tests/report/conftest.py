@@ -22,6 +22,7 @@ from typing import Any
 import pytest
 
 import simulacra
+from simulacra.errors import ProviderTimeout, RateLimited
 from simulacra.llm import CompletionRequest, ScriptedModel, default_rules
 
 HERE = Path(__file__).resolve().parent
@@ -54,13 +55,47 @@ def society_config(out: Path, *, engine: str = "round", agents: int = 12,
     }
 
 
+class FlakyModel:
+    """The scripted model, with some calls failing as a provider's do (decided by the call site).
+
+    About one call in seven times out (``ProviderTimeout``), one in eleven is
+    rate limited (``RateLimited``): each fails its turn, and ``calls.jsonl``
+    records it as a failed call.
+    """
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+
+    def _check(self, site: Any) -> None:
+        if site is None:
+            return
+        code = sum(map(ord, site.agent)) + 3 * site.n
+        if code % 7 == 0:
+            raise ProviderTimeout(f"POST http://llm.test/v1/chat/completions: timed out after "
+                                  f"3 attempts (call {site.n} of {site.agent})")
+        if code % 11 == 0:
+            raise RateLimited("POST http://llm.test/v1/chat/completions: HTTP 429 after 3 "
+                              "attempts")
+
+    def complete(self, request: CompletionRequest, *, site: Any = None) -> Any:
+        self._check(site)
+        return self.inner.complete(request, site=site)
+
+    async def acomplete(self, request: CompletionRequest, *, site: Any = None) -> Any:
+        self._check(site)
+        return await self.inner.acomplete(request, site=site)
+
+
 def make_society_run(out: Path, *, engine: str = "round", agents: int = 12,
-                     steps: int = 4, failures: bool = True) -> Path:
-    """Run the social example into *out* and return it."""
+                     steps: int = 4, failures: bool = True, flaky: bool = False) -> Path:
+    """Run the social example into *out* and return it (*flaky*: some model calls fail)."""
     rules = [("malformed", _malformed, lambda r, rng: "I'd rather not {say"),
              *default_rules()] if failures else None
+    model: Any = ScriptedModel(seed=3, rules=rules)
+    if flaky:
+        model = FlakyModel(model)
     simulacra.run_society(society_config(out, engine=engine, agents=agents, steps=steps),
-                          model=ScriptedModel(seed=3, rules=rules))
+                          model=model)
     return out
 
 
@@ -81,6 +116,19 @@ def event_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A finished run of the event-driven engine (windows, queue depth, calls in flight)."""
     return make_society_run(tmp_path_factory.mktemp("report") / "events", engine="async_event",
                             steps=5)
+
+
+@pytest.fixture(scope="session")
+def flaky_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A finished round-engine run in which some model calls failed (timeouts, HTTP 429)."""
+    return make_society_run(tmp_path_factory.mktemp("report") / "flaky", flaky=True)
+
+
+@pytest.fixture(scope="session")
+def flaky_event_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The same on the event-driven engine."""
+    return make_society_run(tmp_path_factory.mktemp("report") / "flaky-events",
+                            engine="async_event", steps=5, flaky=True)
 
 
 @pytest.fixture(scope="session")

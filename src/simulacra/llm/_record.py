@@ -41,7 +41,7 @@ import os
 import sqlite3
 import threading
 import zlib
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -772,6 +772,49 @@ class RecordingStore:
             raise RecordingError(f"recording store {self.path}: damaged request {key}: it "
                                  f"hashes to {request.key()}")
         return request
+
+    def request_messages(self, keys: Iterable[str]) -> dict[str, tuple[tuple[str, str], ...]]:
+        """The ``(role, content)`` messages recorded for each of *keys* that has a request.
+
+        For readers of many requests at once (a report): one query for the
+        calls, each distinct message read and inflated once, no request
+        rebuilt or hashed again -- about 20 times cheaper a request than
+        :meth:`request`, and unchecked (use :meth:`request` to verify one).
+
+        Raises:
+            RecordingError: The store is closed or a message is damaged.
+        """
+        wanted = {_key_bytes(key) for key in keys}
+        if not wanted:
+            return {}
+        refs: dict[bytes, list[int]] = {}
+        with self._lock:
+            if self._closed:
+                raise RecordingError(f"recording store {self.path} is closed")
+            for raw, request in self._db.execute(
+                    "SELECT request_key, request FROM completions WHERE request IS NOT NULL"):
+                raw = bytes(raw)
+                if raw in wanted and raw not in refs:
+                    refs[raw] = [int(blob) for blob in str(request).split()[1:]]
+            needed = sorted({blob for ids in refs.values() for blob in ids})
+            texts: dict[int, tuple[str, str]] = {}
+            for at in range(0, len(needed), 500):
+                part = needed[at:at + 500]
+                marks = ", ".join("?" * len(part))
+                for blob, codec, data in self._db.execute(
+                        f"SELECT id, codec, data FROM blobs WHERE id IN ({marks})",  # noqa: S608
+                        part):
+                    try:
+                        message = json.loads(_unpack(codec, data))
+                        texts[int(blob)] = (str(message["role"]), str(message["content"]))
+                    except (ValueError, KeyError, TypeError) as exc:
+                        raise RecordingError(f"recording store {self.path}: damaged message "
+                                             f"blob {blob}: {exc}") from None
+        try:
+            return {raw.hex(): tuple(texts[blob] for blob in ids) for raw, ids in refs.items()}
+        except KeyError as exc:
+            raise RecordingError(f"recording store {self.path}: message blob {exc} is "
+                                 "missing") from None
 
     def _blob_json(self, blob: int) -> Any:
         """The JSON value of blob *blob* (the caller holds the lock); ValueError if damaged."""

@@ -210,10 +210,11 @@ class _TurnModel:
 class _AgentState:
     """The engine's book-keeping for one agent (all of it plain data, for checkpoints)."""
 
-    __slots__ = ("busy", "key", "pending", "resolved", "turns", "wakes")
+    __slots__ = ("busy", "key", "pending", "resolved", "turns", "wakes", "woke")
 
     def __init__(self, key: str) -> None:
         self.key = key
+        self.woke = 0.0     # when its last turn started (telemetry: calls.jsonl; not state)
         self.turns = 0      # turns started
         self.resolved = 0   # turns resolved (a turn resolves once: idempotent)
         self.wakes = 0      # wake entries pushed (the identity of the next one)
@@ -528,6 +529,7 @@ class EventEngine:
         spec = ActionSpec(book.turns, when, reason)
         book.turns += 1
         book.busy = True
+        book.woke = when
         turn_model = self._turn_models.get(agent_id)
         if turn_model is not None:
             turn_model.duration = 0.0
@@ -1011,6 +1013,18 @@ class EventSteps:
         self.calls = 0
         self._events: list[ActionEvent] = []
         engine._on_event = self._events.append
+
+    def call_context(self, agent: str) -> tuple[int, int, float]:
+        """``(turn, window, wake time)`` of the turn *agent* is in now (``calls.jsonl``)."""
+        engine = self.engine
+        book = engine._book[engine._by_key[agent]]
+        return book.turns - 1, int(book.woke // self.width), book.woke
+
+    def simulated_latency(self, request: Any, completion: Any, site: Any) -> float:
+        """The virtual time a call takes: the draw its turn's duration adds up (keyed by site)."""
+        engine = self.engine
+        rng = engine._stream("latency", site.agent, site.n)
+        return float(engine._latency.duration(request, completion, rng))
 
     def state(self) -> dict[str, Any]:
         """The engine's state plus this adapter's step count (checkpoints)."""

@@ -40,6 +40,7 @@ from simulacra.errors import (
 )
 from simulacra.rng import SeedTree, as_seed_tree
 
+from ._calls import CallLog, CallLogModel
 from ._config import RunConfig, parse_config
 from ._manifest import finish_manifest, portable_factory, read_manifest, start_manifest
 from ._provider import ProviderGuard, preflight
@@ -843,6 +844,7 @@ def _execute(config: RunConfig, rundir: RunDirectory | None, model: LanguageMode
 
     factory = _step_engine(config.sim.engine.step.built_in)
     store = None
+    calllog: CallLog | None = None
     inner: LanguageModel | None = None
     recording: RecordingModel | None = None
     #: This session's counts, and those of the sessions before the resume.
@@ -866,6 +868,11 @@ def _execute(config: RunConfig, rundir: RunDirectory | None, model: LanguageMode
         used: LanguageModel = inner
         if model is None:
             used = ProviderGuard(inner, config.run.max_consecutive_provider_failures)
+        if rundir is not None:
+            # Inside the recordings: a call a resumed run serves from them is not logged again.
+            calllog = CallLog(rundir.file("calls"), session=len(before),
+                              price=lambda p, c: _price(config, p, c))
+            used = CallLogModel(used, calllog)
         if rundir is not None and config.run.record:
             store = RecordingStore(rundir.file("recordings"))
             used = recording = RecordingModel(used, store, reuse=resume is not None)
@@ -896,6 +903,11 @@ def _execute(config: RunConfig, rundir: RunDirectory | None, model: LanguageMode
                          config=config, on_step=step_done, on_turn=on_turn, fatal=fatal)
         if resume is not None:
             engine.restore(resume[1])
+        if calllog is not None:
+            calllog.context = getattr(engine, "call_context", None) or (
+                lambda _agent: (first + tally.steps, first + tally.steps,
+                                float(first + tally.steps)))
+            calllog.simulated = getattr(engine, "simulated_latency", None)
         try:
             result = _drive(engine, config, rundir, agents, first, accounting=sessions,
                             spent=lambda: _spent(earlier, tally), control=control,
@@ -959,6 +971,8 @@ def _execute(config: RunConfig, rundir: RunDirectory | None, model: LanguageMode
                 store.close()  # committed, so that its hash is the file's final one
             finish_manifest(rundir.file("manifest"), rundir.file("recordings"))
     finally:
+        if calllog is not None:
+            calllog.close()
         if rundir is not None:
             rundir.close()
         if store is not None:

@@ -15,6 +15,9 @@ A run directory holds:
 ``telemetry.jsonl``
     one line per step: participants, failed turns, events by kind, model
     calls and tokens, wall-clock seconds, the world's probes, the running digest;
+``calls.jsonl``
+    one line per model call: latency, tokens, cost, outcome, request key
+    (``simulacra.societies._calls``; telemetry, not in the digest);
 ``digest.txt`` and ``summary.json``
     the run's digest, and the headline numbers, written at the end.
 """
@@ -46,6 +49,7 @@ RUN_FILES: Final[Mapping[str, str]] = {
     "digest": "digest.txt",
     "summary": "summary.json",
     "manifest": "manifest.json",
+    "calls": "calls.jsonl",
 }
 
 
