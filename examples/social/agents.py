@@ -21,10 +21,12 @@ try:
 except ImportError:  # loaded with this directory on sys.path (`python examples/social`)
     from world import SocialAction, SocialObservation  # type: ignore[no-redef]
 
-__all__ = ["SYSTEM", "SocialAgent"]
+__all__ = ["INTERVIEW_SYSTEM", "SYSTEM", "SocialAgent"]
 
 SYSTEM = ("You are a member of a small social network. Stay in character, keep posts short, "
           "and answer with the JSON object the task asks for, nothing else.")
+INTERVIEW_SYSTEM = ("You are a member of a small social network, interviewed by a researcher. "
+                    "Stay in character and answer in one or two sentences of plain text.")
 
 
 class SocialAgent(LLMAgent):
@@ -51,6 +53,18 @@ class SocialAgent(LLMAgent):
                              agents=seen.agents, feed=seen.feed, mentions=seen.mentions)
         self.turns += 1
         return CompletionRequest.chat(text, system=SYSTEM, **self.llm)
+
+    def interview_prompt(self, question: str, seen: SocialObservation) -> CompletionRequest:
+        """The request that asks this agent *question* (a scenario's interview).
+
+        It shows the agent what it sees now; answering changes nothing (no
+        turn is counted, and the call is not one of the agent's own).
+        """
+        feed = "\n".join(f"#{i} @{author}: {text}" for i, author, text, _ in seen.feed)
+        text = (f"You are @{seen.handle}, a {self.persona} who cares about "
+                f"{', '.join(self.interests)}.\nYour feed:\n{feed or '(empty)'}\n\n"
+                f"INTERVIEW: {question}")
+        return CompletionRequest.chat(text, system=INTERVIEW_SYSTEM, **self.llm)
 
     def parse(self, completion: Completion | None, spec: ActionSpec) -> SocialAction:
         if completion is None:

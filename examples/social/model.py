@@ -4,6 +4,10 @@
 the world and its agents. Everything random is drawn from the seed tree, per
 agent (``seed.child("agent", i)``), so agent i is the same whatever the
 population size.
+
+``KNOBS`` are what a scenario may change during a run (``simulacra run
+config.yaml --scenario FILE``; see ``docs/scenarios.md``): inject a post,
+resize the feeds, interview agents.
 """
 
 from __future__ import annotations
@@ -11,6 +15,7 @@ from __future__ import annotations
 from typing import Any
 
 from simulacra import ConfigError, SeedTree
+from simulacra.scenarios import Knob, Knobs
 
 try:
     from .agents import SocialAgent
@@ -20,7 +25,20 @@ except ImportError:  # loaded with this directory on sys.path
 
     from agents import SocialAgent  # type: ignore[no-redef]
 
-__all__ = ["INTERESTS", "build"]
+__all__ = ["INTERESTS", "KNOBS", "build"]
+
+#: What a scenario may change during a run. Times are steps on the round engine
+#: (a change at 2 acts before step 2's turns) and virtual time on the event-driven one.
+KNOBS = Knobs(
+    Knob("post", "str", "", action=True,
+         doc="inject a post with this text, by the system account (every agent follows it); "
+             "'@handle: text' posts it as that agent; @mentions notify as usual"),
+    Knob("feed_size", "int", 8, low=1, high=100, unit="posts",
+         doc="how many posts each agent's feed shows"),
+    Knob("interview", "str", "", action=True,
+         doc="ask agents a question, 'handle,handle: question' ('*: question' asks everyone); "
+             "their answers are recorded and nothing in the network changes"),
+)
 
 NAMES = ("ada", "ben", "cleo", "dev", "eli", "fay", "gus", "hana", "ivo", "june", "kai", "lea",
          "milo", "nia", "otto", "pia", "quin", "rosa", "sam", "tara", "uma", "vik", "wren",

@@ -10,6 +10,11 @@ them or reply to them. Actions (from :mod:`agents`):
 * ``follow``: follow the author of post ``target`` (or ``@name`` in the text);
 * ``idle``: nothing.
 
+Scenarios (``model.KNOBS``) change it through :meth:`SocialWorld.change`: a
+post injected by an agent or by the ``system`` account (which every agent
+follows), the size of the feeds, and interviews of agents, which change
+nothing here.
+
 Every resolved action becomes events: :meth:`SocialWorld.decide` works out
 what happens without changing anything, :meth:`SocialWorld.apply` changes the
 state from the event alone, so replaying ``action_events.jsonl`` into a fresh
@@ -25,10 +30,15 @@ from typing import Any
 
 from simulacra import InvalidAction
 from simulacra.agents import ActionEvent, AgentId, World
+from simulacra.societies import Interview
 
-__all__ = ["SocialAction", "SocialObservation", "SocialWorld"]
+__all__ = ["SYSTEM", "SocialAction", "SocialObservation", "SocialWorld"]
 
 _MENTION = re.compile(r"@(\w(?:[\w.-]*\w)?)")
+#: ``@handle: text`` at the start of an injected post: posted as that agent.
+_AUTHOR = re.compile(r"^@(\w(?:[\w.-]*\w)?):\s*(.*)$", re.DOTALL)
+#: The account of posts a scenario injects without an author; every agent follows it.
+SYSTEM = "system"
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,6 +109,8 @@ class SocialWorld(World):
         for other in self.follows[me]:
             picked.update(i for i in self.by_author[other][-2:] if i < limit)
         picked.update(range(max(0, limit - 3), limit))
+        # Posts of the system account (a scenario's): everyone follows it.
+        picked.update(i for i in self.by_author.get(SYSTEM, ())[-2:] if i < limit)
         feed = tuple((i, posts[i][0], posts[i][1], posts[i][2])
                      for i in sorted(picked)[-self.feed_size:])
         authors = {author for _, author, _, _ in feed}
@@ -160,6 +172,48 @@ class SocialWorld(World):
             return [("idle", {}, ())]
         raise InvalidAction(f"@{who} chose the unknown action {kind!r}")
 
+    # -- scenarios (model.KNOBS) ------------------------------------------------------
+
+    def knob_values(self) -> dict[str, Any]:
+        """The knobs that hold a value, as they are now."""
+        return {"feed_size": self.feed_size}
+
+    def change(self, knob: str, value: Any, *, step: int,
+               time: float) -> list[tuple[str, str, dict[str, Any], tuple[str, ...]] | Interview]:
+        """What a scenario's change of *knob* makes happen; changes nothing (like decide)."""
+        if knob == "feed_size":
+            return [("scenario", "knob", {"knob": knob, "from": self.feed_size, "to": value}, ())]
+        if knob == "post":
+            author, text = SYSTEM, " ".join(str(value).split())
+            match = _AUTHOR.match(text)
+            if match is not None:
+                author, text = match.group(1), match.group(2)
+                if author not in self._known:
+                    raise InvalidAction(f"no agent @{author} to post as (handles look like "
+                                        f"{self.handles[0]})")
+            if not text:
+                raise InvalidAction("the post has no text")
+            text = text[:280]
+            mentions = self._mentions(author, text)
+            return [(author, "post", {"post": len(self.posts), "text": text,
+                                      "mentions": mentions, "injected": True},
+                     tuple(mentions))]
+        if knob == "interview":
+            who, sep, question = str(value).partition(":")
+            question = " ".join(question.split())
+            if not sep or not question:
+                raise InvalidAction("an interview is 'handle,handle: question' (or '*: question' "
+                                    f"for every agent), got {value!r}")
+            names = [n.strip().lstrip("@") for n in who.split(",") if n.strip()]
+            if names == ["*"]:
+                names = list(self.handles)
+            unknown = [n for n in names if n not in self._known]
+            if unknown or not names:
+                raise InvalidAction(f"no agent @{unknown[0] if unknown else ''} to interview "
+                                    f"(handles look like {self.handles[0]})")
+            return [Interview(tuple(dict.fromkeys(names)), question)]
+        raise InvalidAction(f"the social world has no knob {knob!r}")
+
     def apply(self, event: ActionEvent) -> None:
         """Change the feed as *event* says."""
         super().apply(event)
@@ -175,11 +229,11 @@ class SocialWorld(World):
                 if who in parent[4]:  # answering a mention: the chain grows
                     chain = parent[6] + 1
                     self.answered[who].append(reply_to)
-                if parent[0] != who:
+                if parent[0] != who and parent[0] in self.inbox:
                     self.inbox[parent[0]].append(post_id)
                     self.received[parent[0]][1] += 1
             self.posts.append([who, data["text"], reply_to, event.step, mentions, [], chain])
-            self.by_author[who].append(post_id)
+            self.by_author.setdefault(who, []).append(post_id)  # the system account too
             for name in mentions:
                 if reply_to is None or self.posts[reply_to][0] != name:
                     self.inbox[name].append(post_id)
@@ -187,11 +241,14 @@ class SocialWorld(World):
             self.counts["mention"] += len(mentions)
         elif kind == "like":
             self.posts[data["post"]][5].append(who)
-            self.received[data["author"]][0] += 1
+            if data["author"] in self.received:
+                self.received[data["author"]][0] += 1
         elif kind == "follow":
             follows = self.follows[who]
             follows.append(data["whom"])
             follows.sort()
+        elif kind == "knob" and data.get("knob") == "feed_size":
+            self.feed_size = int(data["to"])
 
     # -- reporting -----------------------------------------------------------------
 

@@ -144,6 +144,10 @@ def _build_parser() -> argparse.ArgumentParser:
     run.add_argument("--re-record", action="store_true",
                      help="with --resume: resume although the recordings are missing or short, "
                           "calling the model again for those calls")
+    run.add_argument("--scenario", metavar="FILE",
+                     help="run under this scenario artifact (docs/scenarios.md): with "
+                          "CONFIG.yaml, checked against the model's knobs before the run "
+                          "starts; a model function gets scenario=FILE")
     run.add_argument("--no-progress", action="store_true",
                      help="with CONFIG.yaml: no progress bar")
     run.add_argument("--seed", type=int, metavar="N", help="pass seed=N to the model")
@@ -189,6 +193,9 @@ def _cmd_run(args: argparse.Namespace) -> int:
     if args.resume is not None:
         # argparse puts a first override in TARGET: `--resume DIR run.budget.cost=2`.
         items = [*([args.target] if args.target is not None else []), *args.overrides]
+        if args.scenario is not None:
+            raise _UsageError("--scenario starts a run; --resume RUN_DIR continues the scenario "
+                              "the run started with (its scenario.json)")
         if args.settings or any(not item.startswith("run.") for item in items):
             bad = next((i for i in items if not i.startswith("run.")), "--set")
             raise _UsageError(f"--resume RUN_DIR takes overrides of run.* settings only "
@@ -206,7 +213,11 @@ def _cmd_run(args: argparse.Namespace) -> int:
         if args.settings:
             raise _UsageError("--set is for model functions; give a run config dotted "
                               "overrides instead: simulacra run CONFIG.yaml sim.steps=20")
-        return run_config(args.target, args.overrides, seed=args.seed, out=args.out,
+        overrides = list(args.overrides)
+        if args.scenario is not None:
+            # JSON is YAML: the path arrives as a string, whatever characters it holds.
+            overrides.append(f"scenario={json.dumps(str(Path(args.scenario).resolve()))}")
+        return run_config(args.target, overrides, seed=args.seed, out=args.out,
                           progress=not args.no_progress, usage_error=_UsageError,
                           as_json=args.json, view=view)
     if args.overrides:
@@ -220,6 +231,11 @@ def _cmd_run(args: argparse.Namespace) -> int:
         if "seed" in kwargs:
             raise _UsageError("--seed and --set seed=... were both given; use --seed")
         kwargs["seed"] = args.seed
+    if args.scenario is not None:
+        if "scenario" in kwargs:
+            raise _UsageError("--scenario and --set scenario=... were both given; use "
+                              "--scenario")
+        kwargs["scenario"] = args.scenario
     where, name = _split_target(args.target)
     label = f"{where}:{name}"
     try:

@@ -346,6 +346,10 @@ def _rows(config: Any, run: Any) -> dict[str, Any]:
             first = failures["first"][kind]
             rows[f"  {kind}"] = (f"{count}; first: @{first['agent']} in step {first['step']}: "
                                  f"{first['message']}")
+    scenario = getattr(run, "scenario", None) or {}
+    if scenario:
+        rows["scenario"] = (f"{scenario['name']} ({scenario['sha256'][:12]}): "
+                            f"{scenario['applied']} of {scenario['changes']} changes applied")
     rows["model calls"] = f"{llm.get('calls', 0)} ({sim.llm.provider}, {sim.llm.model})"
     rows["tokens"] = (f"{llm.get('prompt_tokens', 0)} prompt, "
                       f"{llm.get('completion_tokens', 0)} completion")

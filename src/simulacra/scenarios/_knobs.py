@@ -45,6 +45,9 @@ class Knob:
         choices: The values a ``str`` (or ``int``) knob may take, or None.
         doc: What it means, in a line (scenario generation shows it to the LLM).
         unit: The unit of a number ("per hour", "chargers"), or "".
+        action: An action knob: each intervention is a one-off act (inject a
+            post, interview agents), not a value that holds, so it takes no
+            ``duration`` and no ``ramp``; a society's world turns it into events.
 
     Raises:
         ScenarioError: The declaration itself is inconsistent.
@@ -58,6 +61,7 @@ class Knob:
     choices: tuple[KnobValue, ...] | None = None
     doc: str = ""
     unit: str = ""
+    action: bool = False
 
     def __post_init__(self) -> None:
         if not str(self.name).isidentifier():
@@ -130,6 +134,8 @@ class Knob:
             data["doc"] = self.doc
         if self.unit:
             data["unit"] = self.unit
+        if self.action:
+            data["action"] = True
         return data
 
 

@@ -172,6 +172,9 @@ class Scenario(_Strict):
             if item.ramp is not None and not knob.numeric:
                 raise ScenarioError(f"{where}: knob {item.knob!r} is a {knob.type}; only a "
                                     "number can ramp")
+            if knob.action and (item.ramp is not None or item.duration is not None):
+                raise ScenarioError(f"{where}: knob {item.knob!r} is an action (each "
+                                    "intervention acts once); it takes no duration or ramp")
             if item.ramp is not None and item.duration is not None:
                 raise ScenarioError(f"{where} (knob {item.knob!r}): give ramp or duration, "
                                     "not both")

@@ -6,7 +6,8 @@ world, flow batches, deterministic resolution) and the event-driven
 Around them: run configs (:func:`load_config`), :func:`run_society`,
 :func:`resume_society` and :func:`replay_run`, run directories
 (:class:`RunDirectory`, ``manifest.json``), checkpoints, the provider's
-preflight and guard, budgets and the stop control (:class:`RunControl`).
+preflight and guard, budgets and the stop control (:class:`RunControl`), and
+scenarios on runs (a world's ``change()``, :class:`Interview`).
 See ``docs/social.md`` and ``docs/events.md``.
 
 Imports: the standard library, layers 0-4 through their public surfaces, and
@@ -50,6 +51,8 @@ from ._run import step_engine_names as step_engine_names
 from ._rundir import RUN_FILES as RUN_FILES
 from ._rundir import RunDirectory as RunDirectory
 from ._rundir import default_run_dir as default_run_dir
+from ._scenario import SCENARIO_FILE as SCENARIO_FILE
+from ._scenario import Interview as Interview
 
 __all__ = [
     "EventEngine", "EventResult", "WindowReport", "EVENT_MODES", "EVENTS_SCHEME",
@@ -58,7 +61,7 @@ __all__ = [
     "apply_overrides", "DEFAULTS", "run_society", "resume_society", "replay_run",
     "preflight_provider", "ProviderGuard", "SocietyRun", "ReplayReport", "RunControl",
     "build_model", "build_society", "load_factory", "register_step_engine", "step_engine_names",
-    "StepEngine", "RunDirectory", "RUN_FILES", "default_run_dir",
+    "StepEngine", "RunDirectory", "RUN_FILES", "default_run_dir", "Interview", "SCENARIO_FILE",
 ]
 
 claim_public_module(__name__, globals())

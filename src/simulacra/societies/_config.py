@@ -171,6 +171,8 @@ def _schema() -> Any:
     class Document(_Strict):
         name: str = "run"
         seed: int | str = 0
+        #: A scenario artifact's path (docs/scenarios.md), or None.
+        scenario: str | None = None
         sim: Sim = Field(default_factory=Sim)
         run: Run = Field(default_factory=Run)
 
@@ -257,6 +259,12 @@ class RunConfig:
         return self._doc.sim
 
     @property
+    def scenario(self) -> str | None:
+        """The path of the scenario artifact the run takes, or None."""
+        value: str | None = self._doc.scenario
+        return value
+
+    @property
     def run(self) -> Any:
         """The ``run`` section (``out``, ``record``)."""
         return self._doc.run
@@ -334,7 +342,10 @@ def parse_config(data: object, source: str | None = None,
                 from_file.append(problem)
         parts = ([f"{label}: " + "; ".join(from_file)] if from_file else []) + from_line
         raise ConfigError("; ".join(parts)) from None
-    return RunConfig(doc, doc.model_dump(mode="json"), source)
+    dumped: dict[str, Any] = doc.model_dump(mode="json")
+    if dumped.get("scenario") is None:
+        dumped.pop("scenario", None)  # a run without one stores the config it always did
+    return RunConfig(doc, dumped, source)
 
 
 def load_config(path: str | os.PathLike[str] | None = None,
@@ -364,6 +375,9 @@ def load_config(path: str | os.PathLike[str] | None = None,
         raise ConfigError(f"{where}: not valid YAML: {yaml_problem(exc)}") from None
     if isinstance(data, dict):
         data = _absolute_factory(data, where.resolve().parent)
+        artifact = data.get("scenario")
+        if isinstance(artifact, str) and artifact and not Path(artifact).is_absolute():
+            data = {**data, "scenario": str((where.resolve().parent / artifact).resolve())}
     return parse_config(data, str(where), overrides)
 
 

@@ -53,9 +53,12 @@ from simulacra.rng import SeedTree, as_seed_tree
 
 from ._events_blocking import BlockingAgent
 from ._rounds import _check_int, agents_digest, canonical_mode, deprecated_count, index_agents
+from ._scenario import call_in_order, call_on_pool
 
 if TYPE_CHECKING:
     from simulacra.llm import CallSite, Completion, CompletionRequest, LanguageModel
+
+    from ._scenario import SocietyScenario
 
 __all__ = ["EVENTS_SCHEME", "EVENT_MODES", "EventEngine", "EventResult", "WindowReport"]
 
@@ -384,6 +387,15 @@ class EventEngine:
         self._reported = 0
         self._chain_max = 0
         self._peak = 0
+        self._scenario: SocietyScenario | None = None
+
+    def use_scenario(self, scenario: SocietyScenario | None) -> None:
+        """Apply *scenario*'s changes at their virtual times.
+
+        Call it before :meth:`run` and :meth:`restore`. A change goes before
+        any wake-up or resolution at its time.
+        """
+        self._scenario = scenario
 
     # -- properties ------------------------------------------------------------------
 
@@ -620,6 +632,49 @@ class EventEngine:
         else:
             self._own_wake(agent_id, when)
 
+    def _apply_scenario(self, until: float, pool: cf.ThreadPoolExecutor | None) -> None:
+        """Apply the scenario's changes due at the next change's time (at most *until*)."""
+        scenario = self._scenario
+        if scenario is None:
+            return
+        at = scenario.next_time()
+        if at > until:
+            return
+        self._now = max(self._now, at)
+        model = self._model
+        turn_models = self._turn_models
+        agents = self._agents
+
+        def model_of(agent_id: AgentId) -> Any:
+            if model is not None:
+                return model
+            turn_model = turn_models.get(agent_id)
+            return (turn_model.inner if turn_model is not None
+                    else getattr(agents[agent_id], "model", None))
+
+        def counted(requests: list[Any]) -> list[Any]:
+            answers = (call_in_order(model_of) if pool is None
+                       else call_on_pool(pool, model_of))(requests)
+            with self._lock:
+                for answer in answers:
+                    if not isinstance(answer, BaseException):
+                        self._calls += 1
+                        self._prompt_tokens += answer.prompt_tokens
+                        self._completion_tokens += answer.completion_tokens
+            return answers
+
+        window = self._window(at)
+        events = scenario.apply_due(self._world, agents, at, step=int(at // self._width),
+                                    time=lambda change: change.time, call=counted,
+                                    fatal=self._fatal)
+        for event in events:
+            self._record(event)
+            window.events += 1
+            for target in event.triggers:
+                target_id = self._by_key.get(target)
+                if target_id is not None:
+                    self._trigger(target_id, event.time + self._reaction, event.kind, 0)
+
     def _trigger(self, agent_id: AgentId, when: float, reason: str, chain: int) -> None:
         book = self._book[agent_id]
         if book.busy:
@@ -673,6 +728,7 @@ class EventEngine:
                                 w.latency_max, w.queue_max, w.chain_max, w.in_flight_max)
                         for index, w in self._windows.items()},
             "reported": self._reported,
+            **({} if self._scenario is None else {"scenario": self._scenario.state()}),
         }
 
     def restore(self, state: Mapping[str, Any]) -> None:
@@ -713,6 +769,8 @@ class EventEngine:
              window.in_flight_max) = values
         self._window_index = -1
         self._reported = state["reported"]
+        if self._scenario is not None:
+            self._scenario.restore(state.get("scenario", 0))
 
     # -- results -----------------------------------------------------------------------
 
@@ -924,9 +982,20 @@ class _Runner:
         by_key = engine._by_key
         books = engine._book
         until = self.until
+        scenario = engine._scenario
         while True:
             if flight:
                 self._harvest(block=False)
+            if scenario is not None:
+                at = scenario.next_time()
+                if at <= until and (not queue_ or at <= queue_[0][0]):
+                    # A change goes before every entry at its time, once nothing in
+                    # flight can resolve before it (the lookahead's rule).
+                    if flight and at >= self._horizon():
+                        self._harvest(block=True)
+                        continue
+                    engine._apply_scenario(until, self.pool)
+                    continue
             if not queue_:
                 if not flight:
                     return
@@ -1025,6 +1094,10 @@ class EventSteps:
         engine = self.engine
         rng = engine._stream("latency", site.agent, site.n)
         return float(engine._latency.duration(request, completion, rng))
+
+    def use_scenario(self, scenario: Any) -> None:
+        """Apply *scenario*'s changes at their virtual times (``EventEngine.use_scenario``)."""
+        self.engine.use_scenario(scenario)
 
     def state(self) -> dict[str, Any]:
         """The engine's state plus this adapter's step count (checkpoints)."""

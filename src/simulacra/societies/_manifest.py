@@ -68,11 +68,14 @@ def factory_file(ref: str | None) -> Path | None:
 
 
 def start_manifest(path: Path, config: RunConfig, *, completions: str,
-                   replayable: bool | None = None) -> None:
+                   replayable: bool | None = None,
+                   scenario: Mapping[str, Any] | None = None) -> None:
     """Write ``manifest.json`` at the start of a run (or rewrite it for a resume or replay).
 
     *replayable* False marks a run resumed with ``--re-record`` after its
     recordings were lost (a replay then refuses it); None keeps what was there.
+    *scenario* is the run's scenario (name, SHA-256, file); None keeps what was
+    there (a resume), and a run without one has none.
     """
     from simulacra._version import __version__  # noqa: PLC0415
 
@@ -105,6 +108,9 @@ def start_manifest(path: Path, config: RunConfig, *, completions: str,
                        else replayable and previous.get("replayable", True)),
         "finished": False,
     }
+    kept = dict(scenario) if scenario is not None else previous.get("scenario")
+    if kept is not None:
+        manifest["scenario"] = kept
     _write(path, manifest)
 
 

@@ -36,8 +36,12 @@ from simulacra.agents import canonical_line as _canonical_line
 from simulacra.errors import AgentActionError, CheckpointError, ConfigError, InvalidAction
 from simulacra.rng import SeedTree, as_seed_tree
 
+from ._scenario import call_in_order, call_on_pool
+
 if TYPE_CHECKING:
     from simulacra.llm import CallSite, Completion, CompletionRequest, LanguageModel
+
+    from ._scenario import SocietyScenario
 
 __all__ = ["MODES", "MODE_ALIASES", "RESOLUTIONS", "ROUNDS_SCHEME", "RoundEngine", "RoundResult",
            "StepReport", "canonical_mode"]
@@ -241,8 +245,8 @@ class RoundEngine:
 
     __slots__ = ("_agents", "_concurrency", "_events", "_fail_fast", "_failed", "_fatal",
                  "_flows", "_hash", "_ids", "_meter", "_mode", "_on_step", "_on_turn",
-                 "_participation", "_pool", "_resolution", "_seed", "_step", "_step_digests",
-                 "_world")
+                 "_participation", "_pool", "_resolution", "_scenario", "_seed", "_step",
+                 "_step_digests", "_world")
 
     def __init__(self, world: World, agents: Iterable[Actor], *,
                  model: LanguageModel | None = None,
@@ -290,6 +294,14 @@ class RoundEngine:
         self._step_digests: list[str] = []
         self._hash = hashlib.sha256((ROUNDS_SCHEME + "\n").encode("ascii"))
         self._pool: cf.ThreadPoolExecutor | None = None
+        self._scenario: SocietyScenario | None = None
+
+    def use_scenario(self, scenario: SocietyScenario | None) -> None:
+        """Apply *scenario*'s changes at the start of the steps they are due in.
+
+        Call it before the first step (and before :meth:`restore`).
+        """
+        self._scenario = scenario
 
     # -- properties ----------------------------------------------------------------
 
@@ -494,11 +506,32 @@ class RoundEngine:
                                  _time.perf_counter() - start, calls, prompt, completion,
                                  self._world.probe(step)))
 
+    def _apply_scenario(self, step: int, out: list[ActionEvent]) -> None:
+        """The scenario's changes due at this step, before anyone observes: events, in order."""
+        scenario = self._scenario
+        if scenario is None or scenario.next_time() > step:
+            return
+        meter = self._meter
+        agents = self._agents
+
+        def model_of(agent_id: AgentId) -> Any:
+            return meter if meter is not None else getattr(agents[agent_id], "model", None)
+
+        call = (call_in_order(model_of) if self._pool is None
+                else call_on_pool(self._pool, model_of))
+        events = scenario.apply_due(self._world, agents, float(step), step=step,
+                                    time=lambda _: float(step), call=call, fatal=self._fatal)
+        update = self._hash.update
+        for event in events:
+            update(_line([event.time, event.kind, event.agent, event.payload()]))
+        out.extend(events)
+
     def _one_step(self) -> None:
         step, batches, start, tokens = self._begin_step()
         spec = ActionSpec(step, float(step))
         events: list[ActionEvent] = []
         failed = 0
+        self._apply_scenario(step, events)
         for flow, batch in enumerate(batches):
             outcomes = self._run_batch(batch, spec)
             failed += self._resolve(step, flow, batch, outcomes, events)
@@ -512,6 +545,7 @@ class RoundEngine:
             spec = ActionSpec(step, float(step))
             events: list[ActionEvent] = []
             failed = 0
+            self._apply_scenario(step, events)
             for flow, batch in enumerate(batches):
                 outcomes = await self._arun_batch(batch, spec)
                 failed += self._resolve(step, flow, batch, outcomes, events)
@@ -528,11 +562,14 @@ class RoundEngine:
         engine's draws (participation, seeded order) are keyed by step, so the
         step number is their state.
         """
-        return {"scheme": ROUNDS_SCHEME, "step": self._step, "events": self._events,
-                "failed": self._failed, "step_digests": list(self._step_digests),
-                "agents": {str(agent_id): agent.get_state()
-                           for agent_id, agent in self._agents.items()},
-                "world": self._world.get_state()}
+        state = {"scheme": ROUNDS_SCHEME, "step": self._step, "events": self._events,
+                 "failed": self._failed, "step_digests": list(self._step_digests),
+                 "agents": {str(agent_id): agent.get_state()
+                            for agent_id, agent in self._agents.items()},
+                 "world": self._world.get_state()}
+        if self._scenario is not None:
+            state["scenario"] = self._scenario.state()
+        return state
 
     def restore(self, state: Mapping[str, Any]) -> None:
         """Continue from a :meth:`state` of an engine built the same way.
@@ -560,6 +597,8 @@ class RoundEngine:
         for key, agent_state in state["agents"].items():
             self._agents[by_key[key]].set_state(agent_state)
         self._world.set_state(state["world"])
+        if self._scenario is not None:
+            self._scenario.restore(state.get("scenario", 0))
 
     # -- results -------------------------------------------------------------------
 

@@ -47,6 +47,15 @@ from ._provider import ProviderGuard, preflight
 from ._rounds import RoundEngine, RoundResult, StepReport
 from ._rounds import deprecated_count as _deprecated_count
 from ._rundir import RunDirectory, event_line
+from ._scenario import (
+    SocietyScenario,
+    copy_artifact,
+    load_society_scenario,
+    manifest_entry,
+    model_knobs,
+    run_scenario,
+    scenario_end,
+)
 
 E = TypeVar("E", bound=BaseException)
 
@@ -54,6 +63,7 @@ if TYPE_CHECKING:
     import os
 
     from simulacra.llm import CallSite, Completion, CompletionRequest, LanguageModel
+    from simulacra.scenarios import Scenario
 
 __all__ = ["ReplayReport", "SocietyRun", "StepEngine", "build_model", "build_society",
            "load_factory", "register_step_engine", "replay_run", "resume_society",
@@ -293,6 +303,9 @@ class SocietyRun:
     #: (error type -> count) and ``first`` (error type -> the first such event:
     #: agent, step, time, message), over the whole run (resumes included).
     failures: Mapping[str, Any] = field(default_factory=dict)
+    #: The run's scenario: ``name``, ``sha256``, ``changes`` and ``applied``
+    #: (how many of its changes acted); empty for a run without one.
+    scenario: Mapping[str, Any] = field(default_factory=dict)
 
     @property
     def digest(self) -> str:
@@ -340,7 +353,9 @@ def run_society(config: RunConfig | Mapping[str, Any], *,
                 fatal: tuple[type[BaseException], ...] = (),
                 write: bool = True,
                 control: RunControl | None = None,
-                completions: str = "live") -> SocietyRun:
+                completions: str = "live",
+                scenario: str | os.PathLike[str] | Mapping[str, Any] | Scenario | None = None
+                ) -> SocietyRun:
     """Run the society a config describes, optionally into a run directory.
 
     With ``run.checkpoint_every: N`` (and a run directory), a checkpoint is
@@ -360,9 +375,15 @@ def run_society(config: RunConfig | Mapping[str, Any], *,
             end of a step, with a checkpoint (see :class:`RunControl`).
         completions: Where ``manifest.json`` says the completions came from
             (``"live"``; a replay writes ``"recordings"``).
+        scenario: A scenario to run (a :class:`~simulacra.scenarios.Scenario`,
+            its data or its artifact's path), instead of the one the config's
+            ``scenario`` names. It is checked against the model's knobs and
+            world before anything is written; the run directory keeps a copy
+            (``scenario.json``) and ``manifest.json`` its hash.
 
     Raises:
-        ConfigError: A bad config, world factory or run directory.
+        ConfigError: A bad config, world factory or run directory; a
+            :class:`~simulacra.ScenarioError` for a scenario that does not fit.
         BackendUnavailable: The step engine is not available.
         AgentActionError: A fatal turn failure.
     """
@@ -379,14 +400,39 @@ def run_society(config: RunConfig | Mapping[str, Any], *,
         from ._events import check_step_options  # noqa: PLC0415  (lazy, as _step_engine)
 
         check_step_options(step.options)  # before anything is written
+    configured = config.data.get("scenario")
+    chosen = scenario if scenario is not None else configured
+    prepared = None
+    artifact: Scenario | None = None
+    if chosen is not None:
+        # The scenario is checked against the knobs and the world before anything is written.
+        artifact = load_society_scenario(chosen, "scenario")
+        world, agents = build_society(config)
+        prepared = (world, agents, _schedule(config, artifact, world, agents))
     if model is None and config.run.preflight:
         preflight(config)  # before anything is written or spent
     target = out if out is not None else config.run.out if write else None
     rundir = RunDirectory.create(target, config.data) if target is not None else None
     if rundir is not None:
-        start_manifest(rundir.file("manifest"), config, completions=completions)
+        entry = None
+        if artifact is not None:
+            copy_artifact(artifact, rundir.path)
+            source = (str(chosen) if isinstance(chosen, str | Path) else None)
+            entry = manifest_entry(artifact, source)
+        start_manifest(rundir.file("manifest"), config, completions=completions,
+                       scenario=entry)
     return _execute(config, rundir, model, on_step, on_turn, fatal=fatal, resume=None,
-                    control=control)
+                    control=control, prepared=prepared)
+
+
+def _schedule(config: RunConfig, scenario: Scenario, world: World,
+              agents: list[Actor]) -> SocietyScenario:
+    """*scenario* checked against the model's knobs and its fresh world, and expanded."""
+    from ._rounds import index_agents  # noqa: PLC0415
+
+    knobs = model_knobs(load_factory(config.sim.world.factory), config.sim.world.factory)
+    return SocietyScenario(scenario, knobs, world, index_agents(agents),
+                           end=scenario_end(config))
 
 
 def resume_society(run_dir: str | os.PathLike[str], *,
@@ -455,6 +501,9 @@ def resume_society(run_dir: str | os.PathLike[str], *,
         raise CheckpointError(
             f"{str(probe.path)!r} has no checkpoint to resume from (run with "
             "run.checkpoint_every=N to write them)")
+    manifest_path = probe.file("manifest")
+    scenario = run_scenario(probe.path, read_manifest(manifest_path) if manifest_path.is_file()
+                            else {}, config.data.get("scenario"))
     if model is None and config.run.preflight:
         preflight(config)
     # The model's modules first: the checkpoint holds objects of its classes.
@@ -484,7 +533,7 @@ def resume_society(run_dir: str | os.PathLike[str], *,
     start_manifest(rundir.file("manifest"), config, completions="live+recordings",
                    replayable=None if complete else False)
     return _execute(config, rundir, model, on_step, on_turn, fatal=(),
-                    resume=(step, engine_state, sessions), control=control)
+                    resume=(step, engine_state, sessions), control=control, scenario=scenario)
 
 
 @dataclass(slots=True)
@@ -839,7 +888,10 @@ def _execute(config: RunConfig, rundir: RunDirectory | None, model: LanguageMode
              on_step: Callable[[StepReport], None] | None, on_turn: Callable[[], None] | None,
              *, fatal: tuple[type[BaseException], ...],
              resume: tuple[int, Any, Any] | None,
-             control: RunControl | None = None) -> SocietyRun:
+             control: RunControl | None = None,
+             scenario: Scenario | None = None,
+             prepared: tuple[World, list[Actor], SocietyScenario | None] | None = None
+             ) -> SocietyRun:
     from simulacra.llm import RecordingModel, RecordingStore  # noqa: PLC0415  (lazy)
 
     factory = _step_engine(config.sim.engine.step.built_in)
@@ -863,7 +915,12 @@ def _execute(config: RunConfig, rundir: RunDirectory | None, model: LanguageMode
         return [*before, {"from_step": first, **tally.to_json(), "per_agent": meter_rows}]
 
     try:
-        world, agents = build_society(config)
+        if prepared is not None:
+            world, agents, schedule = prepared
+        else:
+            world, agents = build_society(config)
+            schedule = None if scenario is None else _schedule(config, scenario, world,
+                                                               agents)
         inner = build_model(config) if model is None else model
         used: LanguageModel = inner
         if model is None:
@@ -901,6 +958,12 @@ def _execute(config: RunConfig, rundir: RunDirectory | None, model: LanguageMode
         engine = factory(world, agents, model=meter,
                          seed=as_seed_tree(config.seed).child("engine"),
                          config=config, on_step=step_done, on_turn=on_turn, fatal=fatal)
+        if schedule is not None:
+            use = getattr(engine, "use_scenario", None)
+            if not callable(use):
+                raise ConfigError(f"the step engine {config.sim.engine.step.built_in!r} "
+                                  "cannot take a scenario (it has no use_scenario())")
+            use(schedule)
         if resume is not None:
             engine.restore(resume[1])
         if calllog is not None:
@@ -922,6 +985,9 @@ def _execute(config: RunConfig, rundir: RunDirectory | None, model: LanguageMode
                 raise
             raise _stopped(unusable, config, rundir, first + tally.steps) from None
         summary = world.summary()
+        scenario_summary: dict[str, Any] = {} if schedule is None else {
+            "name": schedule.name, "sha256": schedule.scenario.hash,
+            "changes": len(schedule.changes), "applied": schedule.applied}
         whole = _spent(earlier, tally)
         result = dataclasses.replace(result, llm_calls=whole.calls, wall_s=whole.wall_s)
         per_agent: dict[str, list[float]] = {}
@@ -966,7 +1032,8 @@ def _execute(config: RunConfig, rundir: RunDirectory | None, model: LanguageMode
                 "turns": whole.turns, "failures": failures, "llm": llm, "summary": summary,
                 "checkpoints": {"written": checkpoint_stats["written"],
                                 "seconds": round(checkpoint_stats["seconds"], 6)},
-                "wall_s": round(whole.wall_s, 3)})
+                "wall_s": round(whole.wall_s, 3),
+                **({"scenario": scenario_summary} if scenario_summary else {})})
             if store is not None:
                 store.close()  # committed, so that its hash is the file's final one
             finish_manifest(rundir.file("manifest"), rundir.file("recordings"))
@@ -984,7 +1051,7 @@ def _execute(config: RunConfig, rundir: RunDirectory | None, model: LanguageMode
         if control is not None:
             control._end(first + tally.steps)
     return SocietyRun(config, result, world, summary, None if rundir is None else rundir.path,
-                      llm, failures)
+                      llm, failures, scenario_summary)
 
 
 def _spent(earlier: _Tally, session: _Tally) -> _Tally:
@@ -1292,7 +1359,9 @@ def replay_run(run_dir: str | os.PathLike[str], *, overrides: tuple[str, ...] = 
     if moved is not None:
         config = config.with_overrides([f"sim.world.factory={moved}"])
     manifest = rundir.file("manifest")
-    if manifest.is_file() and read_manifest(manifest).get("replayable") is False:
+    stated = read_manifest(manifest) if manifest.is_file() else {}
+    scenario = run_scenario(rundir.path, stated, data.get("scenario"))
+    if stated.get("replayable") is False:
         raise ConfigError(
             f"{str(rundir.path)!r} was resumed with --re-record after its recordings were "
             "lost: the calls made before that resume are not recorded, so it cannot be "
@@ -1312,7 +1381,8 @@ def replay_run(run_dir: str | os.PathLike[str], *, overrides: tuple[str, ...] = 
     with RecordingStore(rundir.file("recordings"), readonly=True) as store:
         model = ReplayModel(store, strict=True)
         run = run_society(config, out=out, model=model, on_step=collect, on_turn=on_turn,
-                          fatal=(ReplayMiss,), write=out is not None, completions="recordings")
+                          fatal=(ReplayMiss,), write=out is not None, completions="recordings",
+                          scenario=scenario)
         served = int(model.calls_served)
     # Every event, not only the digest: the log is what users read and analyse,
     # and a log that was cut short or edited must not pass as the run's.
