@@ -4,7 +4,9 @@ The same as ``simulacra run examples/social/config.yaml``: it runs the config
 next to this file with the scripted model (no server, no key), writes a run
 directory under ``runs/``, and prints the summary table. Extra arguments are
 dotted overrides (``sim.steps=20 sim.agents=500``) or ``--out DIR``.
-``simulacra replay RUN_DIR`` then re-runs it from the recordings.
+``simulacra replay RUN_DIR`` then re-runs it from the recordings. ``--scenario FILE``
+runs it under a scenario (inject posts, resize feeds, interview agents; see
+``scenarios/README.md`` and docs/scenarios.md).
 """
 
 from __future__ import annotations

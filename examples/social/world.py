@@ -114,7 +114,8 @@ class SocialWorld(World):
         feed = tuple((i, posts[i][0], posts[i][1], posts[i][2])
                      for i in sorted(picked)[-self.feed_size:])
         authors = {author for _, author, _, _ in feed}
-        agents = tuple(sorted((authors | set(self.follows[me])) - {me})[:8])
+        # Whom it may mention: not itself, and not the system account (no agent).
+        agents = tuple(sorted((authors | set(self.follows[me])) - {me, SYSTEM})[:8])
         return SocialObservation(me, agents, feed, tuple(m for m in mentions if m in
                                                           {f[0] for f in feed}))
 

@@ -37,6 +37,7 @@ from simulacra.errors import (
     DeterminismError,
     ProviderUnavailable,
     RunStopped,
+    ScenarioError,
 )
 from simulacra.rng import SeedTree, as_seed_tree
 
@@ -431,8 +432,17 @@ def _schedule(config: RunConfig, scenario: Scenario, world: World,
     from ._rounds import index_agents  # noqa: PLC0415
 
     knobs = model_knobs(load_factory(config.sim.world.factory), config.sim.world.factory)
-    return SocietyScenario(scenario, knobs, world, index_agents(agents),
-                           end=scenario_end(config))
+    end = scenario_end(config)
+    try:
+        return SocietyScenario(scenario, knobs, world, index_agents(agents), end=end)
+    except ScenarioError as exc:
+        if "after the end of the run" not in str(exc):
+            raise
+        what = ("a time is virtual time, and the run ends at sim.steps x window"
+                if config.sim.engine.step.built_in == "async_event" else
+                f"on the round engine a time is a step, and the last of sim.steps="
+                f"{config.sim.steps} is {end:g}")
+        raise ScenarioError(f"{exc}: {what}") from None
 
 
 def resume_society(run_dir: str | os.PathLike[str], *,
