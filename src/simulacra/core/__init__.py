@@ -20,10 +20,24 @@ For ``simulacra.parallel`` (conservative PDES), a keyed Sim also offers
 origin), ``sim._schedule_keyed(event, when, key)`` (schedule a triggered
 event with such a key) and ``sim._cur_key`` (the key of the event being
 processed). Nothing else in the kernel is for use outside it.
+
+Two kernels, one set of classes: ``SIMULACRA_KERNEL=auto|compiled|python``
+(default ``auto``) chooses whether the compiled fast paths of ``_ckernel``
+(a C extension built by ``pip install`` where a compiler is present) are put
+into these classes at import; :data:`KERNEL` says which runs. Everything off
+the fast paths is the Python code in ``_kernel``, so there is only ever one
+``Sim``, ``Event`` and ``Process`` class in a process (see docs/design.md,
+"Compiled kernel").
 """
 
+import os as _os
+import sys as _sys
+from types import ModuleType as _ModuleType
+
+from simulacra.errors import ConfigError as _ConfigError
 from simulacra.errors import Interrupt as Interrupt
 
+from . import _kernel as _pure
 from ._kernel import NORMAL as NORMAL
 from ._kernel import PENDING as PENDING
 from ._kernel import URGENT as URGENT
@@ -35,7 +49,55 @@ from ._kernel import Sim as Sim
 from ._kernel import TieStats as TieStats
 from ._kernel import Tracer as Tracer
 
+
+def _select_kernel() -> tuple[str, _ModuleType | None]:
+    """The kernel SIMULACRA_KERNEL asks for, and the compiled module if it runs."""
+    choice = _os.environ.get("SIMULACRA_KERNEL", "auto")
+    if choice not in ("auto", "compiled", "python"):
+        raise _ConfigError(
+            f"SIMULACRA_KERNEL={choice!r}: expected 'auto', 'compiled' or 'python'"
+        )
+    if choice == "python":
+        return "python", None
+    try:
+        from . import _ckernel  # noqa: PLC0415 - optional: built only with a C compiler
+    except ImportError as exc:
+        if choice == "compiled":
+            why = ("is not built for this Python" if isinstance(exc, ModuleNotFoundError)
+                   else f"does not load ({exc})")
+            raise _ConfigError(
+                f"SIMULACRA_KERNEL=compiled, but the compiled kernel (simulacra.core._ckernel) "
+                f"{why} ({_sys.version.split()[0]}); build it with `python -m pip install .` "
+                "(it needs a C compiler and the Python headers), or set SIMULACRA_KERNEL=auto"
+            ) from None
+        return "python", None
+    try:
+        _ckernel.install(_pure)
+    except ImportError:  # a second interpreter: the compiled kernel serves the first
+        if choice == "compiled":
+            raise
+        return "python", None
+    return "compiled", _ckernel
+
+
+_KERNEL, _COMPILED = _select_kernel()
+#: Which kernel runs in this process: ``"compiled"`` (the C fast paths of
+#: ``simulacra.core._ckernel`` are installed) or ``"python"``.
+KERNEL: str = _KERNEL
+
+
+def accelerate(module: _ModuleType) -> None:
+    """Put the compiled kernel's fast paths into a layer-2 module's classes.
+
+    For ``simulacra.resources`` (its ``_resources`` module) and nothing else;
+    a no-op under the Python kernel.
+    """
+    if _COMPILED is not None:
+        _COMPILED.install_resources(module)
+
+
 __all__ = [
+    "KERNEL",
     "NORMAL",
     "PENDING",
     "URGENT",

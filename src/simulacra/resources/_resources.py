@@ -23,6 +23,7 @@ ones and then record, so the plain classes carry no recording code at all.
 from __future__ import annotations
 
 import bisect
+import sys
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -30,6 +31,7 @@ from heapq import heappop, heappush
 from typing import Any, Generic, NamedTuple, TypeGuard, TypeVar, cast, final
 
 from simulacra.core import PENDING, Event, Process, Sim
+from simulacra.core import accelerate as _accelerate
 from simulacra.errors import CapacityExceeded, ConfigError, ForeignRequest
 
 from ._monitors import ContainerMonitor, MonitorSet, ResourceMonitor, StoreMonitor, default_name
@@ -1234,3 +1236,7 @@ class _RecordingStore(Store[Any]):
     def _exit_request(self, event: Event[Any], exc_type: object) -> None:
         super()._exit_request(event, exc_type)
         self._record()
+
+
+# The compiled kernel's fast paths (Resource.request), when it runs: see simulacra.core.
+_accelerate(sys.modules[__name__])

@@ -1,0 +1,1251 @@
+/* simulacra.core._ckernel: compiled fast paths for the pure-Python kernel.
+ *
+ * This module does not define a kernel of its own. It accelerates the classes
+ * of simulacra.core._kernel and simulacra.resources._resources in place: at
+ * import, install() replaces a few of their hot methods by C functions
+ * (method descriptors, so CPython's call specialisation applies) that work on
+ * the very same __slots__ objects, reading and writing slots by the offsets
+ * of their member descriptors. Each C function takes the fast path only for
+ * the exact kernel types and the common inputs; for anything else (a
+ * subclass, a keyword argument, keyed ordering, an int clock, ...) it calls
+ * the original Python method, which it keeps. Every error, every rare path and
+ * every message is therefore the pure kernel's own; only the fast paths are
+ * C, and each of them is a line-by-line transcription of the Python code it
+ * replaces (the comments name it). docs/design.md, "Compiled kernel", says
+ * why, and tests/core/test_compiled_kernel.py checks the two against each
+ * other.
+ *
+ * State is process-global (single-phase init): one set of kernel classes per
+ * process. install() refuses a second, different set (a sub-interpreter),
+ * which then falls back to the pure kernel.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <structmember.h>
+
+#define SLOT(o, off) (*(PyObject **)((char *)(o) + (off)))
+
+/* ------------------------------------------------------------------ state */
+
+static int installed = 0;
+static int resources_installed = 0;
+
+static PyTypeObject *EventT, *ProcessT, *SimT, *BucketT, *DequeT;
+static PyTypeObject *ResourceT, *StoreT;
+static PyObject *kdict;           /* simulacra.core._kernel.__dict__ */
+static PyObject *PENDING, *DONE, *FUTURE, *START, *StopRun;
+
+/* Event slots (Process inherits them at the same offsets). */
+static Py_ssize_t o_cbs, o_data, o_ok, o_owner, o_value, o_waiter, o_sim;
+/* Process slots. */
+static Py_ssize_t o_gen, o_target;
+/* Sim slots. */
+static Py_ssize_t s_now, s_active, s_buckets, s_times, s_ubuckets, s_urgentq, s_timedq,
+    s_nowq, s_keyed, s_plain, s_now_append, s_npid;
+/* _Bucket.when */
+static Py_ssize_t b_when;
+/* Resource slots. */
+static Py_ssize_t r_marker, r_users, r_queue, r_busy, r_capacity, r_grants, r_qarea, r_qmax,
+    r_sim, r_release_cbs, r_wsum, r_wmax;
+/* Store slots (_PutGetResource's and Store's). */
+static Py_ssize_t t_put_cbs, t_get_cbs, t_put_queue, t_get_queue, t_items, t_capacity,
+    t_larea, t_last, t_lmax, t_puts, t_gets, t_waiting, t_sim;
+
+/* The original Python methods, called for everything off the fast paths. */
+static PyObject *orig_run_fifo, *orig_delay, *orig_spawn, *orig_succeed, *orig_exit,
+    *orig_request, *orig_grant_next, *orig_put, *orig_get;
+
+/* Interned names. */
+static PyObject *n_cbs, *n_data, *n_ok, *n_owner, *n_value, *n_waiter, *n_sim, *n_gen,
+    *n_target, *n_send, *n_finish, *n_wait_on, *n_process_failed, *n_requeue_stopped,
+    *n_resume, *n_popleft, *n_append, *n_extend, *n_cancel, *n_grant_head, *n_when,
+    *n_ELIDE_REFS, *n_submit, *n_now_append;
+
+/* ------------------------------------------------------------------ helpers */
+
+static inline int is_ev(PyObject *o) {
+    PyTypeObject *t = Py_TYPE(o);
+    return t == EventT || t == ProcessT;
+}
+
+/* `o.<name>` for an Event slot: direct for the exact kernel types, else (a
+ * subclass, another object, an unset slot) the generic lookup, which raises
+ * exactly what Python raises. Returns a new reference. */
+static inline PyObject *ev_get(PyObject *o, Py_ssize_t off, PyObject *name) {
+    if (is_ev(o)) {
+        PyObject *v = SLOT(o, off);
+        if (v != NULL) {
+            Py_INCREF(v);
+            return v;
+        }
+    }
+    return PyObject_GetAttr(o, name);
+}
+
+static inline int ev_set(PyObject *o, Py_ssize_t off, PyObject *name, PyObject *v) {
+    if (is_ev(o)) {
+        PyObject *old = SLOT(o, off);
+        Py_INCREF(v);
+        SLOT(o, off) = v;
+        Py_XDECREF(old);
+        return 0;
+    }
+    return PyObject_SetAttr(o, name, v);
+}
+
+static inline PyObject *pr_get(PyObject *o, Py_ssize_t off, PyObject *name) {
+    if (Py_TYPE(o) == ProcessT) {
+        PyObject *v = SLOT(o, off);
+        if (v != NULL) {
+            Py_INCREF(v);
+            return v;
+        }
+    }
+    return PyObject_GetAttr(o, name);
+}
+
+static inline int pr_set(PyObject *o, Py_ssize_t off, PyObject *name, PyObject *v) {
+    if (Py_TYPE(o) == ProcessT) {
+        PyObject *old = SLOT(o, off);
+        Py_INCREF(v);
+        SLOT(o, off) = v;
+        Py_XDECREF(old);
+        return 0;
+    }
+    return PyObject_SetAttr(o, name, v);
+}
+
+/* Set a slot of an object of a known exact type (a fresh object, a Sim, a Resource). */
+static inline void slot_set(PyObject *o, Py_ssize_t off, PyObject *v) {
+    PyObject *old = SLOT(o, off);
+    Py_INCREF(v);
+    SLOT(o, off) = v;
+    Py_XDECREF(old);
+}
+
+static inline void slot_steal(PyObject *o, Py_ssize_t off, PyObject *v) {
+    PyObject *old = SLOT(o, off);
+    SLOT(o, off) = v;
+    Py_XDECREF(old);
+}
+
+/* Call *func* (an original Python method) as func(self, *args, **kw). */
+static PyObject *call_orig(PyObject *func, PyObject *self, PyObject *const *args,
+                           Py_ssize_t nargs, PyObject *kwnames) {
+    Py_ssize_t nkw = kwnames ? PyTuple_GET_SIZE(kwnames) : 0;
+    Py_ssize_t total = nargs + nkw;
+    PyObject *small[9];
+    PyObject **stack = small;
+    if (total + 1 > 9) {
+        stack = PyMem_Malloc((total + 1) * sizeof(PyObject *));
+        if (stack == NULL) return PyErr_NoMemory();
+    }
+    stack[0] = self;
+    for (Py_ssize_t i = 0; i < total; i++) stack[i + 1] = args[i];
+    PyObject *r = PyObject_Vectorcall(func, stack, nargs + 1, kwnames);
+    if (stack != small) PyMem_Free(stack);
+    return r;
+}
+
+/* heapq's siftdown and siftup (Modules/_heapqmodule.c), with a float fast path
+ * for the comparison: the same layout, the same result. */
+static inline int lt(PyObject *a, PyObject *b) {
+    if (PyFloat_CheckExact(a) && PyFloat_CheckExact(b))
+        return PyFloat_AS_DOUBLE(a) < PyFloat_AS_DOUBLE(b);
+    Py_INCREF(a);
+    Py_INCREF(b);
+    int r = PyObject_RichCompareBool(a, b, Py_LT);
+    Py_DECREF(a);
+    Py_DECREF(b);
+    return r;
+}
+
+static int siftdown(PyObject *heap, Py_ssize_t startpos, Py_ssize_t pos) {
+    Py_ssize_t size = PyList_GET_SIZE(heap);
+    PyObject **arr = ((PyListObject *)heap)->ob_item;
+    while (pos > startpos) {
+        Py_ssize_t parentpos = (pos - 1) >> 1;
+        int cmp = lt(arr[pos], arr[parentpos]);
+        if (cmp < 0) return -1;
+        if (size != PyList_GET_SIZE(heap)) {
+            PyErr_SetString(PyExc_RuntimeError, "list changed size during iteration");
+            return -1;
+        }
+        if (cmp == 0) break;
+        arr = ((PyListObject *)heap)->ob_item;
+        PyObject *parent = arr[parentpos];
+        arr[parentpos] = arr[pos];
+        arr[pos] = parent;
+        pos = parentpos;
+    }
+    return 0;
+}
+
+static int siftup(PyObject *heap, Py_ssize_t pos) {
+    Py_ssize_t endpos = PyList_GET_SIZE(heap), startpos = pos;
+    PyObject **arr = ((PyListObject *)heap)->ob_item;
+    Py_ssize_t limit = endpos >> 1;
+    while (pos < limit) {
+        Py_ssize_t childpos = 2 * pos + 1;
+        if (childpos + 1 < endpos) {
+            int cmp = lt(arr[childpos], arr[childpos + 1]);
+            if (cmp < 0) return -1;
+            childpos += ((unsigned)cmp ^ 1);
+            arr = ((PyListObject *)heap)->ob_item;
+            if (endpos != PyList_GET_SIZE(heap)) {
+                PyErr_SetString(PyExc_RuntimeError, "list changed size during iteration");
+                return -1;
+            }
+        }
+        PyObject *tmp = arr[childpos];
+        arr[childpos] = arr[pos];
+        arr[pos] = tmp;
+        pos = childpos;
+    }
+    return siftdown(heap, startpos, pos);
+}
+
+static int heap_push(PyObject *heap, PyObject *item) {
+    if (PyList_Append(heap, item) < 0) return -1;
+    return siftdown(heap, 0, PyList_GET_SIZE(heap) - 1);
+}
+
+static PyObject *heap_pop(PyObject *heap) {
+    Py_ssize_t n = PyList_GET_SIZE(heap);
+    if (n == 0) {
+        PyErr_SetString(PyExc_IndexError, "index out of range");
+        return NULL;
+    }
+    PyObject *last = PyList_GET_ITEM(heap, n - 1);
+    Py_INCREF(last);
+    if (PyList_SetSlice(heap, n - 1, n, NULL) < 0) {
+        Py_DECREF(last);
+        return NULL;
+    }
+    if (n - 1 == 0) return last;
+    PyObject *ret = PyList_GET_ITEM(heap, 0);
+    PyList_SET_ITEM(heap, 0, last);
+    if (siftup(heap, 0) < 0) {
+        Py_DECREF(ret);
+        return NULL;
+    }
+    return ret;
+}
+
+/* `d.pop(key)` of an exact dict: a new reference, or NULL with KeyError. */
+static PyObject *dict_pop(PyObject *d, PyObject *key, int must) {
+    PyObject *v = PyDict_GetItemWithError(d, key);
+    if (v == NULL) {
+        if (!PyErr_Occurred() && must) PyErr_SetObject(PyExc_KeyError, key);
+        return NULL;
+    }
+    Py_INCREF(v);
+    if (PyDict_DelItem(d, key) < 0) {
+        Py_DECREF(v);
+        return NULL;
+    }
+    return v;
+}
+
+/* `a += b` and `a -= b` for the statistics sums (floats in practice). */
+static inline PyObject *num_add(PyObject *a, PyObject *b) {
+    if (PyFloat_CheckExact(a) && PyFloat_CheckExact(b))
+        return PyFloat_FromDouble(PyFloat_AS_DOUBLE(a) + PyFloat_AS_DOUBLE(b));
+    return PyNumber_InPlaceAdd(a, b);
+}
+
+static inline PyObject *num_sub(PyObject *a, PyObject *b) {
+    if (PyFloat_CheckExact(a) && PyFloat_CheckExact(b))
+        return PyFloat_FromDouble(PyFloat_AS_DOUBLE(a) - PyFloat_AS_DOUBLE(b));
+    return PyNumber_InPlaceSubtract(a, b);
+}
+
+static PyObject *one;
+
+static inline PyObject *int_inc(PyObject *a) {
+    if (PyLong_CheckExact(a)) {
+        int overflow;
+        long v = PyLong_AsLongAndOverflow(a, &overflow);
+        if (!overflow && v < LONG_MAX && !(v == -1 && PyErr_Occurred()))
+            return PyLong_FromLong(v + 1);
+        PyErr_Clear();
+    }
+    return PyNumber_InPlaceAdd(a, one);
+}
+
+/* `n < cap` for a length and a capacity; -1 on error. */
+static inline int len_lt(Py_ssize_t n, PyObject *cap) {
+    if (PyLong_CheckExact(cap)) {
+        int overflow;
+        long long c = PyLong_AsLongLongAndOverflow(cap, &overflow);
+        if (overflow) return overflow > 0;
+        if (c == -1 && PyErr_Occurred()) return -1;
+        return (long long)n < c;
+    }
+    if (PyFloat_CheckExact(cap) && n < ((Py_ssize_t)1 << 53))
+        return (double)n < PyFloat_AS_DOUBLE(cap);
+    PyObject *ln = PyLong_FromSsize_t(n);
+    if (ln == NULL) return -1;
+    int r = PyObject_RichCompareBool(ln, cap, Py_LT);
+    Py_DECREF(ln);
+    return r;
+}
+
+/* A fresh Event, as `object.__new__(Event)` makes it (no slot set). */
+static inline PyObject *new_event(void) { return EventT->tp_alloc(EventT, 0); }
+
+/* The exception being raised, taken (a new reference, normalised, with its
+ * traceback attached), and back. */
+static PyObject *take_exc(void) {
+#if PY_VERSION_HEX >= 0x030C0000
+    return PyErr_GetRaisedException();
+#else
+    PyObject *type, *exc, *tb;
+    PyErr_Fetch(&type, &exc, &tb);
+    PyErr_NormalizeException(&type, &exc, &tb);
+    if (exc != NULL) PyException_SetTraceback(exc, tb != NULL ? tb : Py_None);
+    Py_XDECREF(type);
+    Py_XDECREF(tb);
+    return exc;
+#endif
+}
+
+static void give_exc(PyObject *exc) {
+#if PY_VERSION_HEX >= 0x030C0000
+    PyErr_SetRaisedException(exc);
+#else
+    PyObject *type = (PyObject *)Py_TYPE(exc);
+    Py_INCREF(type);
+    PyObject *tb = PyException_GetTraceback(exc);
+    PyErr_Restore(type, exc, tb);
+#endif
+}
+
+/* Call method *name* of *obj* with *args* as if inside `except <exc>:` (so
+ * that sys.exc_info() and the __context__ of anything raised are Python's). */
+static PyObject *call_handling(PyObject *exc, PyObject *obj, PyObject *name,
+                               PyObject *const *args, size_t nargs) {
+    _PyErr_StackItem *item = PyThreadState_Get()->exc_info;
+    PyObject *saved = item->exc_value;
+    Py_INCREF(exc);
+    item->exc_value = exc;
+    PyObject *stack[4];
+    stack[0] = obj;
+    for (size_t i = 0; i < nargs; i++) stack[i + 1] = args[i];
+    PyObject *r = PyObject_VectorcallMethod(name, stack, nargs + 1, NULL);
+    PyObject *tmp = item->exc_value;
+    item->exc_value = saved;
+    Py_XDECREF(tmp);
+    return r;
+}
+
+static PyObject *call_method(PyObject *obj, PyObject *name, PyObject *const *args,
+                             size_t nargs) {
+    PyObject *stack[5];
+    stack[0] = obj;
+    for (size_t i = 0; i < nargs; i++) stack[i + 1] = args[i];
+    return PyObject_VectorcallMethod(name, stack, nargs + 1, NULL);
+}
+
+/* ------------------------------------------------------------------ the run loop */
+
+/* `waiter._gen.send(event._value)` inside the loop's try: NEXT with the next
+ * yielded object, RETURN with the return value (`except StopIteration as
+ * stop: stop.value`), or ERROR with the exception raised. */
+static PySendResult resume_once(PyObject *waiter, PyObject *event, PyObject **result) {
+    PyObject *gen = pr_get(waiter, o_gen, n_gen);
+    if (gen == NULL) return PYGEN_ERROR;
+    PySendResult r;
+    if (Py_TYPE(gen) == &PyGen_Type || Py_TYPE(gen) == &PyCoro_Type) {
+        PyObject *val = ev_get(event, o_value, n_value);
+        if (val == NULL) {
+            Py_DECREF(gen);
+            return PYGEN_ERROR;
+        }
+        r = PyIter_Send(gen, val, result);
+        Py_DECREF(val);
+        Py_DECREF(gen);
+        return r;
+    }
+    PyObject *meth = PyObject_GetAttr(gen, n_send);
+    Py_DECREF(gen);
+    if (meth == NULL) return PYGEN_ERROR;
+    PyObject *val = ev_get(event, o_value, n_value);
+    if (val == NULL) {
+        Py_DECREF(meth);
+        return PYGEN_ERROR;
+    }
+    *result = PyObject_CallOneArg(meth, val);
+    Py_DECREF(val);
+    Py_DECREF(meth);
+    if (*result != NULL) return PYGEN_NEXT;
+    if (PyErr_ExceptionMatches(PyExc_StopIteration)) {
+        PyObject *exc = take_exc();
+        *result = PyObject_GetAttrString(exc, "value");
+        Py_DECREF(exc);
+        return *result != NULL ? PYGEN_RETURN : PYGEN_ERROR;
+    }
+    return PYGEN_ERROR;
+}
+
+/* Run the callbacks *cbs* of *event* as `for callback in cbs: callback(event)`.
+ * With *stoprun*, a _StopRun from a callback first calls
+ * `self._requeue_stopped(event, cbs, callback)`, as the loop's except does. */
+static int run_callbacks(PyObject *self, PyObject *event, PyObject *cbs, int stoprun) {
+    PyObject *cb = NULL;
+    if (PyTuple_CheckExact(cbs) || PyList_CheckExact(cbs)) {
+        int is_list = PyList_CheckExact(cbs);
+        for (Py_ssize_t i = 0;; i++) {
+            Py_ssize_t n = is_list ? PyList_GET_SIZE(cbs) : PyTuple_GET_SIZE(cbs);
+            if (i >= n) break;
+            cb = is_list ? PyList_GET_ITEM(cbs, i) : PyTuple_GET_ITEM(cbs, i);
+            Py_INCREF(cb);
+            PyObject *r = PyObject_CallOneArg(cb, event);
+            if (r == NULL) goto error;
+            Py_DECREF(r);
+            Py_DECREF(cb);
+            cb = NULL;
+        }
+        return 0;
+    }
+    PyObject *it = PyObject_GetIter(cbs);
+    if (it == NULL) return -1;
+    while ((cb = PyIter_Next(it)) != NULL) {
+        PyObject *r = PyObject_CallOneArg(cb, event);
+        if (r == NULL) {
+            Py_DECREF(it);
+            goto error;
+        }
+        Py_DECREF(r);
+        Py_DECREF(cb);
+        cb = NULL;
+    }
+    Py_DECREF(it);
+    return PyErr_Occurred() ? -1 : 0;
+error:
+    if (stoprun && PyErr_ExceptionMatches(StopRun)) {
+        PyObject *exc = take_exc();
+        PyObject *args[3] = {event, cbs, cb};
+        PyObject *r = call_handling(exc, self, n_requeue_stopped, args, 3);
+        if (r == NULL) {
+            Py_DECREF(exc);
+        } else {
+            Py_DECREF(r);
+            give_exc(exc);
+        }
+    }
+    Py_XDECREF(cb);
+    return -1;
+}
+
+/* Sim._run_fifo, transcribed: read the Python version in _kernel.py first. */
+static PyObject *run_fifo(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (Py_TYPE(self) != SimT || nargs != 0 || SLOT(self, s_urgentq) == NULL ||
+        SLOT(self, s_timedq) == NULL || SLOT(self, s_nowq) == NULL ||
+        SLOT(self, s_times) == NULL || SLOT(self, s_buckets) == NULL ||
+        SLOT(self, s_ubuckets) == NULL)
+        return call_orig(orig_run_fifo, self, args, nargs, NULL);
+    PyObject *urgentq = SLOT(self, s_urgentq), *timedq = SLOT(self, s_timedq),
+             *nowq = SLOT(self, s_nowq), *times = SLOT(self, s_times),
+             *buckets = SLOT(self, s_buckets), *ubuckets = SLOT(self, s_ubuckets);
+    if (Py_TYPE(urgentq) != DequeT || Py_TYPE(timedq) != DequeT || Py_TYPE(nowq) != DequeT ||
+        !PyList_CheckExact(times) || !PyDict_CheckExact(buckets) ||
+        !PyDict_CheckExact(ubuckets))
+        return call_orig(orig_run_fifo, self, args, nargs, NULL);
+    Py_INCREF(urgentq);
+    Py_INCREF(timedq);
+    Py_INCREF(nowq);
+    Py_INCREF(times);
+    Py_INCREF(buckets);
+    Py_INCREF(ubuckets);
+    PyObject *pop_urgent = NULL, *pop_timed = NULL, *pop_now = NULL, *append_now = NULL,
+             *extend_timed = NULL, *append_timed = NULL, *extend_urgent = NULL;
+    PyObject *event = NULL, *waiter = NULL, *cbs = NULL, *nxt = NULL;
+    PyObject *result = NULL;
+    long elide_refs = -1;
+    {
+        PyObject *e = PyDict_GetItemWithError(kdict, n_ELIDE_REFS);
+        if (e != NULL && PyLong_Check(e)) elide_refs = PyLong_AsLong(e);
+        if (PyErr_Occurred()) goto error;
+    }
+    if (!(pop_urgent = PyObject_GetAttr(urgentq, n_popleft))) goto error;
+    if (!(pop_timed = PyObject_GetAttr(timedq, n_popleft))) goto error;
+    if (!(pop_now = PyObject_GetAttr(nowq, n_popleft))) goto error;
+    if (!(append_now = PyObject_GetAttr(nowq, n_append))) goto error;
+    if (!(extend_timed = PyObject_GetAttr(timedq, n_extend))) goto error;
+    if (!(append_timed = PyObject_GetAttr(timedq, n_append))) goto error;
+    if (!(extend_urgent = PyObject_GetAttr(urgentq, n_extend))) goto error;
+
+    for (;;) {
+        if (Py_SIZE(urgentq) || Py_SIZE(timedq)) {
+            event = PyObject_CallNoArgs(Py_SIZE(urgentq) ? pop_urgent : pop_timed);
+            if (event == NULL) goto error;
+        pending_or_not:;
+            PyObject *value = ev_get(event, o_value, n_value);
+            if (value == NULL) goto error;
+            Py_DECREF(value);
+            if (value == PENDING) { /* a process waiting to start */
+                waiter = event;
+                event = START;
+                Py_INCREF(event);
+                cbs = Py_None;
+                Py_INCREF(cbs);
+            } else {
+                if (!(waiter = ev_get(event, o_waiter, n_waiter))) goto error;
+                if (!(cbs = ev_get(event, o_cbs, n_cbs))) goto error;
+                if (ev_set(event, o_cbs, n_cbs, DONE) < 0) goto error;
+            }
+        } else if (Py_SIZE(nowq)) {
+            event = PyObject_CallNoArgs(pop_now);
+            if (event == NULL) goto error;
+            if (!(waiter = ev_get(event, o_waiter, n_waiter))) goto error;
+            if (!(cbs = ev_get(event, o_cbs, n_cbs))) goto error;
+            if (ev_set(event, o_cbs, n_cbs, DONE) < 0) goto error;
+        } else if (PyList_GET_SIZE(times)) {
+            /* Inlines Sim._advance; a time with one event and nothing urgent
+             * is processed right here. */
+            PyObject *when = heap_pop(times);
+            if (when == NULL) goto error;
+            Py_INCREF(when);
+            slot_steal(self, s_now, when); /* self.now = when */
+            PyObject *entry = dict_pop(buckets, when, 1);
+            if (entry == NULL) {
+                Py_DECREF(when);
+                goto error;
+            }
+            int multi = Py_TYPE(entry) == BucketT;
+            if (!multi && PyDict_GET_SIZE(ubuckets)) {
+                multi = PyDict_Contains(ubuckets, when);
+                if (multi < 0) {
+                    Py_DECREF(entry);
+                    Py_DECREF(when);
+                    goto error;
+                }
+            }
+            if (multi) {
+                PyObject *r = PyObject_CallOneArg(
+                    Py_TYPE(entry) == BucketT ? extend_timed : append_timed, entry);
+                Py_DECREF(entry);
+                if (r == NULL) {
+                    Py_DECREF(when);
+                    goto error;
+                }
+                Py_DECREF(r);
+                PyObject *urgent = dict_pop(ubuckets, when, 0);
+                Py_DECREF(when);
+                if (urgent == NULL && PyErr_Occurred()) goto error;
+                if (urgent != NULL) {
+                    int t = PyObject_IsTrue(urgent);
+                    if (t > 0) r = PyObject_CallOneArg(extend_urgent, urgent);
+                    Py_DECREF(urgent);
+                    if (t < 0) goto error;
+                    if (t > 0) {
+                        if (r == NULL) goto error;
+                        Py_DECREF(r);
+                    }
+                }
+                continue;
+            }
+            Py_DECREF(when);
+            event = entry;
+            goto pending_or_not;
+        } else {
+            break;
+        }
+
+        /* if not event._ok: self._process_failed(event, waiter, cbs) */
+        {
+            PyObject *ok = ev_get(event, o_ok, n_ok);
+            if (ok == NULL) goto error;
+            int t = ok == Py_True ? 1 : PyObject_IsTrue(ok);
+            Py_DECREF(ok);
+            if (t < 0) goto error;
+            if (!t) {
+                PyObject *a[3] = {event, waiter, cbs};
+                PyObject *r = call_method(self, n_process_failed, a, 3);
+                if (r == NULL) goto error;
+                Py_DECREF(r);
+                goto next;
+            }
+        }
+        if (waiter != Py_None) {
+            if (cbs != Py_None && PyTuple_CheckExact(cbs)) {
+                if (run_callbacks(self, event, cbs, 0) < 0) goto error;
+                Py_SETREF(cbs, Py_None);
+                Py_INCREF(cbs);
+            }
+            slot_set(self, s_active, waiter); /* self.active_process = waiter */
+            PySendResult sr = resume_once(waiter, event, &result);
+            if (sr == PYGEN_RETURN) {
+                /* Inlines Process._finish (no tracer in this loop). */
+                int err = pr_set(waiter, o_value, n_value, result);
+                Py_CLEAR(result);
+                if (err < 0 || pr_set(waiter, o_target, n_target, Py_None) < 0) goto error;
+                PyObject *r = PyObject_CallOneArg(append_now, waiter);
+                if (r == NULL) goto error;
+                Py_DECREF(r);
+            } else if (sr == PYGEN_ERROR) {
+                PyObject *exc = take_exc();
+                PyObject *a[2] = {Py_False, exc};
+                PyObject *r = call_handling(exc, waiter, n_finish, a, 2);
+                Py_DECREF(exc);
+                if (r == NULL) goto error;
+                Py_DECREF(r);
+            } else {
+                nxt = result;
+                result = NULL;
+                /* cbs_next = nxt._cbs if nxt._waiter is None and nxt.sim is self
+                 * else done, and done for a non-event (AttributeError). */
+                PyObject *cbs_next = NULL;
+                PyObject *w = ev_get(nxt, o_waiter, n_waiter);
+                if (w == NULL) goto attr_error;
+                Py_DECREF(w);
+                if (w == Py_None) {
+                    PyObject *s = ev_get(nxt, o_sim, n_sim);
+                    if (s == NULL) goto attr_error;
+                    Py_DECREF(s);
+                    if (s == self) {
+                        cbs_next = ev_get(nxt, o_cbs, n_cbs);
+                        if (cbs_next == NULL) goto attr_error;
+                    }
+                }
+                if (0) {
+                attr_error:
+                    if (!PyErr_ExceptionMatches(PyExc_AttributeError)) goto error;
+                    PyErr_Clear();
+                }
+                if (cbs_next == NULL) {
+                    cbs_next = DONE;
+                    Py_INCREF(cbs_next);
+                }
+                int elide = 0;
+                /* Python's getrefcount(nxt) counts the loop's local and its own
+                 * argument; here the loop holds the only reference of its own. */
+                if (cbs_next == FUTURE && Py_REFCNT(nxt) + 1 == elide_refs) {
+                    PyObject *v = ev_get(nxt, o_value, n_value);
+                    if (v == NULL) {
+                        Py_DECREF(cbs_next);
+                        goto error;
+                    }
+                    Py_DECREF(v);
+                    elide = v == Py_None;
+                }
+                if (elide) {
+                    /* A fresh delay nobody else holds: the process takes its
+                     * place in the bucket and keeps the time in _target. */
+                    Py_DECREF(cbs_next);
+                    PyObject *when = ev_get(nxt, o_data, n_data);
+                    if (when == NULL) goto error;
+                    int err = 0, placed = 0;
+                    PyObject *bucket = PyDict_GetItemWithError(buckets, when);
+                    if (bucket == NULL && PyErr_Occurred()) {
+                        err = -1;
+                    } else if (bucket == nxt) {
+                        err = PyDict_SetItem(buckets, when, waiter);
+                        if (err == 0) err = pr_set(waiter, o_target, n_target, when);
+                        placed = 1;
+                    } else if (bucket != NULL && Py_TYPE(bucket) == BucketT) {
+                        Py_ssize_t n = PyList_GET_SIZE(bucket);
+                        if (n == 0) {
+                            PyErr_SetString(PyExc_IndexError, "list index out of range");
+                            err = -1;
+                        } else if (PyList_GET_ITEM(bucket, n - 1) == nxt) {
+                            /* bucket[-1] = waiter; waiter._target = bucket.when */
+                            Py_INCREF(bucket);
+                            Py_INCREF(waiter);
+                            PyList_SetItem(bucket, n - 1, waiter);
+                            PyObject *bw = SLOT(bucket, b_when);
+                            if (bw != NULL) {
+                                err = pr_set(waiter, o_target, n_target, bw);
+                            } else {
+                                bw = PyObject_GetAttr(bucket, n_when);
+                                err = bw == NULL ? -1 : pr_set(waiter, o_target, n_target, bw);
+                                Py_XDECREF(bw);
+                            }
+                            Py_DECREF(bucket);
+                            placed = 1;
+                        }
+                    }
+                    Py_DECREF(when);
+                    if (err < 0) goto error;
+                    if (!placed && (ev_set(nxt, o_waiter, n_waiter, waiter) < 0 ||
+                                    pr_set(waiter, o_target, n_target, nxt) < 0))
+                        goto error;
+                } else if (cbs_next == Py_None || PyTuple_CheckExact(cbs_next)) {
+                    Py_DECREF(cbs_next);
+                    if (ev_set(nxt, o_waiter, n_waiter, waiter) < 0 ||
+                        pr_set(waiter, o_target, n_target, nxt) < 0)
+                        goto error;
+                } else {
+                    Py_DECREF(cbs_next);
+                    PyObject *a[2] = {waiter, nxt};
+                    PyObject *again = call_method(self, n_wait_on, a, 2);
+                    if (again == NULL) goto error;
+                    if (again != Py_None) {
+                        PyObject *resume = PyDict_GetItemWithError(kdict, n_resume);
+                        if (resume == NULL) {
+                            if (!PyErr_Occurred())
+                                PyErr_SetString(PyExc_NameError, "name '_resume' is not defined");
+                            Py_DECREF(again);
+                            goto error;
+                        }
+                        Py_INCREF(resume);
+                        PyObject *ra[3] = {self, waiter, again};
+                        PyObject *r = PyObject_Vectorcall(resume, ra, 3, NULL);
+                        Py_DECREF(resume);
+                        Py_DECREF(again);
+                        if (r == NULL) goto error;
+                        Py_DECREF(r);
+                    } else {
+                        Py_DECREF(again);
+                    }
+                }
+                Py_CLEAR(nxt);
+            }
+            slot_set(self, s_active, Py_None); /* self.active_process = None */
+        }
+        if (cbs != Py_None) {
+            if (run_callbacks(self, event, cbs, 1) < 0) goto error;
+        }
+    next:
+        Py_CLEAR(event);
+        Py_CLEAR(waiter);
+        Py_CLEAR(cbs);
+    }
+    Py_INCREF(Py_None);
+    result = Py_None;
+    goto out;
+error:
+    result = NULL;
+out:
+    Py_XDECREF(event);
+    Py_XDECREF(waiter);
+    Py_XDECREF(cbs);
+    Py_XDECREF(nxt);
+    Py_XDECREF(pop_urgent);
+    Py_XDECREF(pop_timed);
+    Py_XDECREF(pop_now);
+    Py_XDECREF(append_now);
+    Py_XDECREF(extend_timed);
+    Py_XDECREF(append_timed);
+    Py_XDECREF(extend_urgent);
+    Py_DECREF(urgentq);
+    Py_DECREF(timedq);
+    Py_DECREF(nowq);
+    Py_DECREF(times);
+    Py_DECREF(buckets);
+    Py_DECREF(ubuckets);
+    return result;
+}
+
+/* ------------------------------------------------------------------ Sim.delay */
+
+/* A new _Bucket(when, (a, b)), as its __init__ makes it. */
+static PyObject *new_bucket(PyObject *when, PyObject *a, PyObject *b) {
+    PyObject *bucket = BucketT->tp_alloc(BucketT, 0);
+    if (bucket == NULL) return NULL;
+    if (PyList_Append(bucket, a) < 0 || PyList_Append(bucket, b) < 0) {
+        Py_DECREF(bucket);
+        return NULL;
+    }
+    slot_set(bucket, b_when, when);
+    return bucket;
+}
+
+/* Sim.delay, for a float clock, a float or int delay and fifo ordering: the
+ * `when > now` branch. Everything else is the Python method's. */
+static PyObject *sim_delay(PyObject *self, PyObject *const *args, Py_ssize_t nargs,
+                           PyObject *kwnames) {
+    if (kwnames != NULL || nargs < 1 || nargs > 2 || Py_TYPE(self) != SimT) goto fallback;
+    PyObject *now = SLOT(self, s_now), *delay = args[0];
+    if (now == NULL || !PyFloat_CheckExact(now) || SLOT(self, s_keyed) != Py_False) goto fallback;
+    double d;
+    if (PyFloat_CheckExact(delay)) {
+        d = PyFloat_AS_DOUBLE(delay);
+    } else if (PyLong_CheckExact(delay)) {
+        int overflow;
+        long long x = PyLong_AsLongLongAndOverflow(delay, &overflow);
+        if (overflow || x > (1LL << 53) || x < -(1LL << 53)) {
+            PyErr_Clear();
+            goto fallback;
+        }
+        d = (double)x;
+    } else {
+        goto fallback;
+    }
+    double nowd = PyFloat_AS_DOUBLE(now);
+    double w = nowd + d;
+    if (!(w > nowd)) goto fallback;
+    PyObject *buckets = SLOT(self, s_buckets), *times = SLOT(self, s_times);
+    if (buckets == NULL || times == NULL || !PyDict_CheckExact(buckets) ||
+        !PyList_CheckExact(times))
+        goto fallback;
+    PyObject *value = nargs == 2 ? args[1] : Py_None;
+    PyObject *event = new_event();
+    if (event == NULL) return NULL;
+    slot_set(event, o_sim, self);
+    slot_set(event, o_value, value);
+    slot_set(event, o_ok, Py_True);
+    slot_set(event, o_waiter, Py_None);
+    slot_set(event, o_cbs, FUTURE);
+    PyObject *when = PyFloat_FromDouble(w);
+    if (when == NULL) goto error;
+    slot_set(event, o_data, when);
+    PyObject *bucket = PyDict_SetDefault(buckets, when, event);
+    if (bucket == NULL) goto error_when;
+    if (bucket == event) {
+        if (heap_push(times, when) < 0) goto error_when;
+    } else if (Py_TYPE(bucket) == BucketT) {
+        if (PyList_Append(bucket, event) < 0) goto error_when;
+    } else {
+        PyObject *nb = new_bucket(when, bucket, event);
+        if (nb == NULL) goto error_when;
+        int err = PyDict_SetItem(buckets, when, nb);
+        Py_DECREF(nb);
+        if (err < 0) goto error_when;
+    }
+    Py_DECREF(when);
+    return event;
+error_when:
+    Py_DECREF(when);
+error:
+    Py_DECREF(event);
+    return NULL;
+fallback:
+    return call_orig(orig_delay, self, args, nargs, kwnames);
+}
+
+/* ------------------------------------------------------------------ Sim.spawn */
+
+/* Sim.spawn's inlined `sim.spawn(gen(...))` path; the rest is Python's. */
+static PyObject *sim_spawn(PyObject *self, PyObject *const *args, Py_ssize_t nargs,
+                           PyObject *kwnames) {
+    if (kwnames != NULL || nargs != 1 || Py_TYPE(self) != SimT ||
+        Py_TYPE(args[0]) != &PyGen_Type || SLOT(self, s_plain) != Py_True)
+        return call_orig(orig_spawn, self, args, nargs, kwnames);
+    PyObject *urgentq = SLOT(self, s_urgentq), *npid = SLOT(self, s_npid);
+    if (urgentq == NULL || npid == NULL || Py_TYPE(urgentq) != DequeT)
+        return call_orig(orig_spawn, self, args, nargs, kwnames);
+    PyObject *proc = ProcessT->tp_alloc(ProcessT, 0);
+    if (proc == NULL) return NULL;
+    slot_set(proc, o_sim, self);
+    slot_set(proc, o_value, PENDING);
+    slot_set(proc, o_ok, Py_True);
+    slot_set(proc, o_waiter, Py_None);
+    slot_set(proc, o_cbs, Py_None);
+    slot_set(proc, o_gen, args[0]);
+    PyObject *pid = int_inc(npid);
+    if (pid == NULL) {
+        Py_DECREF(proc);
+        return NULL;
+    }
+    slot_steal(self, s_npid, pid);
+    slot_set(proc, o_owner, pid);
+    slot_set(proc, o_data, Py_None);
+    slot_set(proc, o_target, Py_None);
+    PyObject *r = PyObject_CallMethodOneArg(urgentq, n_append, proc);
+    if (r == NULL) {
+        Py_DECREF(proc);
+        return NULL;
+    }
+    Py_DECREF(r);
+    return proc;
+}
+
+/* ------------------------------------------------------------------ Event */
+
+/* `sim._now_append(x)` for the sim of an event (an exact Sim in practice). */
+static inline int now_append(PyObject *sim, PyObject *x) {
+    PyObject *r;
+    if (Py_TYPE(sim) == SimT && SLOT(sim, s_now_append) != NULL)
+        r = PyObject_CallOneArg(SLOT(sim, s_now_append), x);
+    else
+        r = PyObject_CallMethodOneArg(sim, n_now_append, x);
+    if (r == NULL) return -1;
+    Py_DECREF(r);
+    return 0;
+}
+
+/* Event.succeed */
+static PyObject *event_succeed(PyObject *self, PyObject *const *args, Py_ssize_t nargs,
+                               PyObject *kwnames) {
+    if (kwnames != NULL || nargs > 1 || Py_TYPE(self) != EventT ||
+        SLOT(self, o_value) != PENDING || SLOT(self, o_sim) == NULL)
+        return call_orig(orig_succeed, self, args, nargs, kwnames);
+    slot_set(self, o_ok, Py_True);
+    slot_set(self, o_value, nargs ? args[0] : Py_None);
+    if (now_append(SLOT(self, o_sim), self) < 0) return NULL;
+    Py_INCREF(self);
+    return self;
+}
+
+/* Event.__exit__ for a request of an exact Resource: the inlined release. */
+static PyObject *event_exit(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 3 || Py_TYPE(self) != EventT || args[0] == PyExc_GeneratorExit ||
+        !resources_installed)
+        goto fallback;
+    PyObject *owner = SLOT(self, o_owner);
+    if (owner == NULL || Py_TYPE(owner) != ResourceT) goto fallback;
+    PyObject *marker = SLOT(owner, r_marker), *users = SLOT(owner, r_users),
+             *sim = SLOT(self, o_sim);
+    if (marker == NULL || marker == Py_None || users == NULL || !PyList_CheckExact(users) ||
+        sim == NULL || Py_TYPE(sim) != SimT || SLOT(sim, s_now) == NULL ||
+        SLOT(owner, r_busy) == NULL)
+        goto fallback;
+    Py_INCREF(owner);
+    Py_INCREF(marker);
+    Py_INCREF(users);
+    Py_INCREF(sim);
+    PyObject *ret = NULL;
+    /* try: owner.users.remove(self) */
+    int found = 0;
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(users); i++) {
+        PyObject *item = PyList_GET_ITEM(users, i);
+        Py_INCREF(item);
+        int eq = PyObject_RichCompareBool(item, self, Py_EQ);
+        Py_DECREF(item);
+        if (eq < 0) {
+            if (!PyErr_ExceptionMatches(PyExc_ValueError)) goto done;
+            PyErr_Clear();
+            break; /* except ValueError */
+        }
+        if (eq > 0) {
+            if (PyList_SetSlice(users, i, i + 1, NULL) < 0) {
+                if (!PyErr_ExceptionMatches(PyExc_ValueError)) goto done;
+                PyErr_Clear();
+                break;
+            }
+            found = 1;
+            break;
+        }
+    }
+    PyObject *now = SLOT(sim, s_now);
+    Py_INCREF(now);
+    if (found) {
+        /* else: owner._busy += sim.now */
+        PyObject *busy = SLOT(owner, r_busy);
+        PyObject *nb;
+        if (busy != NULL) {
+            nb = num_add(busy, now);
+        } else { /* gone meanwhile: Python's AttributeError */
+            nb = PyObject_GetAttrString(owner, "_busy");
+            Py_XDECREF(nb);
+            nb = NULL;
+        }
+        Py_DECREF(now);
+        if (nb == NULL) goto done;
+        slot_steal(owner, r_busy, nb);
+    } else {
+        /* except ValueError: if self._value is PENDING: owner._cancel(self, sim.now) */
+        if (SLOT(self, o_value) == PENDING) {
+            PyObject *a[2] = {self, now};
+            PyObject *r = call_method(owner, n_cancel, a, 2);
+            Py_DECREF(now);
+            if (r == NULL) goto done;
+            Py_DECREF(r);
+        } else {
+            Py_DECREF(now);
+        }
+    }
+    if (now_append(sim, marker) < 0) goto done;
+    ret = Py_None;
+    Py_INCREF(ret);
+    goto done;
+done:
+    Py_DECREF(owner);
+    Py_DECREF(marker);
+    Py_DECREF(users);
+    Py_DECREF(sim);
+    return ret;
+fallback:
+    return call_orig(orig_exit, self, args, nargs, NULL);
+}
+
+/* ------------------------------------------------------------------ Resource */
+
+/* Resource.request, for an exact Resource whose sim is an exact Sim. */
+static PyObject *resource_request(PyObject *self, PyObject *const *args, Py_ssize_t nargs,
+                                  PyObject *kwnames) {
+    if (kwnames != NULL || nargs != 0 || Py_TYPE(self) != ResourceT) goto fallback;
+    PyObject *sim = SLOT(self, r_sim), *queue = SLOT(self, r_queue),
+             *users = SLOT(self, r_users), *cap = SLOT(self, r_capacity);
+    if (sim == NULL || Py_TYPE(sim) != SimT || SLOT(sim, s_now) == NULL || queue == NULL ||
+        Py_TYPE(queue) != DequeT || users == NULL || !PyList_CheckExact(users) ||
+        cap == NULL || !(PyLong_CheckExact(cap) || PyFloat_CheckExact(cap)) ||
+        SLOT(self, r_grants) == NULL || SLOT(self, r_busy) == NULL ||
+        SLOT(self, r_qarea) == NULL || SLOT(self, r_qmax) == NULL)
+        goto fallback;
+    PyObject *now = SLOT(sim, s_now);
+    Py_INCREF(now);
+    Py_INCREF(sim);
+    PyObject *req = new_event();
+    if (req == NULL) goto error;
+    slot_set(req, o_sim, sim);
+    slot_set(req, o_ok, Py_True);
+    slot_set(req, o_waiter, Py_None);
+    slot_set(req, o_cbs, Py_None);
+    slot_set(req, o_owner, self);
+    slot_set(req, o_data, now);
+    int room = len_lt(PyList_GET_SIZE(users), cap);
+    if (room < 0) goto error;
+    if (Py_SIZE(queue) == 0 && room) {
+        /* Inlines _grant for an immediate grant. */
+        slot_set(req, o_value, Py_None);
+        if (PyList_Append(users, req) < 0) goto error;
+        PyObject *g = int_inc(SLOT(self, r_grants));
+        if (g == NULL) goto error;
+        slot_steal(self, r_grants, g);
+        PyObject *b = num_sub(SLOT(self, r_busy), now);
+        if (b == NULL) goto error;
+        slot_steal(self, r_busy, b);
+        if (now_append(sim, req) < 0) goto error;
+    } else {
+        slot_set(req, o_value, PENDING);
+        PyObject *r = PyObject_CallMethodOneArg(queue, n_append, req);
+        if (r == NULL) goto error;
+        Py_DECREF(r);
+        PyObject *q = num_sub(SLOT(self, r_qarea), now);
+        if (q == NULL) goto error;
+        slot_steal(self, r_qarea, q);
+        PyObject *qlen = PyLong_FromSsize_t(Py_SIZE(queue));
+        if (qlen == NULL) goto error;
+        int gt = PyObject_RichCompareBool(qlen, SLOT(self, r_qmax), Py_GT);
+        if (gt > 0) slot_set(self, r_qmax, qlen);
+        Py_DECREF(qlen);
+        if (gt < 0) goto error;
+        room = len_lt(PyList_GET_SIZE(users), SLOT(self, r_capacity));
+        if (room < 0) goto error;
+        if (room) {
+            PyObject *a[1] = {now};
+            r = call_method(self, n_grant_head, a, 1);
+            if (r == NULL) goto error;
+            Py_DECREF(r);
+        }
+    }
+    Py_DECREF(now);
+    Py_DECREF(sim);
+    return req;
+error:
+    Py_XDECREF(req);
+    Py_DECREF(now);
+    Py_DECREF(sim);
+    return NULL;
+fallback:
+    return call_orig(orig_request, self, args, nargs, kwnames);
+}
+
+/* ------------------------------------------------------------------ install */
+
+static int offset_of(PyTypeObject *tp, const char *name, Py_ssize_t *out) {
+    PyObject *d = PyObject_GetAttrString((PyObject *)tp, name);
+    if (d == NULL) return -1;
+    if (Py_TYPE(d) != &PyMemberDescr_Type ||
+        ((PyMemberDescrObject *)d)->d_member->type != T_OBJECT_EX) {
+        PyErr_Format(PyExc_ImportError, "%s.%s is not a slot", tp->tp_name, name);
+        Py_DECREF(d);
+        return -1;
+    }
+    *out = ((PyMemberDescrObject *)d)->d_member->offset;
+    Py_DECREF(d);
+    return 0;
+}
+
+static PyObject *get(PyObject *mod, const char *name) {
+    return PyObject_GetAttrString(mod, name);
+}
+
+/* The docstring of a C method: the Python one's, after a text signature. */
+static const char *make_doc(PyObject *func, const char *name, const char *sig) {
+    PyObject *doc = PyObject_GetAttrString(func, "__doc__");
+    if (doc == NULL) {
+        PyErr_Clear();
+        return NULL;
+    }
+    const char *text = doc == Py_None ? "" : PyUnicode_AsUTF8(doc);
+    if (text == NULL) {
+        PyErr_Clear();
+        text = "";
+    }
+    size_t n = strlen(name) + strlen(sig) + strlen(text) + 8;
+    char *buf = PyMem_RawMalloc(n); /* kept for the life of the process */
+    if (buf != NULL) snprintf(buf, n, "%s%s\n--\n\n%s", name, sig, text);
+    Py_DECREF(doc);
+    return buf;
+}
+
+static int put_method(PyTypeObject *tp, PyMethodDef *def, PyObject **orig, const char *sig,
+                      const char *alias) {
+    *orig = PyObject_GetAttrString((PyObject *)tp, def->ml_name);
+    if (*orig == NULL) return -1;
+    if (!PyFunction_Check(*orig)) {
+        PyErr_Format(PyExc_ImportError, "%s.%s is not a Python function", tp->tp_name,
+                     def->ml_name);
+        return -1;
+    }
+    def->ml_doc = make_doc(*orig, def->ml_name, sig);
+    PyObject *descr = PyDescr_NewMethod(tp, def);
+    if (descr == NULL) return -1;
+    int err = PyObject_SetAttrString((PyObject *)tp, def->ml_name, descr);
+    if (err == 0 && alias != NULL) err = PyObject_SetAttrString((PyObject *)tp, alias, descr);
+    Py_DECREF(descr);
+    return err;
+}
+
+static PyMethodDef run_fifo_def = {"_run_fifo", (PyCFunction)(void (*)(void))run_fifo,
+                                   METH_FASTCALL, NULL};
+static PyMethodDef delay_def = {"delay", (PyCFunction)(void (*)(void))sim_delay,
+                                METH_FASTCALL | METH_KEYWORDS, NULL};
+static PyMethodDef spawn_def = {"spawn", (PyCFunction)(void (*)(void))sim_spawn,
+                                METH_FASTCALL | METH_KEYWORDS, NULL};
+static PyMethodDef succeed_def = {"succeed", (PyCFunction)(void (*)(void))event_succeed,
+                                  METH_FASTCALL | METH_KEYWORDS, NULL};
+static PyMethodDef exit_def = {"__exit__", (PyCFunction)(void (*)(void))event_exit,
+                               METH_FASTCALL, NULL};
+static PyMethodDef request_def = {"request", (PyCFunction)(void (*)(void))resource_request,
+                                  METH_FASTCALL | METH_KEYWORDS, NULL};
+
+#define OFF(tp, name, var) \
+    if (offset_of(tp, name, &var) < 0) goto error
+
+static PyObject *install(PyObject *module, PyObject *kernel) {
+    if (installed) {
+        if (PyModule_GetDict(kernel) == kdict) Py_RETURN_NONE;
+        PyErr_SetString(PyExc_ImportError,
+                        "the compiled kernel already serves another interpreter's kernel");
+        return NULL;
+    }
+    PyObject *collections = NULL;
+    if (!(EventT = (PyTypeObject *)get(kernel, "Event"))) goto error;
+    if (!(ProcessT = (PyTypeObject *)get(kernel, "Process"))) goto error;
+    if (!(SimT = (PyTypeObject *)get(kernel, "Sim"))) goto error;
+    if (!(BucketT = (PyTypeObject *)get(kernel, "_Bucket"))) goto error;
+    if (!(PENDING = get(kernel, "PENDING"))) goto error;
+    if (!(DONE = get(kernel, "_DONE"))) goto error;
+    if (!(FUTURE = get(kernel, "_FUTURE"))) goto error;
+    if (!(START = get(kernel, "_START"))) goto error;
+    if (!(StopRun = get(kernel, "_StopRun"))) goto error;
+    if (!(collections = PyImport_ImportModule("collections"))) goto error;
+    if (!(DequeT = (PyTypeObject *)get(collections, "deque"))) goto error;
+    Py_CLEAR(collections);
+    if (!PyType_Check(EventT) || !PyType_Check(ProcessT) || !PyType_Check(SimT) ||
+        !PyType_Check(BucketT) || !PyType_Check(DequeT)) {
+        PyErr_SetString(PyExc_ImportError, "the kernel's classes are not types");
+        goto error;
+    }
+    OFF(EventT, "_cbs", o_cbs);
+    OFF(EventT, "_data", o_data);
+    OFF(EventT, "_ok", o_ok);
+    OFF(EventT, "_owner", o_owner);
+    OFF(EventT, "_value", o_value);
+    OFF(EventT, "_waiter", o_waiter);
+    OFF(EventT, "sim", o_sim);
+    OFF(ProcessT, "_gen", o_gen);
+    OFF(ProcessT, "_target", o_target);
+    OFF(SimT, "now", s_now);
+    OFF(SimT, "active_process", s_active);
+    OFF(SimT, "_buckets", s_buckets);
+    OFF(SimT, "_times", s_times);
+    OFF(SimT, "_ubuckets", s_ubuckets);
+    OFF(SimT, "_urgentq", s_urgentq);
+    OFF(SimT, "_timedq", s_timedq);
+    OFF(SimT, "_nowq", s_nowq);
+    OFF(SimT, "_keyed", s_keyed);
+    OFF(SimT, "_plain", s_plain);
+    OFF(SimT, "_now_append", s_now_append);
+    OFF(SimT, "_npid", s_npid);
+    OFF(BucketT, "when", b_when);
+    kdict = PyModule_GetDict(kernel);
+    Py_INCREF(kdict);
+    if (put_method(SimT, &run_fifo_def, &orig_run_fifo, "($self, /)", NULL) < 0) goto error;
+    if (put_method(SimT, &delay_def, &orig_delay, "($self, /, delay, value=None)",
+                   "timeout") < 0)
+        goto error;
+    if (put_method(SimT, &spawn_def, &orig_spawn,
+                   "($self, fn, /, *args, name=None, **kwargs)", "process") < 0)
+        goto error;
+    if (put_method(EventT, &succeed_def, &orig_succeed, "($self, /, value=None)", NULL) < 0)
+        goto error;
+    if (put_method(EventT, &exit_def, &orig_exit, "($self, exc_type, exc, tb, /)", NULL) < 0)
+        goto error;
+    installed = 1;
+    Py_RETURN_NONE;
+error:
+    Py_XDECREF(collections);
+    return NULL;
+}
+
+static PyObject *install_resources(PyObject *module, PyObject *resources) {
+    if (!installed) {
+        PyErr_SetString(PyExc_ImportError, "install() the kernel first");
+        return NULL;
+    }
+    if (resources_installed) Py_RETURN_NONE;
+    if (!(ResourceT = (PyTypeObject *)get(resources, "Resource"))) return NULL;
+    if (!(StoreT = (PyTypeObject *)get(resources, "Store"))) return NULL;
+    OFF(ResourceT, "_marker", r_marker);
+    OFF(ResourceT, "users", r_users);
+    OFF(ResourceT, "queue", r_queue);
+    OFF(ResourceT, "_busy", r_busy);
+    OFF(ResourceT, "_capacity", r_capacity);
+    OFF(ResourceT, "_grants", r_grants);
+    OFF(ResourceT, "_qarea", r_qarea);
+    OFF(ResourceT, "_qmax", r_qmax);
+    OFF(ResourceT, "sim", r_sim);
+    OFF(ResourceT, "_release_cbs", r_release_cbs);
+    OFF(ResourceT, "_wsum", r_wsum);
+    OFF(ResourceT, "_wmax", r_wmax);
+    if (put_method(ResourceT, &request_def, &orig_request, "($self, /)", NULL) < 0)
+        return NULL;
+    resources_installed = 1;
+    Py_RETURN_NONE;
+error:
+    return NULL;
+}
+
+static PyMethodDef module_methods[] = {
+    {"install", (PyCFunction)install, METH_O,
+     "install(kernel_module)\n--\n\nPut the compiled fast paths into simulacra.core._kernel's "
+     "classes."},
+    {"install_resources", (PyCFunction)install_resources, METH_O,
+     "install_resources(resources_module)\n--\n\nThe same for "
+     "simulacra.resources._resources."},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef ckernel_module = {
+    PyModuleDef_HEAD_INIT, "simulacra.core._ckernel",
+    "Compiled fast paths of the kernel's own classes (see docs/design.md, Compiled kernel).",
+    -1, module_methods,
+};
+
+#define INTERN(var, s) \
+    if (!(var = PyUnicode_InternFromString(s))) return NULL
+
+PyMODINIT_FUNC PyInit__ckernel(void) {
+    INTERN(n_cbs, "_cbs");
+    INTERN(n_data, "_data");
+    INTERN(n_ok, "_ok");
+    INTERN(n_owner, "_owner");
+    INTERN(n_value, "_value");
+    INTERN(n_waiter, "_waiter");
+    INTERN(n_sim, "sim");
+    INTERN(n_gen, "_gen");
+    INTERN(n_target, "_target");
+    INTERN(n_send, "send");
+    INTERN(n_finish, "_finish");
+    INTERN(n_wait_on, "_wait_on");
+    INTERN(n_process_failed, "_process_failed");
+    INTERN(n_requeue_stopped, "_requeue_stopped");
+    INTERN(n_resume, "_resume");
+    INTERN(n_popleft, "popleft");
+    INTERN(n_append, "append");
+    INTERN(n_extend, "extend");
+    INTERN(n_cancel, "_cancel");
+    INTERN(n_grant_head, "_grant_head");
+    INTERN(n_when, "when");
+    INTERN(n_ELIDE_REFS, "_ELIDE_REFS");
+    INTERN(n_submit, "_submit");
+    INTERN(n_now_append, "_now_append");
+    if (!(one = PyLong_FromLong(1))) return NULL;
+    return PyModule_Create(&ckernel_module);
+}
