@@ -445,6 +445,7 @@ RUN_ELSEWHERE = {
     "ride_hailing/sharded.py": "test_the_pdes_examples_run_as_scripts_and_agree",
     # A module that docs/scenarios.md names for its knobs, not a script.
     "ride_hailing/model.py": "tests/test_ride_hailing_scenarios.py",
+    "social/model.py": "tests/social/test_social_scenarios_example.py",
 }
 
 

@@ -374,3 +374,15 @@ def test_simulacra_run_takes_a_scenario_file_and_the_config_key(
     assert not (tmp_path / "c").exists()
     assert main(["run", "--resume", str(tmp_path / "a"), "--scenario", str(hand)]) == 2
     assert "--resume RUN_DIR continues the scenario" in capsys.readouterr().err
+
+
+def test_simulacra_run_gives_a_model_function_its_scenario(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    rush = Scenario(name="rush", interventions=[{"knob": "demand", "at": 10, "value": 1.2}])
+    artifact = rush.save(tmp_path)
+    bank = str(ROOT / "examples" / "bank.py")
+    common = ["run", bank, "--seed", "3", "--set", "customers=2000", "--json"]
+    assert main(common) == 0
+    base = json.loads(capsys.readouterr().out)
+    assert main([*common, "--scenario", str(artifact)]) == 0
+    assert json.loads(capsys.readouterr().out) != base
