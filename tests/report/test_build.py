@@ -94,7 +94,8 @@ def test_the_embedded_data_is_the_run(round_run: Path, tmp_path: Path) -> None:
     assert totals["cost"] == run.summary["llm"]["cost"]
     assert totals["model calls"] == run.summary["llm"]["calls"]
     assert [c["id"] for c in data["charts"]] == ["actions", "calls", "tokens", "cost",
-                                                  "failures", "latency", "probes"]
+                                                  "failures", "latency_hist", "latency_pct",
+                                                  "latency", "probes"]
     assert all(c["spec"]["data"] for c in data["charts"])
     assert "template" not in data["charts"][0]["spec"]["layout"]  # shared, embedded once
     assert data["template"]

@@ -9,6 +9,7 @@ saved under the test's tmp directory (``screenshots/``).
 
 from __future__ import annotations
 
+import shutil
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -89,7 +90,7 @@ def test_the_run_report_draws_every_chart_and_asks_for_nothing(
 
     charts = _charts_drawn(loaded.page, "#page-overview")
     assert [c["id"] for c in charts] == ["actions", "calls", "tokens", "cost", "failures",
-                                         "latency", "probes"]
+                                         "latency_hist", "latency_pct", "latency", "probes"]
     assert all(c["traces"] and c["points"] and c["svg"] for c in charts), charts
     text = loaded.page.inner_text("#page-overview")
     assert "config sha256" in text
@@ -229,10 +230,13 @@ def test_an_agent_page_shows_what_it_did_saw_and_asked(
     assert len(concerning) == min(100, row.concerning)
     [chart] = _charts_drawn(page, "#page-agent")
     assert chart["points"]
-    saw = page.query_selector_all("#page-agent details.saw")
-    assert len(saw) == row.calls
-    assert "FEED:" in page.inner_text("#page-agent details.saw[open] pre")
-    calls = page.query_selector_all("#page-agent .calls tbody tr")
+    turns = page.query_selector_all("#page-agent table.turns tbody tr.turn")
+    assert len(turns) == min(10, len({e["step"] for e in run.events if e["agent"] == row.agent}))
+    saw = page.query_selector_all("#page-agent table.turns pre.saw")
+    assert len(saw) == min(10, row.calls)
+    assert f"You are @{row.agent}" in saw[0].inner_text()
+    assert "FEED:" in saw[-1].inner_text()
+    calls = page.query_selector_all("#page-agent .calls tbody tr.call")
     assert len(calls) == min(20, row.calls)
     loaded.shot(screenshots, "agent")
     loaded.go("#/agents")
@@ -242,7 +246,7 @@ def test_an_agent_page_shows_what_it_did_saw_and_asked(
     loaded.check_clean()
 
 
-def test_an_agent_whose_calls_are_not_embedded_says_so(
+def test_an_agent_whose_replies_are_not_embedded_still_shows_what_it_saw(
         open_report: Any, round_run: Path, tmp_path: Path) -> None:
     loaded = open_report(report.build_report(round_run, tmp_path / "r.html", llm_calls=0))
     agent = report.agent_rows(report.load_society_run(round_run))[0].agent
@@ -250,7 +254,25 @@ def test_an_agent_whose_calls_are_not_embedded_says_so(
 
     text = loaded.page.inner_text("#page-agent")
     assert "simulacra report --llm-calls N embeds more" in text
-    assert loaded.page.query_selector_all("#page-agent details.saw") == []
+    assert loaded.page.query_selector_all("#page-agent table.turns pre.saw")
+    loaded.check_clean()
+
+
+def test_a_run_without_a_call_log_shows_the_embedded_prompts(
+        open_report: Any, round_run: Path, tmp_path: Path) -> None:
+    old = tmp_path / "old"
+    shutil.copytree(round_run, old)
+    (old / "calls.jsonl").unlink()  # a run directory of a simulacra before calls.jsonl
+    row = max(report.agent_rows(report.load_society_run(old)), key=lambda r: (r.calls, r.agent))
+    loaded = open_report(report.build_report(old))
+    charts = [c["id"] for c in _charts_drawn(loaded.page, "#page-overview")]
+    assert "latency_hist" not in charts
+    assert "latency" in charts
+    assert "no calls.jsonl" in loaded.page.inner_text("#page-overview")
+    loaded.go(f"#/agent/{row.agent}")
+    saw = loaded.page.query_selector_all("#page-agent details.saw")
+    assert len(saw) == row.calls
+    assert "FEED:" in loaded.page.inner_text("#page-agent details.saw[open] pre")
     loaded.check_clean()
 
 

@@ -20,7 +20,8 @@ same numbers:
   :func:`run_identity`, :func:`run_totals`, :func:`step_series` ->
   :class:`StepSeries`, :func:`event_text`, :func:`event_table`,
   :func:`event_page`, :func:`conversation_threads`, :func:`agent_rows`,
-  :func:`llm_calls`, :func:`load_study`, :func:`study_intervals`,
+  :func:`llm_calls`, :func:`call_stats` -> :class:`CallStats` (``calls.jsonl``),
+  :func:`load_study`, :func:`study_intervals`,
   :func:`load_monitors`.
 
 Layer 7, beside the cli: it imports the standard library, the public
@@ -42,6 +43,8 @@ from ._charts import failures_chart as failures_chart
 from ._charts import figure_spec as figure_spec
 from ._charts import kind_colors as kind_colors
 from ._charts import latency_chart as latency_chart
+from ._charts import latency_histogram_chart as latency_histogram_chart
+from ._charts import latency_percentiles_chart as latency_percentiles_chart
 from ._charts import monitor_charts as monitor_charts
 from ._charts import plotly_missing as plotly_missing
 from ._charts import probes_chart as probes_chart
@@ -49,11 +52,13 @@ from ._charts import queue_chart as queue_chart
 from ._charts import society_charts as society_charts
 from ._charts import study_charts as study_charts
 from ._charts import tokens_chart as tokens_chart
+from ._data import CALLS_FILE as CALLS_FILE
 from ._data import MANIFEST_SCHEMES as MANIFEST_SCHEMES
 from ._data import MONITOR_KINDS as MONITOR_KINDS
 from ._data import MONITORS_FORMAT as MONITORS_FORMAT
 from ._data import STUDY_FORMATS as STUDY_FORMATS
 from ._data import AgentRow as AgentRow
+from ._data import CallStats as CallStats
 from ._data import EventPage as EventPage
 from ._data import EventTable as EventTable
 from ._data import LLMCall as LLMCall
@@ -66,6 +71,7 @@ from ._data import StudyData as StudyData
 from ._data import StudyInterval as StudyInterval
 from ._data import Thread as Thread
 from ._data import agent_rows as agent_rows
+from ._data import call_stats as call_stats
 from ._data import conversation_threads as conversation_threads
 from ._data import event_page as event_page
 from ._data import event_table as event_table
@@ -88,7 +94,8 @@ __all__ = [
     "build_report", "report_path", "REPORT_FILE", "DEFAULT_LLM_CALLS",
     # charts: plotly figures (the report extra)
     "society_charts", "actions_chart", "calls_chart", "tokens_chart", "cost_chart",
-    "failures_chart", "latency_chart", "queue_chart", "probes_chart", "study_charts",
+    "failures_chart", "latency_chart", "latency_histogram_chart", "latency_percentiles_chart",
+    "queue_chart", "probes_chart", "study_charts",
     "monitor_charts", "figure_spec", "kind_colors", "plotly_missing", "PLOTLY_EXTRA",
     # data: reading and aggregating
     "source_kind", "SourceKind", "load_society_run", "RunData", "run_identity", "run_totals",
@@ -96,6 +103,7 @@ __all__ = [
     "EventPage", "conversation_threads", "Thread", "agent_rows", "AgentRow", "llm_calls",
     "LLMCall", "load_study", "StudyData", "study_intervals", "StudyInterval",
     "study_parameters", "load_monitors", "MonitorData", "MonitorSeries", "read_jsonl",
+    "call_stats", "CallStats", "CALLS_FILE",
     "MANIFEST_SCHEMES", "STUDY_FORMATS", "MONITORS_FORMAT", "MONITOR_KINDS",
     # the live view: simulacra run --view, simulacra view (see _live.py)
     "LiveView",

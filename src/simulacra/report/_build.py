@@ -31,6 +31,8 @@ REPORT_FILE: Final = "report.html"
 DEFAULT_LLM_CALLS: Final = 2000
 #: What the page parses only when a view needs it (the overview does not).
 _LATER: Final = frozenset({"log", "threads", "agents", "llm"})
+#: What goes into script elements of its own: the prompts' lines, each agent's calls.
+_OWN_SCRIPTS: Final = frozenset({"lines", "agent_pages"})
 #: How many conversation threads a report embeds at most (the longest).
 _THREADS: Final = 500
 
@@ -116,10 +118,17 @@ def render_page(data: Mapping[str, Any]) -> str:
     from plotly.offline import get_plotlyjs  # type: ignore[import-untyped]  # noqa: PLC0415
 
     title = html.escape(str(data.get("title", "simulacra report")))
-    first = {k: v for k, v in data.items() if k not in _LATER}
+    first = {k: v for k, v in data.items() if k not in _LATER and k not in _OWN_SCRIPTS}
     later = {k: v for k, v in data.items() if k in _LATER}
     second = (f"<script type='application/json' id='report-log'>{_embed_json(later)}</script>\n"
               if later else "")
+    lines = data.get("lines")
+    if lines:
+        second += (f"<script type='application/json' id='report-lines'>{_embed_json(lines)}"
+                   "</script>\n")
+    # One element per agent: the page parses an agent's calls when its page opens.
+    second += "".join(f"<script type='application/json' id='agent-{index}'>{_embed_json(page)}"
+                      "</script>\n" for index, page in (data.get("agent_pages") or {}).items())
     return (
         "<!DOCTYPE html>\n<html lang='en'><head><meta charset='utf-8'>"
         "<meta name='viewport' content='width=device-width, initial-scale=1'>"
@@ -156,7 +165,8 @@ def _clean(value: Any) -> Any:
 def society_data(run: _data.RunData, *, llm_calls: int = DEFAULT_LLM_CALLS) -> dict[str, Any]:
     """The data a society run's report embeds (see ``_assets/report.js`` for its use)."""
     series = _data.step_series(run)
-    figures = _charts.society_charts(series)
+    stats = _data.call_stats(run) if run.calls else None
+    figures = _charts.society_charts(series, stats)
     specs, template = _charts_json(figures)
     table = _data.event_table(run.events, _called_agents(run))
     rows = _data.agent_rows(run, table)
@@ -187,6 +197,24 @@ def society_data(run: _data.RunData, *, llm_calls: int = DEFAULT_LLM_CALLS) -> d
     title = (f"{name}: {identity.get('agents')} agents, {steps} "
              f"{'windows' if series.windowed else 'steps'} · simulacra report")
     llm, notes = _llm_data(run, rows, llm_calls)
+    call_failures: list[list[Any]] = []
+    agent_pages: dict[str, Any] = {}
+    lines: dict[str, Any] = {}
+    if stats is not None:
+        for error, count in stats.failed_by_kind.items():
+            seen = stats.first_failure.get(error) or {}
+            agents = sum(1 for kinds in stats.failed_by_agent.values() if error in kinds)
+            call_failures.append([error, count, agents, seen.get("agent"), seen.get("step"),
+                                  seen.get("message", "")])
+        agent_pages, lines = _agent_pages(run, agent_at)
+        if stats.sessions > 1:
+            notes.append(f"calls.jsonl was written by {stats.sessions} sessions (the run was "
+                         "resumed): the calls a resume served from the recordings are not in "
+                         "it twice.")
+    else:
+        notes.append("This run directory has no calls.jsonl (it was made by an older "
+                     "simulacra): there is no per-call latency, and what each agent saw comes "
+                     "from the recorded prompts embedded below.")
     if not run.finished:
         notes.insert(0, "This run did not finish (no summary.json): it was stopped, or is still "
                         "running. The report shows it as far as its files go.")
@@ -209,9 +237,107 @@ def society_data(run: _data.RunData, *, llm_calls: int = DEFAULT_LLM_CALLS) -> d
                     "items": [[t.events, t.depth, t.longest] for t in threads[:_THREADS]]},
         "agents": {"rows": [[agent_at[r.agent], r.events, r.concerning, r.calls, r.prompt_tokens,
                              r.completion_tokens, round(r.cost, 12),
-                             {str(kind_at[k]): n for k, n in r.kinds.items()}] for r in rows]},
+                             {str(kind_at[k]): n for k, n in r.kinds.items()},
+                             sum((stats.failed_by_agent.get(r.agent) or {}).values())
+                             if stats is not None else 0] for r in rows],
+                   "failed": (dict(stats.failed_by_agent)
+                              if stats is not None else {})},
+        "call_failures": call_failures,
+        "call_log": stats is not None,
+        "simulated": bool(stats is not None and stats.simulated),
         "llm": llm,
+        "lines": lines,
+        "agent_pages": agent_pages,
     }
+
+
+class _Interner(dict[str, int]):
+    """Line -> its index in *texts*; a line not seen yet is appended (looked up in C)."""
+
+    __slots__ = ("texts",)
+
+    def __init__(self, texts: list[str]) -> None:
+        super().__init__()
+        self.texts = texts
+
+    def __missing__(self, line: str) -> int:
+        at = self[line] = len(self.texts)
+        self.texts.append(line)
+        return at
+
+
+def _agent_pages(run: _data.RunData,
+                 agent_at: Mapping[str, int]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Every agent's model calls, each with what it saw, and the lines those prompts share.
+
+    Returns ``(pages, lines)``: *pages* maps an agent's index (in the log's
+    agents) to ``{"calls": [[n, turn, step, t, latency, wall, prompt tokens,
+    completion tokens, cost, ok, error, message, saw], ...]}`` where ``saw``
+    is the call's request as ``[[role, [line, ...]], ...]`` (indices into
+    ``lines["roles"]`` and ``lines["lines"]``; null when not recorded). Each
+    distinct line of every prompt is in ``lines["lines"]`` once: the prompts of
+    a run share most of theirs (the system prompt, the task, the feed's posts).
+    The page parses an agent's calls when its page opens, and the lines once.
+    """
+    messages: dict[str, Any] = {}
+    if run.recordings.is_file():
+        from simulacra.errors import RecordingError  # noqa: PLC0415
+        from simulacra.llm import RecordingStore  # noqa: PLC0415
+
+        try:
+            with RecordingStore(run.recordings, readonly=True) as store:
+                messages = store.request_messages(
+                    c["key"] for c in run.calls
+                    if c.get("ok", True) and isinstance(c.get("key"), str)
+                    and len(c["key"]) == 64)
+        except (RecordingError, ConfigError) as exc:
+            raise ConfigError(f"{run.recordings}: {exc}") from None
+    texts: list[str] = []
+    line_at = _Interner(texts)
+    role_at: dict[str, int] = {}
+    roles: list[str] = []
+    seen_prompts: dict[Any, Any] = {}
+    seen_texts: dict[str, list[int]] = {}
+    number = line_at.__getitem__
+
+    def intern(text: str) -> list[int]:
+        found = seen_texts.get(text)
+        if found is None:  # a message seen before (the system prompt) is split once
+            found = seen_texts[text] = list(map(number, text.split("\n")))
+        return found
+
+    def role(name: str) -> int:
+        at = role_at.get(name)
+        if at is None:
+            at = role_at[name] = len(roles)
+            roles.append(name)
+        return at
+
+    def saw(prompt: Any) -> Any:
+        found = seen_prompts.get(prompt)
+        if found is None:
+            found = seen_prompts[prompt] = [[role(r), intern(c)] for r, c in prompt]
+        return found
+
+    pages: dict[str, dict[str, list[list[Any]]]] = {}
+    for call in run.calls:
+        agent = agent_at.get(str(call.get("agent", "")))
+        if agent is None:
+            continue
+        ok = bool(call.get("ok", True))
+        if ok:
+            prompt = messages.get(str(call.get("key")))
+        else:
+            text = call.get("prompt")
+            prompt = (("user", text),) if isinstance(text, str) else None
+        latency = call.get("latency_s")
+        pages.setdefault(str(agent), {"calls": []})["calls"].append([
+            call.get("n"), call.get("turn"), call.get("step"), call.get("t"),
+            _clean(latency), _clean(call.get("wall_s")), call.get("prompt_tokens", 0),
+            call.get("completion_tokens", 0), call.get("cost", 0.0), 1 if ok else 0,
+            None if ok else call.get("error"), None if ok else call.get("message", ""),
+            None if prompt is None else saw(prompt)])
+    return pages, {"lines": texts, "roles": roles}
 
 
 def _called_agents(run: _data.RunData) -> list[str]:
@@ -250,7 +376,9 @@ def _llm_data(run: _data.RunData, rows: Sequence[_data.AgentRow],
 
     calls: dict[str, list[list[Any]]] = {}
     count = 0
-    for call in _data.llm_calls(run.recordings, agents=order if total else None, limit=limit):
+    prompts = not run.calls  # with calls.jsonl, each agent's page has every prompt already
+    for call in _data.llm_calls(run.recordings, agents=order if total else None, limit=limit,
+                                prompts=prompts):
         messages = ([[role(r), intern(c)] for r, c in call.messages]
                     if call.messages is not None else 0)
         calls.setdefault(call.agent, []).append([call.n, call.prompt_tokens,

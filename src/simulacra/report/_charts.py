@@ -20,14 +20,23 @@ from typing import TYPE_CHECKING, Any, Final
 
 from simulacra.errors import ConfigError
 
-from ._data import MonitorData, StepSeries, StudyData, StudyInterval, study_parameters
+from ._data import (
+    CallStats,
+    MonitorData,
+    StepSeries,
+    StudyData,
+    StudyInterval,
+    histogram,
+    study_parameters,
+)
 
 if TYPE_CHECKING:
     import plotly.graph_objects as go  # type: ignore[import-untyped]
 
 __all__ = [
     "PLOTLY_EXTRA", "actions_chart", "calls_chart", "cost_chart", "failures_chart",
-    "figure_spec", "kind_colors", "latency_chart", "monitor_charts", "plotly_missing",
+    "figure_spec", "kind_colors", "latency_chart", "latency_histogram_chart",
+    "latency_percentiles_chart", "monitor_charts", "plotly_missing",
     "probes_chart", "queue_chart", "society_charts", "study_charts", "tokens_chart",
 ]
 
@@ -184,6 +193,73 @@ def latency_chart(series: StepSeries) -> go.Figure:
     return fig
 
 
+def _seconds(value: float) -> str:
+    if value >= 1.0:
+        return f"{value:.3g} s"
+    if value >= 1e-3:
+        return f"{value * 1e3:.3g} ms"
+    return f"{value * 1e6:.3g} µs"
+
+
+def latency_histogram_chart(stats: CallStats, bins: int = 40) -> go.Figure:
+    """The distribution of every model call's latency (``calls.jsonl``): a histogram.
+
+    Simulated seconds on the event-driven engine, wall-clock seconds on the
+    round engine; the title gives the median, 90th and 99th percentiles.
+    """
+    go = _go()
+    what = "simulated" if stats.simulated else "wall clock"
+    values = stats.latency
+    if values:
+        title = (f"Model call latency ({what})<br><sup>{len(values):,} calls · median "
+                 f"{_seconds(stats.quantile(0.5))} · p90 {_seconds(stats.quantile(0.9))} · "
+                 f"p99 {_seconds(stats.quantile(0.99))}</sup>")
+    else:
+        title = f"Model call latency ({what}): no call returned"
+    fig = _figure(title, "seconds", "calls", bargap=0.05)
+    fig.update_layout(margin={**_MARGIN, "t": 64})
+    lefts, counts, width, above = histogram(values, bins)
+    fig.add_trace(go.Bar(x=[x + width / 2 for x in lefts], y=counts, width=width,
+                         name="calls", marker_color="#636efa",
+                         customdata=[[x, x + width] for x in lefts],
+                         hovertemplate=("%{customdata[0]:.4g} to %{customdata[1]:.4g} s: "
+                                        "%{y} calls<extra></extra>")))
+    if above:
+        fig.add_annotation(text=f"{above:,} calls above {_seconds(lefts[-1] + width)} not drawn "
+                                f"(longest {_seconds(values[-1])})",
+                           showarrow=False, xref="paper", yref="paper", x=1, y=1.02,
+                           xanchor="right", font={"size": 11, "color": "#667085"})
+    if not values:
+        fig.add_annotation(text="no model call returned", showarrow=False, xref="paper",
+                           yref="paper", x=0.5, y=0.5, font={"size": 14, "color": "#888"})
+    return fig
+
+
+def latency_percentiles_chart(stats: CallStats, series: StepSeries) -> go.Figure:
+    """Per step or window: the median, 90th and 99th percentile latency, and failed calls."""
+    go = _go()
+    what = "simulated" if stats.simulated else "wall clock"
+    fig = _figure(f"Model call latency per {_per(series)} ({what}: percentiles)",
+                  series.x_title, "seconds",
+                  yaxis2={"title": {"text": "failed calls"}, "overlaying": "y", "side": "right",
+                          "rangemode": "tozero", "showgrid": False, "tickformat": ",d"})
+    x_of = dict(zip(series.step, series.x, strict=True))
+    steps = [s for s in stats.per_step if s in x_of] or list(stats.per_step)
+    xs = [x_of.get(s, float(s)) for s in steps]
+
+    def column(i: int) -> list[float | None]:
+        return [None if math.isnan(v := stats.per_step[s][i]) else v for s in steps]
+
+    for i, name, color, dash in ((2, "median", "#636efa", "solid"), (3, "p90", "#ab63fa", "dot"),
+                                 (4, "p99", "#ef553b", "dash")):
+        fig.add_trace(go.Scatter(x=xs, y=column(i), name=name, mode="lines+markers",
+                                 line={"color": color, "dash": dash}))
+    fig.add_trace(go.Bar(x=xs, y=[stats.per_step[s][1] for s in steps], name="failed calls",
+                         yaxis="y2", marker_color="#ffa15a", opacity=0.6))
+    fig.update_layout(margin={**_MARGIN, "r": 60})
+    return fig
+
+
 def queue_chart(series: StepSeries) -> go.Figure:
     """The engine's queue depth and the model calls in flight, per window (event engine)."""
     go = _go()
@@ -218,11 +294,13 @@ def _step_ticks(fig: go.Figure, series: StepSeries) -> go.Figure:
     return fig
 
 
-def society_charts(series: StepSeries) -> dict[str, go.Figure]:
+def society_charts(series: StepSeries, calls: CallStats | None = None) -> dict[str, go.Figure]:
     """Every chart of a society run, by id, in the order to show them.
 
     The queue chart is there for the event-driven engine only, the probes
-    chart when the world reports probes.
+    chart when the world reports probes; with *calls* (``calls.jsonl``), the
+    latency distribution (``latency_hist``) and its percentiles per step
+    (``latency_pct``).
     """
     charts = {
         "actions": actions_chart(series),
@@ -230,13 +308,17 @@ def society_charts(series: StepSeries) -> dict[str, go.Figure]:
         "tokens": tokens_chart(series),
         "cost": cost_chart(series),
         "failures": failures_chart(series),
-        "latency": latency_chart(series),
     }
+    if calls is not None and calls.per_step:
+        charts["latency_hist"] = latency_histogram_chart(calls)
+        charts["latency_pct"] = latency_percentiles_chart(calls, series)
+    charts["latency"] = latency_chart(series)
     if series.windowed:
         charts["queue"] = queue_chart(series)
     if series.probes:
         charts["probes"] = probes_chart(series)
-    return {name: _step_ticks(fig, series) for name, fig in charts.items()}
+    return {name: fig if name == "latency_hist" else _step_ticks(fig, series)
+            for name, fig in charts.items()}
 
 
 # -- studies ----------------------------------------------------------------------------

@@ -35,12 +35,13 @@ from typing import Any, Final, Literal
 from simulacra.errors import ConfigError
 
 __all__ = [
-    "MANIFEST_SCHEMES", "MONITORS_FORMAT", "MONITOR_KINDS", "STUDY_FORMATS", "AgentRow",
-    "EventPage", "EventTable", "LLMCall", "MonitorData", "MonitorSeries", "RunData",
-    "SourceKind", "StepSeries", "StudyData", "StudyInterval", "Thread", "agent_rows",
-    "conversation_threads", "event_page", "event_table", "event_text", "llm_calls",
-    "load_monitors", "load_society_run", "load_study", "read_jsonl", "run_identity",
-    "run_totals", "source_kind", "step_series", "study_intervals", "study_parameters",
+    "CALLS_FILE", "MANIFEST_SCHEMES", "MONITORS_FORMAT", "MONITOR_KINDS", "STUDY_FORMATS",
+    "AgentRow", "CallStats", "EventPage", "EventTable", "LLMCall", "MonitorData",
+    "MonitorSeries", "RunData", "SourceKind", "StepSeries", "StudyData", "StudyInterval",
+    "Thread", "agent_rows", "call_stats", "conversation_threads", "event_page", "event_table",
+    "event_text", "histogram", "llm_calls", "load_monitors", "load_society_run", "load_study",
+    "read_jsonl", "run_identity", "run_totals", "source_kind", "step_series",
+    "study_intervals", "study_parameters",
 ]
 
 #: The ``scheme`` values of ``manifest.json`` this report can read.
@@ -56,6 +57,8 @@ MONITOR_KINDS: Final = ("queue", "level", "utilisation", "count")
 _RUN_REQUIRED: Final = ("manifest.json", "config.yaml", "action_events.jsonl",
                         "telemetry.jsonl")
 _MONITOR_FILE: Final = "monitors.json"
+#: The call log of a society run (``simulacra.societies``: one line per model call).
+CALLS_FILE: Final = "calls.jsonl"
 
 SourceKind = Literal["society", "study", "monitors"]
 
@@ -162,6 +165,8 @@ class RunData:
         telemetry: The lines of ``telemetry.jsonl``, one per step or window.
         events: The lines of ``action_events.jsonl`` (``{"i", "step", "time",
             "agent", "kind", "data", "triggers"?}``), in resolution order.
+        calls: The lines of ``calls.jsonl``, one per model call (empty for a
+            run made before simulacra wrote it); see :func:`call_stats`.
     """
 
     path: Path
@@ -170,6 +175,7 @@ class RunData:
     summary: dict[str, Any]
     telemetry: list[dict[str, Any]]
     events: list[dict[str, Any]]
+    calls: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def engine(self) -> str:
@@ -234,7 +240,9 @@ def load_society_run(path: str | Path) -> RunData:
                if (where / "summary.json").is_file() else {})
     telemetry = read_jsonl(where / "telemetry.jsonl", what="run's telemetry")
     events = read_jsonl(where / "action_events.jsonl", what="run's event log")
-    return RunData(where, manifest, config, summary, telemetry, events)
+    calls_file = where / CALLS_FILE
+    calls = read_jsonl(calls_file, what="run's call log") if calls_file.is_file() else []
+    return RunData(where, manifest, config, summary, telemetry, events, calls)
 
 
 def _sim(run: RunData) -> dict[str, Any]:
@@ -772,6 +780,128 @@ def agent_rows(run: RunData, table: EventTable | None = None) -> list[AgentRow]:
                              int(usage.get("completion_tokens", 0)),
                              float(usage.get("cost", 0.0))))
     return rows
+
+
+# -- the call log -----------------------------------------------------------------------
+
+
+def _percentile(ordered: Sequence[float], q: float) -> float:
+    """The *q* quantile of sorted values (linear between the two nearest)."""
+    at = (len(ordered) - 1) * q
+    low = math.floor(at)
+    high = min(low + 1, len(ordered) - 1)
+    return ordered[low] + (ordered[high] - ordered[low]) * (at - low)
+
+
+@dataclass(frozen=True, slots=True)
+class CallStats:
+    """What ``calls.jsonl`` says: the latency distribution and the failed calls.
+
+    Attributes:
+        simulated: True when ``latency`` is the simulated latency (the
+            event-driven engine), False for wall-clock seconds.
+        latency: The latency of every call that returned, sorted.
+        wall: The wall-clock seconds of every call that returned, sorted.
+        per_step: Step (or window) -> ``(calls, failed, p50, p90, p99, max)``
+            of that step's latencies (NaN without a returned call).
+        failed_by_kind: Error type -> failed calls.
+        failed_by_agent: Agent -> error type -> failed calls.
+        first_failure: Error type -> its first failed call (the line).
+        sessions: How many sessions wrote the log (a resumed run: more than one).
+    """
+
+    simulated: bool
+    latency: list[float]
+    wall: list[float]
+    per_step: dict[int, tuple[int, int, float, float, float, float]]
+    failed_by_kind: dict[str, int]
+    failed_by_agent: dict[str, dict[str, int]]
+    first_failure: dict[str, dict[str, Any]]
+    sessions: int
+
+    @property
+    def failed(self) -> int:
+        """How many calls failed."""
+        return sum(self.failed_by_kind.values())
+
+    def quantile(self, q: float) -> float:
+        """The *q* quantile of :attr:`latency` (NaN when no call returned)."""
+        return _percentile(self.latency, q) if self.latency else math.nan
+
+
+def call_stats(run: RunData) -> CallStats:
+    """Aggregate ``calls.jsonl``: latencies (sorted), percentiles per step, failed calls."""
+    simulated = run.windowed or run.engine == "async_event"
+    latency: list[float] = []
+    wall: list[float] = []
+    by_step: dict[int, list[float]] = {}
+    counts: dict[int, list[int]] = {}
+    by_kind: dict[str, int] = {}
+    by_agent: dict[str, dict[str, int]] = {}
+    first: dict[str, dict[str, Any]] = {}
+    sessions: set[int] = set()
+    for call in run.calls:
+        step = int(call.get("step", 0))
+        sessions.add(int(call.get("session", 0)))
+        count = counts.get(step)
+        if count is None:
+            count = counts[step] = [0, 0]
+        count[0] += 1
+        if call.get("ok", True):
+            value = call.get("latency_s")
+            if isinstance(value, int | float):
+                latency.append(float(value))
+                by_step.setdefault(step, []).append(float(value))
+            seconds = call.get("wall_s")
+            if isinstance(seconds, int | float):
+                wall.append(float(seconds))
+            continue
+        count[1] += 1
+        error = str(call.get("error", "?"))
+        by_kind[error] = by_kind.get(error, 0) + 1
+        agent = by_agent.setdefault(str(call.get("agent", "")), {})
+        agent[error] = agent.get(error, 0) + 1
+        first.setdefault(error, call)
+    per_step: dict[int, tuple[int, int, float, float, float, float]] = {}
+    for step in sorted(counts):
+        values = sorted(by_step.get(step, ()))
+        n, failed = counts[step]
+        per_step[step] = ((n, failed, _percentile(values, 0.5), _percentile(values, 0.9),
+                           _percentile(values, 0.99), values[-1]) if values else
+                          (n, failed, math.nan, math.nan, math.nan, math.nan))
+    latency.sort()
+    wall.sort()
+    return CallStats(simulated, latency, wall, per_step, dict(sorted(by_kind.items())),
+                     {a: dict(sorted(k.items())) for a, k in sorted(by_agent.items())}, first,
+                     len(sessions))
+
+
+def histogram(values: Sequence[float], bins: int = 40) -> tuple[list[float], list[int], float,
+                                                                  int]:
+    """Equal-width bins of sorted *values* from 0 to about their 99.5th percentile.
+
+    Returns ``(left edges, counts, width, values above the last bin)``: a
+    long tail does not squash the rest into one bin; what lies past it is
+    counted, not drawn.
+    """
+    if not values:
+        return [], [], 0.0, 0
+    top = _percentile(values, 0.995) if len(values) >= 200 else values[-1]
+    if top <= 0:
+        top = values[-1] if values[-1] > 0 else 1.0
+    width = top / bins
+    counts = [0] * bins
+    above = 0
+    for value in values:
+        at = int(value / width) if width > 0 else 0
+        if at >= bins:
+            if value <= top:
+                at = bins - 1
+            else:
+                above += 1
+                continue
+        counts[max(at, 0)] += 1
+    return [i * width for i in range(bins)], counts, width, above
 
 
 # -- model calls ------------------------------------------------------------------------

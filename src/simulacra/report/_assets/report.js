@@ -222,6 +222,16 @@
         "</th><th class='num'>turns</th><th>first</th></tr></thead><tbody>" + rows.join("") +
         "</tbody></table>"));
     }
+    if (D.call_failures && D.call_failures.length) {
+      var crows = D.call_failures.map(function (f) {
+        return "<tr><td>" + esc(f[0]) + "</td><td class='num'>" + fmt(f[1]) + "</td><td class='num'>" +
+               fmt(f[2]) + "</td><td class='wrap'>" + (f[3] ? agentLink(f[3]) : "") + " step " + esc(fmt(f[4])) +
+               ": " + esc(f[5]) + "</td></tr>";
+      });
+      cards.appendChild(el("div", "card", "<h3 class='bad'>Failed model calls</h3><table class='failed-calls'>" +
+        "<thead><tr><th>error</th><th class='num'>calls</th><th class='num'>agents</th><th>first</th></tr></thead><tbody>" +
+        crows.join("") + "</tbody></table><p class='note'><a href='#/agents?sort=failed'>agents by failed calls</a></p>"));
+    }
     page.appendChild(cards);
     (D.notes || []).forEach(function (n) { page.appendChild(el("p", "note", esc(n))); });
     page.appendChild(el("h2", "", "Per " + (D.windowed ? "window of virtual time" : "step")));
@@ -348,8 +358,9 @@
 
   // -- agents --------------------------------------------------------------------------------
   var AGENT_COLS = ["agent", "events", "concerning it", "model calls", "prompt tokens",
-                    "completion tokens", "cost"];
-  function renderAgents(page) {
+                    "completion tokens", "cost", "failed calls"];
+  var AGENT_FIELD = [0, 1, 2, 3, 4, 5, 6, 8];  // the row's field of each column (7: kinds)
+  function renderAgents(page, query) {
     needLog();
     var A = D.agents.rows;
     page.appendChild(el("h2", "", "Agents"));
@@ -359,7 +370,7 @@
     page.appendChild(form);
     var holder = el("div");
     page.appendChild(holder);
-    var sortBy = 1, descending = true;
+    var sortBy = query && query.sort === "failed" ? 8 : 1, descending = true;
     function draw() {
       var q = form.q.value.trim().replace(/^@/, "").toLowerCase();
       var rows = A.filter(function (r) { return !q || LOG.agents[r[0]].toLowerCase().indexOf(q) >= 0; });
@@ -371,13 +382,15 @@
       });
       holder.innerHTML = "";
       var head = "<tr>" + AGENT_COLS.map(function (c, i) {
-        var mark = i === sortBy ? (descending ? " &darr;" : " &uarr;") : "";
-        return "<th class='sortable" + (i ? " num" : "") + "' data-col='" + i + "'>" + esc(c) + mark + "</th>";
+        var col = AGENT_FIELD[i];
+        var mark = col === sortBy ? (descending ? " &darr;" : " &uarr;") : "";
+        return "<th class='sortable" + (i ? " num" : "") + "' data-col='" + col + "'>" + esc(c) + mark + "</th>";
       }).join("") + "</tr>";
       var made = pagedTable(holder, head, rows.length, function (k) {
         var r = rows[k];
-        return "<tr><td>" + agentLink(LOG.agents[r[0]]) + "</td>" + r.slice(1, 7).map(function (v) {
-          return "<td class='num'>" + fmt(v) + "</td>";
+        return "<tr><td>" + agentLink(LOG.agents[r[0]]) + "</td>" + AGENT_FIELD.slice(1).map(function (f) {
+          var v = r[f] || 0;
+          return "<td class='num" + (f === 8 && v ? " bad" : "") + "'>" + fmt(v) + "</td>";
         }).join("") + "</tr>";
       }, {what: "agents"});
       made.table.querySelectorAll("th.sortable").forEach(function (th) {
@@ -451,6 +464,10 @@
     page.appendChild(el("h3", "", "What it did"));
     eventList(page, own, {what: "of its events", empty: "it made no events"});
 
+    if (D.call_log) {
+      renderAgentCalls(page, name, a, own, concerning);
+      return;
+    }
     var calls = callsOf(name);
     page.appendChild(el("h3", "", "What it saw"));
     if (calls && calls.length) {
@@ -491,6 +508,136 @@
       }, {what: "calls", pageSize: 20});
     } else {
       page.appendChild(el("p", "note", esc((D.llm && D.llm.note) || "No model calls are recorded for it.")));
+    }
+  }
+
+  // -- an agent's turns and calls, from calls.jsonl ------------------------------------------
+  var LINES = null;
+  function needLines() {
+    if (LINES !== null) return LINES;
+    var node = document.getElementById("report-lines");
+    LINES = node ? JSON.parse(node.textContent) : {lines: [], roles: []};
+    return LINES;
+  }
+  function agentData(a) {
+    var node = document.getElementById("agent-" + a);
+    return node ? JSON.parse(node.textContent) : {calls: []};
+  }
+  function messageText(ids) {
+    var L = needLines().lines;
+    var out = new Array(ids.length);
+    for (var i = 0; i < ids.length; i++) out[i] = L[ids[i]];
+    return out.join("\n");
+  }
+  function sawHtml(saw) {
+    if (!saw) return "<p class='note'>its prompt is not recorded (no llm_recordings.sqlite, or a replayed call)</p>";
+    var roles = needLines().roles;
+    var last = saw.length - 1;
+    return saw.map(function (m, i) {
+      var role = roles[m[0]];
+      var text = esc(messageText(m[1]));
+      if (i === last) return "<div class='muted'>" + esc(role) + "</div><pre class='saw'>" + text + "</pre>";
+      return "<details><summary>" + esc(role) + " message</summary><pre>" + text + "</pre></details>";
+    }).join("");
+  }
+  function seconds(v) {
+    if (v === null || v === undefined) return "";
+    if (v >= 1) return v.toPrecision(3) + " s";
+    if (v >= 1e-3) return (v * 1e3).toPrecision(3) + " ms";
+    return (v * 1e6).toPrecision(3) + " \u00b5s";
+  }
+  function outcomeHtml(c) {
+    return c[9] ? "<span class='ok'>ok</span>" :
+      "<span class='bad'><b>" + esc(c[10]) + "</b></span> <span class='muted'>" + esc(c[11] || "") + "</span>";
+  }
+  function renderAgentCalls(page, name, a, own, concerning) {
+    var data = agentData(a);
+    var calls = data.calls || [];
+    var failed = (D.agents.failed || {})[name] || {};
+    var kinds = Object.keys(failed);
+    var box = el("div", "agent-failures");
+    if (kinds.length) {
+      box.innerHTML = "<h3 class='bad'>Failed model calls</h3><div class='chips'>" + kinds.map(function (k) {
+        return "<span class='chip bad' data-error='" + esc(k) + "'>" + esc(k) + " &times; " + failed[k] + "</span>";
+      }).join("") + "</div>";
+    } else {
+      box.innerHTML = "<p class='note'>None of its " + fmt(calls.length) + " model calls failed.</p>";
+    }
+    page.appendChild(box);
+
+    // Its turns: what it saw (the prompt of the turn's model calls) and what it did (the turn's events).
+    var turns = new Map();
+    function turnOf(t) {
+      var item = turns.get(t);
+      if (!item) { item = {turn: t, calls: [], events: []}; turns.set(t, item); }
+      return item;
+    }
+    calls.forEach(function (c) { turnOf(c[1]).calls.push(c); });
+    own.forEach(function (i) { turnOf(ROWS[i][1]).events.push(i); });
+    var order = Array.from(turns.keys()).sort(function (x, y) { return x - y; });
+    var unit = D.windowed ? "turn" : "step";
+    page.appendChild(el("h3", "", "Its turns: what it saw and what it did"));
+    page.appendChild(el("p", "note", esc(fmt(order.length) + " turns. What it saw is the prompt of the turn's model call " +
+      "(the observation the world gave it, as the agent put it to the model); what it did, the events its turn resolved to." +
+      (D.windowed ? " On the event-driven engine a turn is the agent's n-th wake-up; t is the virtual time it woke." : ""))));
+    var turnsHolder = el("div", "turns");
+    page.appendChild(turnsHolder);
+    pagedTable(turnsHolder, "<tr><th class='num'>" + unit + "</th><th>what it saw</th><th>what it did</th></tr>",
+      order.length, function (k) {
+        var item = turns.get(order[k]);
+        var first = item.calls[0];
+        var meta = "<b>" + esc(item.turn) + "</b>" + (first && D.windowed ? "<div class='muted'>t=" + timeText(first[3]) +
+                   "</div>" : "");
+        var saw = item.calls.length ? item.calls.map(function (c, j) {
+          return (item.calls.length > 1 ? "<div class='muted'>call " + c[0] + "</div>" : "") + sawHtml(c[12]);
+        }).join("") : "<p class='note'>no model call this turn</p>";
+        var did = item.events.map(function (i) {
+          var r = ROWS[i];
+          return "<div class='did'>" + kindBadge(r[4]) + " " + linkMentions(r[5]) + "</div>";
+        }).join("") || "<p class='note'>no event</p>";
+        var how = item.calls.map(function (c) {
+          return "<div class='muted call-outcome'>call " + c[0] + ": " + outcomeHtml(c) + (c[9] ? " &middot; " + seconds(c[4]) +
+                 " &middot; " + fmt(c[6]) + "+" + fmt(c[7]) + " tokens" : "") + "</div>";
+        }).join("");
+        return "<tr class='turn" + (item.calls.some(function (c) { return !c[9]; }) ? " failed" : "") + "' data-turn='" +
+               item.turn + "'><td class='num'>" + meta + "</td><td class='text saw-cell'>" + saw +
+               "</td><td class='text did-cell'>" + did + how + "</td></tr>";
+      }, {cls: "turns", what: "turns", pageSize: 10, empty: "it took no turn"});
+
+    page.appendChild(el("h3", "", "Events that concern it"));
+    page.appendChild(el("p", "note", "Mentions of it, replies to it, likes of its posts, follows."));
+    eventList(page, concerning, {what: "events", empty: "no event concerns it"});
+
+    // Every model call, failed ones included.
+    page.appendChild(el("h3", "", "Its model calls"));
+    var texts = {};
+    ((D.llm && D.llm.calls && D.llm.calls[name]) || []).forEach(function (c) { texts[c[0]] = c; });
+    var form = el("form", "controls");
+    form.innerHTML = "<label class='check'><input type='checkbox' name='failed'> only failed calls</label>";
+    form.addEventListener("submit", function (e) { e.preventDefault(); });
+    page.appendChild(form);
+    var holder = el("div", "calls");
+    page.appendChild(holder);
+    var what = D.simulated ? "latency (simulated)" : "latency";
+    function draw() {
+      var shown = form.failed.checked ? calls.filter(function (c) { return !c[9]; }) : calls;
+      holder.innerHTML = "";
+      pagedTable(holder, "<tr><th class='num'>call</th><th class='num'>" + unit + "</th><th class='num'>" + esc(what) +
+                 "</th><th class='num'>wall</th><th class='num'>prompt</th><th class='num'>completion</th>" +
+                 "<th class='num'>cost</th><th>outcome, and the reply</th></tr>", shown.length, function (k) {
+        var c = shown[k];
+        var text = texts[c[0]];
+        return "<tr class='call" + (c[9] ? "" : " failed") + "' data-call='" + c[0] + "'><td class='num'>" + c[0] +
+               "</td><td class='num'>" + esc(fmt(c[1])) + "</td><td class='num'>" + seconds(c[4]) + "</td><td class='num'>" +
+               seconds(c[5]) + "</td><td class='num'>" + fmt(c[6]) + "</td><td class='num'>" + fmt(c[7]) +
+               "</td><td class='num'>" + fmt(c[8]) + "</td><td class='text'>" + outcomeHtml(c) +
+               (text ? "<pre>" + esc(str(text[3])) + "</pre>" : "") + "</td></tr>";
+      }, {what: "calls", pageSize: 20, empty: form.failed.checked ? "no failed call" : "no model call"});
+    }
+    form.addEventListener("change", draw);
+    draw();
+    if (D.llm && D.llm.note && calls.length && !Object.keys(texts).length) {
+      page.appendChild(el("p", "note", "The replies' texts: " + esc(D.llm.note)));
     }
   }
 
@@ -593,7 +740,7 @@
     } else if (name === "log") {
       renderLog(pages.log, query);
     } else if (!rendered[name]) {
-      view[2](pages[name]);
+      view[2](pages[name], query);
       rendered[name] = true;
     }
     if (name !== "overview" || !window.__reportReady) window.scrollTo(0, 0);
