@@ -386,3 +386,16 @@ def test_simulacra_run_gives_a_model_function_its_scenario(
     base = json.loads(capsys.readouterr().out)
     assert main([*common, "--scenario", str(artifact)]) == 0
     assert json.loads(capsys.readouterr().out) != base
+
+
+def test_a_resume_before_an_interview_serves_its_answers_from_the_recordings(
+        tmp_path: Path) -> None:
+    config = _config("round", "threads", "run.checkpoint_every=1")
+    straight = run_society(config, out=tmp_path / "straight", scenario=FULL)
+    _cut(config, tmp_path / "cut", 4, FULL)  # the interview of step 3 is made and recorded
+    spy = Spy()
+    resumed = resume_society(tmp_path / "cut", from_checkpoint=2, model=spy)
+
+    assert resumed.digest == straight.digest
+    assert not [site for site, _ in spy.calls if site.agent.startswith("interview:")]
+    assert resumed.llm["served_from_recordings"] >= 2 * 12 + 2  # steps 2 and 3, and the answers
