@@ -793,9 +793,8 @@ class RecordingStore:
                 raise RecordingError(f"recording store {self.path} is closed")
             for raw, request in self._db.execute(
                     "SELECT request_key, request FROM completions WHERE request IS NOT NULL"):
-                raw = bytes(raw)
                 if raw in wanted and raw not in refs:
-                    refs[raw] = [int(blob) for blob in str(request).split()[1:]]
+                    refs[raw] = list(map(int, request.split()[1:]))
             needed = sorted({blob for ids in refs.values() for blob in ids})
             texts: dict[int, tuple[str, str]] = {}
             for at in range(0, len(needed), 500):
