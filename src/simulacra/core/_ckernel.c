@@ -232,19 +232,281 @@ static PyObject *heap_pop(PyObject *heap) {
     return ret;
 }
 
-/* `d.pop(key)` of an exact dict: a new reference, or NULL with KeyError. */
+/* ------------------------------------------------------------------ TimeHeap */
+
+/* The compiled kernel's `Sim._times`: heapq's binary heap of the distinct
+ * future times, with each time's double stored beside its object, so that the
+ * comparisons of float times read no object (a list of floats costs a cache
+ * miss per comparison once the heap is large). The layout is heapq's (the same
+ * siftdown and siftup), a pop returns the very object pushed, and any time that
+ * is not an exact float (an int clock, say) is compared as heapq compares it.
+ * The kernel's module-level heappush/heappop are replaced by ck_heappush and
+ * ck_heappop, which take a TimeHeap or a list. */
+typedef struct {
+    double d;
+    PyObject *o;
+} TEntry;
+
+typedef struct {
+    PyObject_HEAD
+    TEntry *a;
+    Py_ssize_t n, cap;
+    Py_ssize_t nonfloat; /* entries whose object is not an exact float */
+} TimeHeap;
+
+static PyTypeObject TimeHeapType;
+
+static inline int te_lt(TimeHeap *h, TEntry *x, TEntry *y, int *err) {
+    if (h->nonfloat == 0 || (PyFloat_CheckExact(x->o) && PyFloat_CheckExact(y->o)))
+        return x->d < y->d;
+    Py_ssize_t n = h->n;
+    PyObject *a = x->o, *b = y->o;
+    Py_INCREF(a);
+    Py_INCREF(b);
+    int r = PyObject_RichCompareBool(a, b, Py_LT);
+    Py_DECREF(a);
+    Py_DECREF(b);
+    if (r < 0) *err = 1;
+    else if (n != h->n) {
+        PyErr_SetString(PyExc_RuntimeError, "list changed size during iteration");
+        *err = 1;
+    }
+    return r;
+}
+
+static int th_siftdown(TimeHeap *h, Py_ssize_t startpos, Py_ssize_t pos) {
+    int err = 0;
+    while (pos > startpos) {
+        Py_ssize_t parentpos = (pos - 1) >> 1;
+        int cmp = te_lt(h, &h->a[pos], &h->a[parentpos], &err);
+        if (err) return -1;
+        if (cmp == 0) break;
+        TEntry t = h->a[parentpos];
+        h->a[parentpos] = h->a[pos];
+        h->a[pos] = t;
+        pos = parentpos;
+    }
+    return 0;
+}
+
+static int th_siftup(TimeHeap *h, Py_ssize_t pos) {
+    Py_ssize_t endpos = h->n, startpos = pos, limit = endpos >> 1;
+    int err = 0;
+    while (pos < limit) {
+        Py_ssize_t childpos = 2 * pos + 1;
+        if (childpos + 1 < endpos) {
+            int cmp = te_lt(h, &h->a[childpos], &h->a[childpos + 1], &err);
+            if (err) return -1;
+            childpos += ((unsigned)cmp ^ 1);
+        }
+        TEntry t = h->a[childpos];
+        h->a[childpos] = h->a[pos];
+        h->a[pos] = t;
+        pos = childpos;
+    }
+    return th_siftdown(h, startpos, pos);
+}
+
+static double as_key(PyObject *o) {
+    if (PyFloat_CheckExact(o)) return PyFloat_AS_DOUBLE(o);
+    return 0.0; /* never compared as a double: see te_lt */
+}
+
+static int th_push(TimeHeap *h, PyObject *o) {
+    if (h->n == h->cap) {
+        Py_ssize_t cap = h->cap ? h->cap * 2 : 16;
+        TEntry *a = PyMem_Realloc(h->a, cap * sizeof(TEntry));
+        if (a == NULL) {
+            PyErr_NoMemory();
+            return -1;
+        }
+        h->a = a;
+        h->cap = cap;
+    }
+    Py_INCREF(o);
+    h->a[h->n].d = as_key(o);
+    h->a[h->n].o = o;
+    if (!PyFloat_CheckExact(o)) h->nonfloat++;
+    h->n++;
+    return th_siftdown(h, 0, h->n - 1);
+}
+
+static PyObject *th_pop(TimeHeap *h) {
+    if (h->n == 0) {
+        PyErr_SetString(PyExc_IndexError, "index out of range");
+        return NULL;
+    }
+    TEntry last = h->a[--h->n];
+    PyObject *ret;
+    if (h->n == 0) {
+        ret = last.o;
+    } else {
+        ret = h->a[0].o;
+        h->a[0] = last;
+        if (th_siftup(h, 0) < 0) {
+            /* heapq has already taken the item out: so do we */
+            if (!PyFloat_CheckExact(ret)) h->nonfloat--;
+            Py_DECREF(ret);
+            return NULL;
+        }
+    }
+    if (!PyFloat_CheckExact(ret)) h->nonfloat--;
+    return ret;
+}
+
+static PyObject *th_new(PyTypeObject *tp, PyObject *args, PyObject *kw) {
+    if (PyTuple_GET_SIZE(args) || (kw != NULL && PyDict_GET_SIZE(kw))) {
+        PyErr_SetString(PyExc_TypeError, "TimeHeap() takes no arguments");
+        return NULL;
+    }
+    TimeHeap *h = (TimeHeap *)tp->tp_alloc(tp, 0);
+    return (PyObject *)h;
+}
+
+static int th_traverse(TimeHeap *h, visitproc visit, void *arg) {
+    for (Py_ssize_t i = 0; i < h->n; i++) Py_VISIT(h->a[i].o);
+    return 0;
+}
+
+static int th_clear(TimeHeap *h) {
+    Py_ssize_t n = h->n;
+    h->n = 0;
+    h->nonfloat = 0;
+    for (Py_ssize_t i = 0; i < n; i++) Py_CLEAR(h->a[i].o);
+    return 0;
+}
+
+static void th_dealloc(TimeHeap *h) {
+    PyObject_GC_UnTrack(h);
+    th_clear(h);
+    PyMem_Free(h->a);
+    Py_TYPE(h)->tp_free((PyObject *)h);
+}
+
+static Py_ssize_t th_len(TimeHeap *h) { return h->n; }
+
+static PyObject *th_item(TimeHeap *h, Py_ssize_t i) {
+    if (i < 0 || i >= h->n) {
+        PyErr_SetString(PyExc_IndexError, "list index out of range");
+        return NULL;
+    }
+    Py_INCREF(h->a[i].o);
+    return h->a[i].o;
+}
+
+static PyObject *th_aslist(TimeHeap *h) {
+    PyObject *l = PyList_New(h->n);
+    if (l == NULL) return NULL;
+    for (Py_ssize_t i = 0; i < h->n; i++) {
+        Py_INCREF(h->a[i].o);
+        PyList_SET_ITEM(l, i, h->a[i].o);
+    }
+    return l;
+}
+
+static PyObject *th_repr(TimeHeap *h) {
+    PyObject *l = th_aslist(h);
+    if (l == NULL) return NULL;
+    PyObject *r = PyObject_Repr(l);
+    Py_DECREF(l);
+    return r;
+}
+
+static PyObject *th_richcompare(PyObject *a, PyObject *b, int op) {
+    /* Compares as the list it stands for (with lists and other TimeHeaps). */
+    if (!(PyList_Check(b) || Py_TYPE(b) == &TimeHeapType) ||
+        !(PyList_Check(a) || Py_TYPE(a) == &TimeHeapType))
+        Py_RETURN_NOTIMPLEMENTED;
+    PyObject *la = Py_TYPE(a) == &TimeHeapType ? th_aslist((TimeHeap *)a) : Py_NewRef(a);
+    PyObject *lb = Py_TYPE(b) == &TimeHeapType ? th_aslist((TimeHeap *)b) : Py_NewRef(b);
+    PyObject *r = (la && lb) ? PyObject_RichCompare(la, lb, op) : NULL;
+    Py_XDECREF(la);
+    Py_XDECREF(lb);
+    return r;
+}
+
+static PySequenceMethods th_as_sequence = {
+    .sq_length = (lenfunc)th_len,
+    .sq_item = (ssizeargfunc)th_item,
+};
+
+static PyTypeObject TimeHeapType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "simulacra.core._ckernel.TimeHeap",
+    .tp_basicsize = sizeof(TimeHeap),
+    .tp_dealloc = (destructor)th_dealloc,
+    .tp_repr = (reprfunc)th_repr,
+    .tp_as_sequence = &th_as_sequence,
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
+    .tp_doc = "The heap of a Sim's distinct future times (the compiled kernel's Sim._times).",
+    .tp_traverse = (traverseproc)th_traverse,
+    .tp_clear = (inquiry)th_clear,
+    .tp_richcompare = th_richcompare,
+    .tp_hash = PyObject_HashNotImplemented,
+    .tp_new = th_new,
+};
+
+/* heappush(heap, item) and heappop(heap) for the kernel module: a TimeHeap, or
+ * a list (heapq's algorithm, so the same result as heapq's). */
+static PyObject *ck_heappush(PyObject *m, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 2) {
+        PyErr_Format(PyExc_TypeError, "heappush expected 2 arguments, got %zd", nargs);
+        return NULL;
+    }
+    int r;
+    if (Py_TYPE(args[0]) == &TimeHeapType) {
+        r = th_push((TimeHeap *)args[0], args[1]);
+    } else if (PyList_Check(args[0])) {
+        r = heap_push(args[0], args[1]);
+    } else {
+        PyErr_SetString(PyExc_TypeError, "heap argument must be a list");
+        return NULL;
+    }
+    if (r < 0) return NULL;
+    Py_RETURN_NONE;
+}
+
+static PyObject *ck_heappop(PyObject *m, PyObject *heap) {
+    if (Py_TYPE(heap) == &TimeHeapType) return th_pop((TimeHeap *)heap);
+    if (PyList_Check(heap)) return heap_pop(heap);
+    PyErr_SetString(PyExc_TypeError, "heap argument must be a list");
+    return NULL;
+}
+
+static inline Py_ssize_t times_len(PyObject *t) {
+    return Py_TYPE(t) == &TimeHeapType ? ((TimeHeap *)t)->n : PyList_GET_SIZE(t);
+}
+
+static inline int is_times(PyObject *t) {
+    return Py_TYPE(t) == &TimeHeapType || PyList_CheckExact(t);
+}
+
+static inline int times_push(PyObject *t, PyObject *o) {
+    return Py_TYPE(t) == &TimeHeapType ? th_push((TimeHeap *)t, o) : heap_push(t, o);
+}
+
+static inline PyObject *times_pop(PyObject *t) {
+    return Py_TYPE(t) == &TimeHeapType ? th_pop((TimeHeap *)t) : heap_pop(t);
+}
+
+/* `d.pop(key)` (must) or `d.pop(key, None)` of an exact dict: a new reference,
+ * or NULL (with KeyError if *must*). */
 static PyObject *dict_pop(PyObject *d, PyObject *key, int must) {
-    PyObject *v = PyDict_GetItemWithError(d, key);
-    if (v == NULL) {
-        if (!PyErr_Occurred() && must) PyErr_SetObject(PyExc_KeyError, key);
-        return NULL;
+#if PY_VERSION_HEX >= 0x030D0000
+    PyObject *v;
+    int r = PyDict_Pop(d, key, &v);
+    if (r == 0 && must) PyErr_SetObject(PyExc_KeyError, key);
+    return r > 0 ? v : NULL;
+#else
+    if (!must) {
+        PyObject *v = _PyDict_Pop(d, key, Py_None);
+        if (v == Py_None) {
+            Py_DECREF(v);
+            return NULL;
+        }
+        return v;
     }
-    Py_INCREF(v);
-    if (PyDict_DelItem(d, key) < 0) {
-        Py_DECREF(v);
-        return NULL;
-    }
-    return v;
+    return _PyDict_Pop(d, key, NULL);
+#endif
 }
 
 /* `a += b` and `a -= b` for the statistics sums (floats in practice). */
@@ -449,8 +711,7 @@ static PyObject *run_fifo(PyObject *self, PyObject *const *args, Py_ssize_t narg
              *nowq = SLOT(self, s_nowq), *times = SLOT(self, s_times),
              *buckets = SLOT(self, s_buckets), *ubuckets = SLOT(self, s_ubuckets);
     if (Py_TYPE(urgentq) != DequeT || Py_TYPE(timedq) != DequeT || Py_TYPE(nowq) != DequeT ||
-        !PyList_CheckExact(times) || !PyDict_CheckExact(buckets) ||
-        !PyDict_CheckExact(ubuckets))
+        !is_times(times) || !PyDict_CheckExact(buckets) || !PyDict_CheckExact(ubuckets))
         return call_orig(orig_run_fifo, self, args, nargs, NULL);
     Py_INCREF(urgentq);
     Py_INCREF(timedq);
@@ -501,10 +762,10 @@ static PyObject *run_fifo(PyObject *self, PyObject *const *args, Py_ssize_t narg
             if (!(waiter = ev_get(event, o_waiter, n_waiter))) goto error;
             if (!(cbs = ev_get(event, o_cbs, n_cbs))) goto error;
             if (ev_set(event, o_cbs, n_cbs, DONE) < 0) goto error;
-        } else if (PyList_GET_SIZE(times)) {
+        } else if (times_len(times)) {
             /* Inlines Sim._advance; a time with one event and nothing urgent
              * is processed right here. */
-            PyObject *when = heap_pop(times);
+            PyObject *when = times_pop(times);
             if (when == NULL) goto error;
             Py_INCREF(when);
             slot_steal(self, s_now, when); /* self.now = when */
@@ -777,8 +1038,7 @@ static PyObject *sim_delay(PyObject *self, PyObject *const *args, Py_ssize_t nar
     double w = nowd + d;
     if (!(w > nowd)) goto fallback;
     PyObject *buckets = SLOT(self, s_buckets), *times = SLOT(self, s_times);
-    if (buckets == NULL || times == NULL || !PyDict_CheckExact(buckets) ||
-        !PyList_CheckExact(times))
+    if (buckets == NULL || times == NULL || !PyDict_CheckExact(buckets) || !is_times(times))
         goto fallback;
     PyObject *value = nargs == 2 ? args[1] : Py_None;
     PyObject *event = new_event();
@@ -794,7 +1054,7 @@ static PyObject *sim_delay(PyObject *self, PyObject *const *args, Py_ssize_t nar
     PyObject *bucket = PyDict_SetDefault(buckets, when, event);
     if (bucket == NULL) goto error_when;
     if (bucket == event) {
-        if (heap_push(times, when) < 0) goto error_when;
+        if (times_push(times, when) < 0) goto error_when;
     } else if (Py_TYPE(bucket) == BucketT) {
         if (PyList_Append(bucket, event) < 0) goto error_when;
     } else {
@@ -1104,6 +1364,14 @@ static PyMethodDef exit_def = {"__exit__", (PyCFunction)(void (*)(void))event_ex
 static PyMethodDef request_def = {"request", (PyCFunction)(void (*)(void))resource_request,
                                   METH_FASTCALL | METH_KEYWORDS, NULL};
 
+static PyMethodDef heappush_def = {"heappush", (PyCFunction)(void (*)(void))ck_heappush,
+                                   METH_FASTCALL,
+                                   "heappush(heap, item)\n--\n\nheapq.heappush, for a list "
+                                   "or the compiled kernel's TimeHeap."};
+static PyMethodDef heappop_def = {"heappop", (PyCFunction)ck_heappop, METH_O,
+                                  "heappop(heap)\n--\n\nheapq.heappop, for a list or the "
+                                  "compiled kernel's TimeHeap."};
+
 #define OFF(tp, name, var) \
     if (offset_of(tp, name, &var) < 0) goto error
 
@@ -1156,6 +1424,17 @@ static PyObject *install(PyObject *module, PyObject *kernel) {
     OFF(BucketT, "when", b_when);
     kdict = PyModule_GetDict(kernel);
     Py_INCREF(kdict);
+    if (PyType_Ready(&TimeHeapType) < 0) goto error;
+    {
+        PyObject *push = PyCFunction_New(&heappush_def, NULL);
+        PyObject *pop = push ? PyCFunction_New(&heappop_def, NULL) : NULL;
+        int err = pop == NULL || PyDict_SetItemString(kdict, "heappush", push) < 0 ||
+                  PyDict_SetItemString(kdict, "heappop", pop) < 0 ||
+                  PyDict_SetItemString(kdict, "_new_times", (PyObject *)&TimeHeapType) < 0;
+        Py_XDECREF(push);
+        Py_XDECREF(pop);
+        if (err) goto error;
+    }
     if (put_method(SimT, &run_fifo_def, &orig_run_fifo, "($self, /)", NULL) < 0) goto error;
     if (put_method(SimT, &delay_def, &orig_delay, "($self, /, delay, value=None)",
                    "timeout") < 0)

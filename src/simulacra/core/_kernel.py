@@ -119,6 +119,11 @@ class _Bucket(list[Any]):
         self.when = when
 
 
+#: Makes a Sim's heap of future times: a list. (The compiled kernel replaces
+#: it with its own heap of unboxed times, and heappush/heappop with functions
+#: that take either; see core/_ckernel.c.)
+_new_times: Callable[[], list[float]] = list
+
 #: The ``_cbs`` of a delay scheduled in the future (its ``_data`` is its time):
 #: "no callbacks" like None, and it tells the run loop the event may be elided.
 _FUTURE: tuple[()] = ()
@@ -927,7 +932,7 @@ class Sim:
         # normal events scheduled at t, each group in scheduling order. Every
         # container below is appended to in scheduling order, so no keys.
         #: Heap of the distinct future times that have events.
-        self._times: list[float] = []
+        self._times: list[float] = _new_times()
         #: Future time -> its normal event, or a list of them in scheduling
         #: order once there are two (most times in continuous models have one).
         self._buckets: dict[float, Any] = {}
