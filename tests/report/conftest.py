@@ -143,6 +143,26 @@ def study_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="session")
+def scenario_study(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A study of the bank example with a scenarios axis: 2 configs x (baseline + 2), 4 reps."""
+    from simulacra.scenarios import Scenario
+
+    rush = Scenario(name="rush", description="A lunch-time rush: 30% more customers.",
+                    interventions=[{"knob": "demand", "at": 20, "value": 1.3, "duration": 100}],
+                    citations=[{"passage": "branch-report.md#0-120:abcdef012345",
+                                "quote": "queues doubled at lunch time"}])
+    slow = Scenario(name="slow-tellers", interventions=[{"knob": "service_speed", "at": 0,
+                                                         "value": 0.9, "ramp": 30}])
+    out = tmp_path_factory.mktemp("report") / "scenario-study"
+    experiment = simulacra.Experiment.from_run(
+        f"{ROOT / 'examples' / 'bank.py'}:run",
+        [{"customers": 200, "warmup": 0.0}, {"customers": 200, "warmup": 0.0, "servers": 4}],
+        master_seed=9, scenarios=[rush, slow], spool_dir=out)
+    experiment.run(4, "sequential")
+    return out
+
+
+@pytest.fixture(scope="session")
 def monitors_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A ``monitors.json`` of the post office."""
     out = tmp_path_factory.mktemp("report") / "office"

@@ -431,8 +431,27 @@ def study_data(study: _data.StudyData, *, confidence: float = 0.95) -> dict[str,
     rep_rows = [[r["config_index"], r["replication"],
                  *(study.configs[r["config_index"]].get(p) for p in parameters),
                  *(_clean(r["kpis"].get(k)) for k in kpis)] for r in study.results]
+    scenarios: dict[str, Any] = {}
+    if study.scenarios:
+        effects = _data.scenario_effects(study, confidence)
+        effect_specs, effect_template = _charts_json(_charts.scenario_charts(effects, confidence))
+        template = template or effect_template
+        others = [p for p in varying if p != "scenario"]
+        cols = ["scenario", *others, "KPI", "n", "mean", f"± ({level} CI)", "difference",
+                f"± ({level} CI) ", "diff low", "diff high"]
+        rows_ = [[e.scenario, *(e.config.get(p) for p in others), e.kpi, e.n, _clean(e.mean),
+                  _clean(e.halfwidth), _clean(e.difference), _clean(e.diff_halfwidth),
+                  _clean(e.diff_low), _clean(e.diff_high)] for e in effects]
+        scenarios = {
+            "charts": effect_specs,
+            "identity": _data.study_scenarios(study),
+            "effects": {"cols": cols, "rows": rows_,
+                        "numeric": [c not in ("scenario", "KPI", *others) for c in cols]},
+        }
+        identity["scenarios"] = ", ".join(s["name"] for s in scenarios["identity"])
     return {
         "kind": "study",
+        "scenarios": scenarios,
         "title": f"{study.path.name}: study of {info.get('model')} · simulacra report",
         "identity": [[k, v] for k, v in identity.items() if v is not None],
         "notes": [f"Means with {level} Student-t confidence intervals over each config's "

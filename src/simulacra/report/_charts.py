@@ -23,6 +23,7 @@ from simulacra.errors import ConfigError
 from ._data import (
     CallStats,
     MonitorData,
+    ScenarioEffect,
     StepSeries,
     StudyData,
     StudyInterval,
@@ -37,7 +38,8 @@ __all__ = [
     "PLOTLY_EXTRA", "actions_chart", "calls_chart", "cost_chart", "failures_chart",
     "figure_spec", "kind_colors", "latency_chart", "latency_histogram_chart",
     "latency_percentiles_chart", "monitor_charts", "plotly_missing",
-    "probes_chart", "queue_chart", "society_charts", "study_charts", "tokens_chart",
+    "probes_chart", "queue_chart", "scenario_charts", "society_charts", "study_charts",
+    "tokens_chart",
 ]
 
 #: How to install what the charts need.
@@ -379,6 +381,53 @@ def study_charts(study: StudyData, intervals: Sequence[StudyInterval],
                                              "tickvals": sorted(set(xs))})
             charts[f"{kpi} ~ {parameter}"] = fig
     return charts
+
+
+def scenario_charts(effects: Sequence[ScenarioEffect],
+                    confidence: float = 0.95) -> dict[str, go.Figure]:
+    """Per KPI: each scenario's difference from its baseline, with its confidence interval.
+
+    One figure per KPI, id ``"effect: <kpi>"``: a point per scenario (error
+    bars: the paired interval), one trace per combination of the other
+    config parameters, and a line at zero (the baseline).
+    """
+    go = _go()
+    level = f"{confidence:.0%}"
+    by_kpi: dict[str, list[ScenarioEffect]] = {}
+    for effect in effects:
+        if effect.scenario != "baseline":
+            by_kpi.setdefault(effect.kpi, []).append(effect)
+    varying = {name for e in effects for name in e.config
+               if len({json.dumps(x.config.get(name), sort_keys=True) for x in effects}) > 1}
+    charts: dict[str, Any] = {}
+    for kpi, items in by_kpi.items():
+        fig = _figure(f"{kpi}: difference from the baseline ({level} CI, paired)", "scenario",
+                      f"Δ {kpi}")
+        fig.update_layout(yaxis={"rangemode": "normal", "zeroline": True,
+                                 "zerolinecolor": "#98a2b3", "zerolinewidth": 2},
+                          xaxis={"type": "category"}, scattermode="group")
+        groups: dict[str, list[ScenarioEffect]] = {}
+        for item in items:
+            key = ", ".join(f"{p}={_label(item.config.get(p))}" for p in sorted(varying))
+            groups.setdefault(key, []).append(item)
+        for key, group in groups.items():
+            fig.add_trace(go.Scatter(
+                x=[i.scenario for i in group], y=[_finite(i.difference) for i in group],
+                name=key or kpi, mode="markers",
+                marker={"size": 10, "symbol": "diamond"},
+                error_y={"type": "data", "visible": True,
+                         "array": [_finite(i.diff_halfwidth) or 0.0 for i in group]},
+                customdata=[[i.mean, _finite(i.diff_low), _finite(i.diff_high), i.n]
+                            for i in group],
+                hovertemplate=("%{x}: Δ %{y:.4g} (CI %{customdata[1]:.4g} to "
+                               "%{customdata[2]:.4g}; mean %{customdata[0]:.4g}, "
+                               "n=%{customdata[3]})<extra>%{fullData.name}</extra>")))
+        charts[f"effect: {kpi}"] = fig
+    return charts
+
+
+def _finite(value: float) -> float | None:
+    return None if math.isnan(value) else value
 
 
 # -- monitors ---------------------------------------------------------------------------

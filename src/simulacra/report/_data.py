@@ -37,11 +37,12 @@ from simulacra.errors import ConfigError
 __all__ = [
     "CALLS_FILE", "MANIFEST_SCHEMES", "MONITORS_FORMAT", "MONITOR_KINDS", "STUDY_FORMATS",
     "AgentRow", "CallStats", "EventPage", "EventTable", "LLMCall", "MonitorData",
-    "MonitorSeries", "RunData", "SourceKind", "StepSeries", "StudyData", "StudyInterval",
-    "Thread", "agent_rows", "call_stats", "conversation_threads", "event_page", "event_table",
-    "event_text", "histogram", "llm_calls", "load_monitors", "load_society_run", "load_study",
-    "read_jsonl", "run_identity", "run_totals", "source_kind", "step_series",
-    "study_intervals", "study_parameters",
+    "MonitorSeries", "RunData", "ScenarioEffect", "SourceKind", "StepSeries", "StudyData",
+    "StudyInterval", "Thread", "agent_rows", "call_stats", "conversation_threads",
+    "event_page", "event_table", "event_text", "histogram", "llm_calls", "load_monitors",
+    "load_society_run", "load_study", "read_jsonl", "run_identity", "run_totals",
+    "scenario_effects", "source_kind", "step_series", "study_intervals", "study_parameters",
+    "study_scenarios",
 ]
 
 #: The ``scheme`` values of ``manifest.json`` this report can read.
@@ -1007,12 +1008,17 @@ class StudyData:
         configs: The configs, by index.
         results: The lines of ``results.jsonl``: ``{"config_index",
             "replication", "kpis"}``, sorted by config and replication.
+        scenarios: For a study with a scenarios axis, each config's scenario
+            artifact (None for a baseline); empty for a study without one.
+            Its configs then hold ``scenario``: the scenario's name, or
+            ``"baseline"``.
     """
 
     path: Path
     study: dict[str, Any]
     configs: list[dict[str, Any]]
     results: list[dict[str, Any]]
+    scenarios: list[dict[str, Any] | None] = field(default_factory=list)
 
     @property
     def kpis(self) -> list[str]:
@@ -1068,7 +1074,112 @@ def load_study(path: str | Path) -> StudyData:
                 and isinstance(record.get("kpis"), dict)):
             raise ConfigError(f"{results_file}: line {number} is not a result of this study")
     results.sort(key=lambda r: (r["config_index"], r["replication"]))
+    if any(isinstance(c.get("scenario"), dict) for c in configs):
+        scenarios: list[dict[str, Any] | None] = [
+            c["scenario"] if isinstance(c.get("scenario"), dict) else None for c in configs]
+        flat = [{**_flatten({k: v for k, v in c.items() if k != "scenario"}),
+                 "scenario": "baseline" if s is None else str(s.get("name", "?"))}
+                for c, s in zip(configs, scenarios, strict=True)]
+        return StudyData(where, study, flat, results, scenarios)
     return StudyData(where, study, [_flatten(c) for c in configs], results)
+
+
+@dataclass(frozen=True, slots=True)
+class ScenarioEffect:
+    """A KPI under a scenario: its mean and interval, and its paired difference from the baseline.
+
+    Replication *r* of a scenario ran on the seeds of replication *r* of its
+    baseline (the same config without the scenario), so ``difference`` is the
+    mean of the per-replication differences and its interval is theirs (as
+    ``Experiment.scenario_effects`` and ``effects.csv`` give it). The
+    baseline's own rows have difference 0; NaN where there are too few
+    replications.
+    """
+
+    config_index: int
+    scenario: str
+    config: dict[str, Any]
+    kpi: str
+    n: int
+    mean: float
+    halfwidth: float
+    low: float
+    high: float
+    difference: float
+    diff_halfwidth: float
+    diff_low: float
+    diff_high: float
+
+
+def scenario_effects(study: StudyData, confidence: float = 0.95) -> list[ScenarioEffect]:
+    """Each scenario's effect on each numeric KPI, per config (empty without scenarios).
+
+    Raises:
+        ConfigError: *confidence* is not in (0, 1).
+    """
+    from simulacra.parallel import mean_interval  # noqa: PLC0415
+
+    if not study.scenarios:
+        return []
+    baseline_of: dict[str, int] = {}
+    rests = []
+    for index, config in enumerate(study.configs):
+        rest = json.dumps({k: v for k, v in config.items() if k != "scenario"}, sort_keys=True)
+        rests.append(rest)
+        if study.scenarios[index] is None:
+            baseline_of[rest] = index
+    by_config: dict[int, dict[int, Mapping[str, Any]]] = {}
+    for record in study.results:
+        by_config.setdefault(record["config_index"], {})[record["replication"]] = record["kpis"]
+    numeric = [k for k in study.kpis if all(
+        isinstance(r["kpis"].get(k), int | float) and not isinstance(r["kpis"].get(k), bool)
+        for r in study.results if k in r["kpis"])]
+    out = []
+    for index, config in enumerate(study.configs):
+        mine = by_config.get(index, {})
+        base = by_config.get(baseline_of.get(rests[index], -1), {})
+        for kpi in numeric:
+            values = [float(k[kpi]) for _, k in sorted(mine.items()) if kpi in k]
+            if not values:
+                continue
+            paired = [float(k[kpi]) - float(base[r][kpi]) for r, k in sorted(mine.items())
+                      if kpi in k and r in base and kpi in base[r]]
+            interval = mean_interval(values, confidence)
+            diff = mean_interval(paired, confidence) if paired else None
+            out.append(ScenarioEffect(
+                index, str(config.get("scenario")),
+                {k: v for k, v in config.items() if k != "scenario"}, kpi, interval.n,
+                interval.mean, interval.halfwidth, interval.low, interval.high,
+                diff.mean if diff else math.nan, diff.halfwidth if diff else math.nan,
+                diff.low if diff else math.nan, diff.high if diff else math.nan))
+    return out
+
+
+def study_scenarios(study: StudyData) -> list[dict[str, Any]]:
+    """Who each scenario of a study is: name, hash, description, interventions, cited passages.
+
+    One dict per scenario, in the order the study runs them; ``citations``
+    lists ``(passage, quote)`` pairs when the artifact has them.
+    """
+    seen: dict[str, dict[str, Any]] = {}
+    hashes = study.study.get("scenarios") or {}
+    for artifact in study.scenarios:
+        if artifact is None:
+            continue
+        name = str(artifact.get("name", "?"))
+        if name in seen:
+            continue
+        citations = [(str(c.get("passage", "")), str(c.get("quote", "")))
+                     for c in artifact.get("citations") or () if isinstance(c, dict)]
+        seen[name] = {"name": name, "hash": hashes.get(name) or artifact.get("hash"),
+                      "description": str(artifact.get("description", "")),
+                      "target": artifact.get("target") or None,
+                      "interventions": len(artifact.get("interventions") or ()),
+                      "knobs": sorted({str(i.get("knob")) for i in
+                                       artifact.get("interventions") or ()
+                                       if isinstance(i, dict)}),
+                      "citations": citations}
+    return list(seen.values())
 
 
 def study_parameters(study: StudyData) -> tuple[list[str], list[str]]:

@@ -671,11 +671,45 @@
     form.addEventListener("input", draw);
     draw();
   }
+  function scenarioCards(container) {
+    var S = D.scenarios;
+    var rows = S.identity.map(function (s) {
+      var cites = s.citations.length ? "<ul class='cites'>" + s.citations.map(function (c) {
+        return "<li><span class='passage'>" + esc(c[0]) + "</span>" + (c[1] ? " &ldquo;" + esc(c[1]) + "&rdquo;" : "") + "</li>";
+      }).join("") + "</ul>" : "<span class='muted'>cites no passage</span>";
+      return "<tr data-scenario='" + esc(s.name) + "'><td><b>" + esc(s.name) + "</b><div class='muted hash'>" +
+             esc(String(s.hash || "").slice(0, 12)) + "</div></td><td class='wrap'>" + esc(s.description) +
+             "<div class='muted'>" + fmt(s.interventions) + " interventions on " + esc(s.knobs.join(", ")) +
+             "</div></td><td class='wrap'>" + cites + "</td></tr>";
+    });
+    container.appendChild(el("div", "card wide scenarios", "<h3>Scenarios</h3><table class='scenario-ids'><thead><tr>" +
+      "<th>scenario (hash)</th><th>what it does</th><th>passages it cites</th></tr></thead><tbody>" +
+      rows.join("") + "</tbody></table>"));
+  }
   function renderStudyOverview(page) {
-    page.appendChild(el("div", "cards", "<div class='card'><h3>Study</h3>" + kvTable(D.identity) + "</div>"));
+    var cards = el("div", "cards", "<div class='card'><h3>Study</h3>" + kvTable(D.identity) + "</div>");
+    page.appendChild(cards);
+    var S = D.scenarios;
+    if (S && S.identity) scenarioCards(cards);
     (D.notes || []).forEach(function (n) { page.appendChild(el("p", "note", esc(n))); });
+    if (S && S.charts && S.charts.length) {
+      page.appendChild(el("h2", "", "Each scenario's effect on each KPI"));
+      page.appendChild(el("p", "note", "The difference from the baseline (the same config without the scenario), " +
+        "paired by replication (the same seeds), with its confidence interval; zero is the baseline. " +
+        "<a href='#/scenarios'>The table</a>."));
+      chartGrid(page, S.charts).classList.add("effects");
+    }
     page.appendChild(el("h2", "", "Each KPI against each parameter"));
     chartGrid(page, D.charts);
+  }
+  function renderScenarios(page) {
+    var S = D.scenarios;
+    var cards = el("div", "cards");
+    page.appendChild(cards);
+    scenarioCards(cards);
+    renderTablePage(page, "Each scenario's KPIs and their difference from the baseline", S.effects,
+                    "Mean and interval of each KPI under each scenario; the difference from the baseline is " +
+                    "paired by replication (as effects.csv of simulacra experiment).");
   }
   function renderMonitorsOverview(page) {
     var cards = el("div", "cards");
@@ -703,7 +737,8 @@
               ["agent", null, null]],
     study: [["overview", "Overview", renderStudyOverview],
             ["summary", "Intervals", function (p) { renderTablePage(p, "Mean and confidence interval per config", D.summary, D.summary_note); }],
-            ["replications", "Replications", function (p) { renderTablePage(p, "Every replication", D.replications); }]],
+            ["replications", "Replications", function (p) { renderTablePage(p, "Every replication", D.replications); }]]
+           .concat(D.scenarios && D.scenarios.identity ? [["scenarios", "Scenarios", renderScenarios]] : []),
     monitors: [["overview", "Overview", renderMonitorsOverview]]
   }[D.kind];
   var pages = {}, rendered = {};
