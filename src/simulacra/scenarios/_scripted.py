@@ -166,12 +166,18 @@ def _scenario_reply(request: CompletionRequest, rng: random.Random) -> str:
     topic = [w for w in _WORD.findall(text.lower()) if w not in tokens][:2]
     name = _slug("-".join([knob["name"], *topic]))[:50].strip("-") + f"-{index + 1}"
     file = pid.rpartition("#")[0]
+    intervention: dict[str, Any] = {"knob": knob["name"], "at": at, "value": value,
+                                    "duration": duration, "note": f"grounded in {pid}"}
+    description = f"{knob['name']} becomes {value!r} at {at} for {duration}"
+    if knob.get("action"):  # acts once: no duration; a text takes the quoted words
+        del intervention["duration"]
+        if knob["type"] == "str":
+            intervention["value"] = value = quote
+        description = f"{knob['name']} {value!r} at {at}"
     reply = {
         "name": name,
-        "description": f"{knob['name']} becomes {value!r} at {at} for {duration}, as "
-                       f"{file} describes (scripted).",
-        "interventions": [{"knob": knob["name"], "at": at, "value": value,
-                           "duration": duration, "note": f"grounded in {pid}"}],
+        "description": f"{description}, as {file} describes (scripted).",
+        "interventions": [intervention],
         "citations": [{"passage": pid, "quote": quote}],
     }
     return canonical_json(reply)
