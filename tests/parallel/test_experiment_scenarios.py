@@ -128,3 +128,30 @@ def test_a_directory_of_artifacts_is_a_scenarios_axis_and_resume_checks_it(
         Experiment.from_run(BANK, CONFIGS[:1], master_seed=2, scenarios=folder,
                             spool_dir=spool).run(2, "sequential", resume=True)
     assert len(first) == 6
+
+
+def test_a_scenario_file_written_by_hand_joins_the_axis_by_the_hash_of_its_content(
+    tmp_path: Path,
+) -> None:
+    folder = tmp_path / "by-hand"
+    folder.mkdir()
+    written = {"format": "simulacra.scenario.v1", "name": "rush",
+               "interventions": [{"knob": "demand", "at": 20, "value": 1.3, "duration": 100}]}
+    (folder / "rush.json").write_text(json.dumps(written), encoding="utf-8")
+    spool = tmp_path / "study"
+    results = Experiment.from_run(BANK, CONFIGS[:1], master_seed=2, scenarios=folder,
+                                  spool_dir=spool).run(2, "sequential")
+    assert len(results) == 4
+    recorded = json.loads((spool / "study.json").read_text())["scenarios"]["rush"]
+    assert recorded == Scenario(**written).hash
+    # Edited afterwards: another scenario, so the spooled study is another study.
+    written["interventions"][0]["value"] = 1.5
+    (folder / "rush.json").write_text(json.dumps(written), encoding="utf-8")
+    with pytest.raises(SpoolError):
+        Experiment.from_run(BANK, CONFIGS[:1], master_seed=2, scenarios=folder,
+                            spool_dir=spool).run(2, "sequential", resume=True)
+    # A hash that is there must still match the content.
+    (folder / "rush.json").write_text(json.dumps({**written, "hash": recorded}),
+                                      encoding="utf-8")
+    with pytest.raises(ScenarioError, match=r"rush\.json: its hash .* does not match"):
+        Experiment.from_run(BANK, CONFIGS[:1], master_seed=2, scenarios=folder)

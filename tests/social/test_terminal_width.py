@@ -80,6 +80,10 @@ def test_a_study_with_scenarios_fits_80_columns(tmp_path: Path) -> None:
     assert code == 0, "\n".join(lines)
     assert any("vs base" in line for line in lines)
     assert any("rush-hour" in line for line in lines)
+    # every name whole on its line: not folded into "slow-tel" / "lers"
+    assert sum(" slow-tellers " in line for line in lines) == 2  # once per config
+    assert sum(" baseline " in line for line in lines) == 2
+    assert sum(line.startswith("servers=") for line in lines) == 2
     assert max(len(line) for line in lines) <= 80, max(lines, key=len)
     assert not [line for line in lines if "…" in line]  # no value cut short
     assert (tmp_path / "study-results" / "effects.csv").is_file()

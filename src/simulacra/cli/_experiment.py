@@ -418,7 +418,11 @@ def _varying(rows: list[dict[str, Any]], fields: list[str], out: TextIO,
 
 
 def _print_effects(rows: list[dict[str, Any]], confidence: float, out: TextIO) -> None:
-    """Each scenario's KPIs beside their difference from the baseline, with rich."""
+    """Each scenario's KPIs beside their difference from the baseline, with rich.
+
+    One table per config (a ``for servers=3`` line above it): config columns
+    beside the scenario and KPI columns would fold names in an 80-column terminal.
+    """
     from rich import box  # type: ignore[import-not-found,unused-ignore]  # noqa: PLC0415
     from rich.console import Console  # type: ignore[import-not-found,unused-ignore]  # noqa: PLC0415
     from rich.table import Table  # type: ignore[import-not-found,unused-ignore]  # noqa: PLC0415
@@ -427,27 +431,41 @@ def _print_effects(rows: list[dict[str, Any]], confidence: float, out: TextIO) -
              "diff_low", "diff_high"}
     fields = _varying(rows, [name for name in (rows[0] if rows else {}) if name not in stats],
                       out, keep=("scenario", "kpi"))
-    table = Table(box=box.SIMPLE_HEAD, show_edge=False)
-    for name in fields:
-        table.add_column(name, no_wrap=name == "kpi", overflow="fold")
-    table.add_column("mean", justify="right", no_wrap=True)
-    table.add_column("±", justify="right", no_wrap=True)
-    table.add_column("vs base", justify="right", no_wrap=True)
-    table.add_column(f"± {confidence:.0%}", justify="right", no_wrap=True)
+    config = [name for name in fields if name not in ("scenario", "kpi", "config_index")]
+    groups: dict[tuple[str, ...], list[dict[str, Any]]] = {}
     for row in rows:
-        baseline = row.get("scenario") == "baseline"
-        table.add_row(
-            *(_number(row[name]) for name in fields),
-            _number(row["mean"]),
-            _halfwidth(row),
-            "" if baseline else f"{row['difference']:+.4g}",
-            "" if baseline else _halfwidth({"halfwidth": row["diff_halfwidth"],
-                                            "mean": row["difference"]}),
-        )
+        groups.setdefault(tuple(_number(row[name]) for name in config), []).append(row)
     console = Console(file=out, highlight=False)
     if not console.is_terminal:
         console.width = max(console.width, 120)  # a file or a pipe: never fold a row
-    console.print(table)
+    longest = max((len(str(row.get("scenario", ""))) for row in rows), default=8)
+    for number, (key, members) in enumerate(groups.items()):
+        if config:
+            console.print(("\n" if number else "") + ", ".join(
+                f"{name}={value}" for name, value in zip(config, key, strict=True)))
+        table = Table(box=box.SIMPLE_HEAD, show_edge=False)
+        table.add_column("scenario", overflow="fold", min_width=min(longest, 17))
+        table.add_column("kpi", no_wrap=True)
+        table.add_column("mean", justify="right", no_wrap=True)
+        table.add_column("±", justify="right", no_wrap=True)
+        table.add_column("vs base", justify="right", no_wrap=True)
+        table.add_column(f"± {confidence:.0%}", justify="right", no_wrap=True)
+        names = [str(row.get("scenario", "")) for row in members]
+        for index, row in enumerate(members):
+            scenario = names[index]
+            baseline = scenario == "baseline"
+            table.add_row(
+                scenario if index == 0 or names[index - 1] != scenario else "",
+                _number(row["kpi"]),
+                _number(row["mean"]),
+                _halfwidth(row),
+                "" if baseline else f"{row['difference']:+.4g}",
+                "" if baseline else _halfwidth({"halfwidth": row["diff_halfwidth"],
+                                                "mean": row["difference"]}),
+                # a rule under each scenario's last KPI
+                end_section=index + 1 < len(members) and names[index + 1] != scenario,
+            )
+        console.print(table)
 
 
 def _print_summary(rows: list[dict[str, Any]], confidence: float, out: TextIO) -> None:

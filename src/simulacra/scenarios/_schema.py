@@ -214,11 +214,15 @@ def _parse(data: dict[str, Any], where: str) -> Scenario:
         raise ScenarioError(f"{where}: not a valid scenario: {problems}") from None
 
 
-def load_scenario(source: str | os.PathLike[str] | dict[str, Any]) -> Scenario:
+def load_scenario(source: str | os.PathLike[str] | dict[str, Any], *,
+                  require_hash: bool = True) -> Scenario:
     """Read a scenario artifact (a file, or its parsed JSON) and check its hash.
 
     A mapping without a ``hash`` (one written by hand) is accepted as it is;
-    a file must carry the hash of its content.
+    a file must carry the hash of its content, unless *require_hash* is false
+    (a scenario file written by hand, for a run or a study: the hash is then
+    computed from the content, and recorded where the run or study records it).
+    A hash that is there must always match.
 
     Raises:
         ScenarioError: The file cannot be read, is not JSON, does not fit the
@@ -238,13 +242,15 @@ def load_scenario(source: str | os.PathLike[str] | dict[str, Any]) -> Scenario:
                 from None
         except (UnicodeDecodeError, json.JSONDecodeError) as exc:
             raise ScenarioError(f"{where}: not a JSON scenario artifact ({exc})") from None
-        needs_hash = True
+        needs_hash = require_hash
     if not isinstance(data, dict):
         raise ScenarioError(f"{where}: a scenario is a JSON object, got {type(data).__name__}")
     stated = data.pop("hash", None)
     scenario = _parse(data, where)
     if stated is None and needs_hash:
-        raise ScenarioError(f"{where}: the artifact has no 'hash' field")
+        raise ScenarioError(f"{where}: the artifact has no 'hash' field (an artifact written "
+                            f"by Scenario.save or `simulacra scenarios generate` has one; "
+                            f"its hash is {scenario.hash})")
     if stated is not None and stated != scenario.hash:
         raise ScenarioError(f"{where}: its hash {str(stated)[:12]}... does not match its "
                             f"content ({scenario.hash[:12]}...): the file was changed after "
@@ -255,6 +261,9 @@ def load_scenario(source: str | os.PathLike[str] | dict[str, Any]) -> Scenario:
 def load_scenarios(directory: str | os.PathLike[str]) -> list[Scenario]:
     """Every ``*.json`` artifact of *directory*, checked, sorted by name then hash.
 
+    A file written by hand may leave out the ``hash``: it is computed from the
+    content (a study records it, and refuses to resume once it changes).
+
     Raises:
         ScenarioError: The directory does not exist or holds none, two
             artifacts share a name, or one of them fails :func:`load_scenario`.
@@ -262,7 +271,8 @@ def load_scenarios(directory: str | os.PathLike[str]) -> list[Scenario]:
     folder = Path(directory)
     if not folder.is_dir():
         raise ScenarioError(f"{str(folder)!r} is not a directory of scenario artifacts")
-    scenarios = [load_scenario(path) for path in sorted(folder.glob("*.json"))]
+    scenarios = [load_scenario(path, require_hash=False)
+                 for path in sorted(folder.glob("*.json"))]
     if not scenarios:
         raise ScenarioError(f"{str(folder)!r} holds no scenario artifact (*.json)")
     seen: dict[str, Scenario] = {}

@@ -33,7 +33,6 @@ loses nothing.
 from __future__ import annotations
 
 import heapq
-import json
 import os
 import sys
 from collections.abc import Callable, Mapping
@@ -377,17 +376,7 @@ def load_society_scenario(source: str | os.PathLike[str] | Mapping[str, Any] | S
     path = Path(source)
     if not path.is_file():
         raise ScenarioError(f"{where}: no scenario artifact at {str(path)!r}")
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, ValueError):
-        data = None  # load_scenario says what is wrong with it
-    if isinstance(data, dict) and "hash" not in data:
-        try:
-            return load_scenario(data)
-        except ScenarioError as exc:
-            _, _, problem = str(exc).partition(": ")
-            raise ScenarioError(f"{path}: {problem}") from None
-    return load_scenario(path)
+    return load_scenario(path, require_hash=False)
 
 
 def copy_artifact(scenario: Scenario, run_dir: Path) -> Path:
