@@ -773,6 +773,18 @@ class RecordingStore:
                                  f"hashes to {request.key()}")
         return request
 
+    def request_messages_json(self, keys: Iterable[str]) -> dict[str, tuple[bytes, ...]]:
+        """Like :meth:`request_messages`, each message as its canonical JSON (UTF-8).
+
+        ``{"content": ..., "role": ...}`` (:meth:`ChatMessage.to_dict`, as
+        :func:`canonical_json` writes it), not decoded: for a reader that
+        embeds the messages in JSON of its own (a report), half the cost again.
+
+        Raises:
+            RecordingError: The store is closed or a message is damaged.
+        """
+        return self._bulk_messages(keys, decode=False)
+
     def request_messages(self, keys: Iterable[str]) -> dict[str, tuple[tuple[str, str], ...]]:
         """The ``(role, content)`` messages recorded for each of *keys* that has a request.
 
@@ -784,6 +796,9 @@ class RecordingStore:
         Raises:
             RecordingError: The store is closed or a message is damaged.
         """
+        return self._bulk_messages(keys, decode=True)
+
+    def _bulk_messages(self, keys: Iterable[str], *, decode: bool) -> dict[str, tuple[Any, ...]]:
         wanted = {_key_bytes(key) for key in keys}
         if not wanted:
             return {}
@@ -796,7 +811,7 @@ class RecordingStore:
                 if raw in wanted and raw not in refs:
                     refs[raw] = list(map(int, request.split()[1:]))
             needed = sorted({blob for ids in refs.values() for blob in ids})
-            texts: dict[int, tuple[str, str]] = {}
+            texts: dict[int, Any] = {}
             for at in range(0, len(needed), 500):
                 part = needed[at:at + 500]
                 marks = ", ".join("?" * len(part))
@@ -804,8 +819,11 @@ class RecordingStore:
                         f"SELECT id, codec, data FROM blobs WHERE id IN ({marks})",  # noqa: S608
                         part):
                     try:
+                        if not decode:
+                            texts[blob] = _unpack(codec, data)
+                            continue
                         message = json.loads(_unpack(codec, data))
-                        texts[int(blob)] = (str(message["role"]), str(message["content"]))
+                        texts[blob] = (str(message["role"]), str(message["content"]))
                     except (ValueError, KeyError, TypeError) as exc:
                         raise RecordingError(f"recording store {self.path}: damaged message "
                                              f"blob {blob}: {exc}") from None

@@ -10,10 +10,12 @@ agent pages from the embedded data.
 
 from __future__ import annotations
 
+import base64
 import html
 import json
 import math
 import os
+import zlib
 from collections.abc import Mapping, Sequence
 from importlib import resources
 from pathlib import Path
@@ -31,8 +33,10 @@ REPORT_FILE: Final = "report.html"
 DEFAULT_LLM_CALLS: Final = 2000
 #: What the page parses only when a view needs it (the overview does not).
 _LATER: Final = frozenset({"log", "threads", "agents", "llm"})
-#: What goes into script elements of its own: the prompts' lines, each agent's calls.
-_OWN_SCRIPTS: Final = frozenset({"lines", "agent_pages"})
+#: What goes into script elements of its own: the chunks of agents' calls.
+_OWN_SCRIPTS: Final = frozenset({"agent_pages"})
+#: Agents per chunk of calls (one deflate stream: their prompts share most of their lines).
+_AGENT_CHUNK: Final = 64
 #: How many conversation threads a report embeds at most (the longest).
 _THREADS: Final = 500
 
@@ -122,13 +126,9 @@ def render_page(data: Mapping[str, Any]) -> str:
     later = {k: v for k, v in data.items() if k in _LATER}
     second = (f"<script type='application/json' id='report-log'>{_embed_json(later)}</script>\n"
               if later else "")
-    lines = data.get("lines")
-    if lines:
-        second += (f"<script type='application/json' id='report-lines'>{_embed_json(lines)}"
-                   "</script>\n")
-    # One element per agent: the page parses an agent's calls when its page opens.
-    second += "".join(f"<script type='application/json' id='agent-{index}'>{_embed_json(page)}"
-                      "</script>\n" for index, page in (data.get("agent_pages") or {}).items())
+    # A chunk of agents' calls per element (base64 of deflated JSON): inflated when needed.
+    second += "".join(f"<script type='application/octet-stream' id='agents-{number}'>{chunk}"
+                      "</script>\n" for number, chunk in (data.get("agent_pages") or {}).items())
     return (
         "<!DOCTYPE html>\n<html lang='en'><head><meta charset='utf-8'>"
         "<meta name='viewport' content='width=device-width, initial-scale=1'>"
@@ -198,7 +198,7 @@ def society_data(run: _data.RunData, *, llm_calls: int = DEFAULT_LLM_CALLS) -> d
              f"{'windows' if series.windowed else 'steps'} · simulacra report")
     llm, notes = _llm_data(run, rows, llm_calls)
     call_failures: list[list[Any]] = []
-    agent_pages: dict[str, Any] = {}
+    agent_pages: dict[str, str] = {}
     lines: dict[str, Any] = {}
     if stats is not None:
         for error, count in stats.failed_by_kind.items():
@@ -246,98 +246,76 @@ def society_data(run: _data.RunData, *, llm_calls: int = DEFAULT_LLM_CALLS) -> d
         "call_log": stats is not None,
         "simulated": bool(stats is not None and stats.simulated),
         "llm": llm,
-        "lines": lines,
+        "agent_chunks": lines,
         "agent_pages": agent_pages,
     }
 
 
-class _Interner(dict[str, int]):
-    """Line -> its index in *texts*; a line not seen yet is appended (looked up in C)."""
-
-    __slots__ = ("texts",)
-
-    def __init__(self, texts: list[str]) -> None:
-        super().__init__()
-        self.texts = texts
-
-    def __missing__(self, line: str) -> int:
-        at = self[line] = len(self.texts)
-        self.texts.append(line)
-        return at
-
-
 def _agent_pages(run: _data.RunData,
-                 agent_at: Mapping[str, int]) -> tuple[dict[str, Any], dict[str, Any]]:
-    """Every agent's model calls, each with what it saw, and the lines those prompts share.
+                 agent_at: Mapping[str, int]) -> tuple[dict[str, str], dict[str, Any]]:
+    """Every agent's model calls, each with what it saw, packed in deflated chunks of agents.
 
-    Returns ``(pages, lines)``: *pages* maps an agent's index (in the log's
-    agents) to ``{"calls": [[n, turn, step, t, latency, wall, prompt tokens,
-    completion tokens, cost, ok, error, message, saw], ...]}`` where ``saw``
-    is the call's request as ``[[role, [line, ...]], ...]`` (indices into
-    ``lines["roles"]`` and ``lines["lines"]``; null when not recorded). Each
-    distinct line of every prompt is in ``lines["lines"]`` once: the prompts of
-    a run share most of theirs (the system prompt, the task, the feed's posts).
-    The page parses an agent's calls when its page opens, and the lines once.
+    Returns ``(chunks, info)``. Chunk *k* holds the agents whose index (in
+    the log's agents) divided by ``info["chunk"]`` is *k*: the base64 of
+    raw-deflated JSON ``{"m": [message, ...], "a": {agent: [[n, turn, step,
+    t, latency, wall, prompt tokens, completion tokens, cost, ok, error,
+    message, saw], ...]}}`` where ``saw`` lists the indices in ``m`` of the
+    call's request messages (``{"content", "role"}``; null when not
+    recorded). The page inflates a chunk (``DecompressionStream``) when one of
+    its agents' pages opens: every prompt of a large run costs a fraction of
+    its text in the file, and nothing at load.
     """
-    messages: dict[str, Any] = {}
+    messages: dict[str, tuple[bytes, ...]] = {}
     if run.recordings.is_file():
         from simulacra.errors import RecordingError  # noqa: PLC0415
         from simulacra.llm import RecordingStore  # noqa: PLC0415
 
         try:
             with RecordingStore(run.recordings, readonly=True) as store:
-                messages = store.request_messages(
+                messages = store.request_messages_json(
                     c["key"] for c in run.calls
                     if c.get("ok", True) and isinstance(c.get("key"), str)
                     and len(c["key"]) == 64)
         except (RecordingError, ConfigError) as exc:
             raise ConfigError(f"{run.recordings}: {exc}") from None
-    texts: list[str] = []
-    line_at = _Interner(texts)
-    role_at: dict[str, int] = {}
-    roles: list[str] = []
-    seen_prompts: dict[Any, Any] = {}
-    seen_texts: dict[str, list[int]] = {}
-    number = line_at.__getitem__
-
-    def intern(text: str) -> list[int]:
-        found = seen_texts.get(text)
-        if found is None:  # a message seen before (the system prompt) is split once
-            found = seen_texts[text] = list(map(number, text.split("\n")))
-        return found
-
-    def role(name: str) -> int:
-        at = role_at.get(name)
-        if at is None:
-            at = role_at[name] = len(roles)
-            roles.append(name)
-        return at
-
-    def saw(prompt: Any) -> Any:
-        found = seen_prompts.get(prompt)
-        if found is None:
-            found = seen_prompts[prompt] = [[role(r), intern(c)] for r, c in prompt]
-        return found
-
-    pages: dict[str, dict[str, list[list[Any]]]] = {}
+    by_chunk: dict[int, dict[int, list[tuple[bytes, tuple[bytes, ...] | None]]]] = {}
+    dumps = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode
     for call in run.calls:
         agent = agent_at.get(str(call.get("agent", "")))
         if agent is None:
             continue
         ok = bool(call.get("ok", True))
+        prompt: tuple[bytes, ...] | None
         if ok:
             prompt = messages.get(str(call.get("key")))
         else:
             text = call.get("prompt")
-            prompt = (("user", text),) if isinstance(text, str) else None
-        latency = call.get("latency_s")
-        pages.setdefault(str(agent), {"calls": []})["calls"].append([
-            call.get("n"), call.get("turn"), call.get("step"), call.get("t"),
-            _clean(latency), _clean(call.get("wall_s")), call.get("prompt_tokens", 0),
-            call.get("completion_tokens", 0), call.get("cost", 0.0), 1 if ok else 0,
-            None if ok else call.get("error"), None if ok else call.get("message", ""),
-            None if prompt is None else saw(prompt)])
-    return pages, {"lines": texts, "roles": roles}
+            prompt = ((dumps({"content": text, "role": "user"}).encode(),)
+                      if isinstance(text, str) else None)
+        head = dumps([call.get("n"), call.get("turn"), call.get("step"), call.get("t"),
+                      _clean(call.get("latency_s")), _clean(call.get("wall_s")),
+                      call.get("prompt_tokens", 0), call.get("completion_tokens", 0),
+                      call.get("cost", 0.0), 1 if ok else 0, None if ok else call.get("error"),
+                      None if ok else call.get("message", "")]).encode()
+        by_chunk.setdefault(agent // _AGENT_CHUNK, {}).setdefault(agent, []).append(
+            (head, prompt))
+    chunks: dict[str, str] = {}
+    for number, agents in by_chunk.items():
+        table: dict[bytes, int] = {}
+        parts: list[bytes] = []
+        for agent, items in agents.items():
+            rows = []
+            for head, seen in items:
+                saw = b"null" if seen is None else (
+                    "[" + ",".join([str(table.setdefault(m, len(table))) for m in seen]) + "]"
+                ).encode()
+                rows.append(head[:-1] + b"," + saw + b"]")
+            parts.append(b'"%d":[' % agent + b",".join(rows) + b"]")
+        document = b'{"m":[' + b",".join(table) + b'],"a":{' + b",".join(parts) + b"}}"
+        deflate = zlib.compressobj(1, zlib.DEFLATED, -15, 9)
+        packed = deflate.compress(document) + deflate.flush()
+        chunks[str(number)] = base64.b64encode(packed).decode("ascii")
+    return chunks, {"chunk": _AGENT_CHUNK}
 
 
 def _called_agents(run: _data.RunData) -> list[str]:

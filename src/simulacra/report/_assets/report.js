@@ -512,32 +512,36 @@
   }
 
   // -- an agent's turns and calls, from calls.jsonl ------------------------------------------
-  var LINES = null;
-  function needLines() {
-    if (LINES !== null) return LINES;
-    var node = document.getElementById("report-lines");
-    LINES = node ? JSON.parse(node.textContent) : {lines: [], roles: []};
-    return LINES;
+  /* Each agent's calls are in a chunk of agents: base64 of deflated JSON, inflated (by the
+     browser's own DecompressionStream) when one of those agents' pages first opens. */
+  var CHUNKS = {};
+  function agentCalls(a) {
+    var size = (D.agent_chunks && D.agent_chunks.chunk) || 64;
+    var k = Math.floor(a / size);
+    if (!CHUNKS[k]) {
+      var node = document.getElementById("agents-" + k);
+      if (!node) {
+        CHUNKS[k] = Promise.resolve({m: [], a: {}});
+      } else {
+        var text = atob(node.textContent.trim());
+        var bytes = new Uint8Array(text.length);
+        for (var i = 0; i < text.length; i++) bytes[i] = text.charCodeAt(i);
+        var stream = new Blob([bytes]).stream().pipeThrough(new DecompressionStream("deflate-raw"));
+        CHUNKS[k] = new Response(stream).text().then(JSON.parse);
+      }
+    }
+    return CHUNKS[k].then(function (chunk) {
+      return {messages: chunk.m, calls: chunk.a[String(a)] || []};
+    });
   }
-  function agentData(a) {
-    var node = document.getElementById("agent-" + a);
-    return node ? JSON.parse(node.textContent) : {calls: []};
-  }
-  function messageText(ids) {
-    var L = needLines().lines;
-    var out = new Array(ids.length);
-    for (var i = 0; i < ids.length; i++) out[i] = L[ids[i]];
-    return out.join("\n");
-  }
-  function sawHtml(saw) {
+  function sawHtml(saw, messages) {
     if (!saw) return "<p class='note'>its prompt is not recorded (no llm_recordings.sqlite, or a replayed call)</p>";
-    var roles = needLines().roles;
     var last = saw.length - 1;
-    return saw.map(function (m, i) {
-      var role = roles[m[0]];
-      var text = esc(messageText(m[1]));
-      if (i === last) return "<div class='muted'>" + esc(role) + "</div><pre class='saw'>" + text + "</pre>";
-      return "<details><summary>" + esc(role) + " message</summary><pre>" + text + "</pre></details>";
+    return saw.map(function (id, i) {
+      var m = messages[id];
+      var text = esc(m.content);
+      if (i === last) return "<div class='muted'>" + esc(m.role) + "</div><pre class='saw'>" + text + "</pre>";
+      return "<details><summary>" + esc(m.role) + " message</summary><pre>" + text + "</pre></details>";
     }).join("");
   }
   function seconds(v) {
@@ -551,8 +555,20 @@
       "<span class='bad'><b>" + esc(c[10]) + "</b></span> <span class='muted'>" + esc(c[11] || "") + "</span>";
   }
   function renderAgentCalls(page, name, a, own, concerning) {
-    var data = agentData(a);
+    var holder = el("div", "agent-calls");
+    holder.appendChild(el("p", "note", "reading its model calls&hellip;"));
+    page.appendChild(holder);
+    agentCalls(a).then(function (data) {
+      holder.innerHTML = "";
+      fillAgentCalls(holder, name, a, own, concerning, data);
+    }, function (error) {
+      holder.innerHTML = "";
+      holder.appendChild(el("p", "bad", "cannot read its model calls: " + esc(error)));
+    });
+  }
+  function fillAgentCalls(page, name, a, own, concerning, data) {
     var calls = data.calls || [];
+    var messages = data.messages || [];
     var failed = (D.agents.failed || {})[name] || {};
     var kinds = Object.keys(failed);
     var box = el("div", "agent-failures");
@@ -589,7 +605,7 @@
         var meta = "<b>" + esc(item.turn) + "</b>" + (first && D.windowed ? "<div class='muted'>t=" + timeText(first[3]) +
                    "</div>" : "");
         var saw = item.calls.length ? item.calls.map(function (c, j) {
-          return (item.calls.length > 1 ? "<div class='muted'>call " + c[0] + "</div>" : "") + sawHtml(c[12]);
+          return (item.calls.length > 1 ? "<div class='muted'>call " + c[0] + "</div>" : "") + sawHtml(c[12], messages);
         }).join("") : "<p class='note'>no model call this turn</p>";
         var did = item.events.map(function (i) {
           var r = ROWS[i];
