@@ -8,7 +8,8 @@
    included), ROUNDS times, and build_report's parts in this process once;
 3. opens the file in headless Chromium (Debian's chromium, under Playwright)
    ROUNDS times and times goto -> every chart of the first page drawn, then
-   the log browser's filters over every event (an agent, then a text search).
+   the log browser's filters over every event (an agent, then a text search),
+   then an agent's page (its turns with what it saw, from calls.jsonl).
 
 Targets (issue 15): the report in under 10 s, the page in under 3 s. The
 numbers are wall clock on whatever machine runs this: the shared 2-vCPU VM
@@ -75,7 +76,8 @@ def _browser(path: Path, rounds: int) -> dict[str, list[float]]:
     executable = shutil.which("chromium")
     if executable is None:
         raise SystemExit("chromium is not installed (Debian: apt-get install chromium)")
-    out: dict[str, list[float]] = {"load": [], "filter by agent": [], "text search": []}
+    out: dict[str, list[float]] = {"load": [], "filter by agent": [], "text search": [],
+                                   "an agent's page (turns and prompts)": []}
     with sync_playwright() as playwright:
         browser = playwright.chromium.launch(executable_path=executable, args=["--no-sandbox"])
         for _ in range(rounds):
@@ -106,6 +108,12 @@ def _browser(path: Path, rounds: int) -> dict[str, list[float]]:
                     arg=before)
                 took = time.perf_counter() - started
                 out[what].append(took - (0.15 if field == "q" else 0.0))  # the typing pause
+            # An agent's page: its calls parsed from its own script, the prompts' lines once.
+            started = time.perf_counter()
+            page.evaluate(f"location.hash = '#/agent/{agent}'")
+            page.wait_for_selector("#page-agent table.turns tbody tr.turn pre.saw")
+            out["an agent's page (turns and prompts)"].append(time.perf_counter() - started)
+            assert not errors, errors
             page.close()
         browser.close()
     return out
