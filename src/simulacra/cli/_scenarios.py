@@ -373,7 +373,8 @@ def _check(args: argparse.Namespace) -> int:
     if knobs is not None:
         checked.append("knobs")
     checked.append("citations" + ("" if documents is None else
-                                  f" against {len(documents)} documents"))
+                                  f" against {len(documents)} document"
+                                  f"{'s' if len(documents) != 1 else ''}"))
     print(f"ok: {len(scenarios)} artifact{'s' if len(scenarios) != 1 else ''} in {args.dir} "
           f"({', '.join(checked)})")
     if documents is None:
