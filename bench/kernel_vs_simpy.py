@@ -28,9 +28,15 @@ Benchmarks (``--only NAME``, repeatable):
 * ``trace``: simulacra's M/M/3 with ``Sim(trace=True)`` versus ``trace=False``
   (SimPy is not involved): ratio = traced rate / untraced rate.
 
+``--kernel python|compiled|both`` chooses simulacra's kernel (``SIMULACRA_KERNEL``,
+see ``simulacra.core.KERNEL``); without it the process's own (``auto``) runs. With
+``both``, each round runs once per kernel, each in its own subprocess with SimPy
+beside it, and the table adds the compiled kernel's ratio to the Python one's.
+
 Usage::
 
     python bench/kernel_vs_simpy.py                 # 5 rounds, full size
+    python bench/kernel_vs_simpy.py --kernel both   # the two kernels side by side
     python bench/kernel_vs_simpy.py --quick         # sizes / 10, for a smoke test
     python bench/kernel_vs_simpy.py --only mmc --rounds 9 --json out.json
 """
@@ -64,6 +70,7 @@ if importlib.util.find_spec("simulacra") is None:  # a source checkout without `
 import simpy  # noqa: E402
 
 import simulacra  # noqa: E402
+import simulacra.core  # noqa: E402
 from simulacra import Resource, Sim, Store  # noqa: E402
 
 SEED = 1
@@ -600,6 +607,7 @@ def _git(*args: str) -> str:
 def _machine() -> dict[str, str]:
     dirty = _git("status", "--porcelain", "--", "src")
     return {
+        "kernel": simulacra.core.KERNEL,
         "commit": _git("rev-parse", "--short", "HEAD")
         + (" + uncommitted changes in src/" if dirty and dirty != "unknown" else ""),
         "python": f"{platform.python_implementation()} {platform.python_version()}",
@@ -619,7 +627,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--only", action="append", choices=sorted(BENCHES), metavar="NAME",
                         help=f"run only this benchmark (repeatable): {', '.join(BENCHES)}")
     parser.add_argument("--json", metavar="PATH", help="also write the results as JSON")
+    parser.add_argument("--kernel", choices=("python", "compiled", "both"),
+                        help="simulacra's kernel (default: this process's, SIMULACRA_KERNEL)")
+    parser.add_argument("--round-offset", type=int, default=0, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.kernel == "both":
+        return _both_kernels(args)
+    if args.kernel is not None and args.kernel != simulacra.core.KERNEL:
+        # The kernel is chosen at import: run again with the variable set.
+        env = {**os.environ, "SIMULACRA_KERNEL": args.kernel}
+        child_args = list(argv if argv is not None else sys.argv[1:])
+        return subprocess.run([sys.executable, __file__, *child_args], env=env,
+                              check=False).returncode
     if args.rounds < 1:
         parser.error("--rounds must be >= 1")
     sizes = Sizes()
@@ -631,13 +650,14 @@ def main(argv: Sequence[str] | None = None) -> int:
                             BENCHES[name].ratio_means) for name in names}
 
     machine = _machine()
-    print(f"simulacra {machine['simulacra']} ({machine['commit']}) vs SimPy {machine['simpy']}, "
+    print(f"simulacra {machine['simulacra']} ({machine['commit']}, {machine['kernel']} kernel) "
+          f"vs SimPy {machine['simpy']}, "
           f"{machine['python']}, {machine['cpus']} CPUs, {machine['date']}")
     print(f"rounds: {args.rounds}{' (quick sizes)' if args.quick else ''}; "
           f"sizes: {sizes}")
     start = time.perf_counter()
     for round_index in range(args.rounds):
-        first_ours = round_index % 2 == 0
+        first_ours = (round_index + args.round_offset) % 2 == 0
         for name in names:
             BENCHES[name].run(results[name], sizes, first_ours)
         print(f"  round {round_index + 1}/{args.rounds} done "
@@ -670,6 +690,85 @@ def main(argv: Sequence[str] | None = None) -> int:
             },
         }
         Path(args.json).write_text(json.dumps(payload, indent=2) + "\n")
+    return 1 if failed else 0
+
+
+def _both_kernels(args: argparse.Namespace) -> int:
+    """Each round once per kernel, each in a subprocess (SimPy beside it); one table."""
+    kernels = ("python", "compiled")
+    per_kernel: dict[str, dict[str, Result]] = {k: {} for k in kernels}
+    machines: dict[str, dict[str, str]] = {}
+    failed = False
+    start = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="simulacra-bench-") as tmp:
+        for round_index in range(args.rounds):
+            order = kernels if round_index % 2 == 0 else kernels[::-1]
+            for kernel in order:
+                out = Path(tmp) / f"{kernel}-{round_index}.json"
+                cmd = [sys.executable, __file__, "--rounds", "1", "--kernel", kernel,
+                       "--round-offset", str(round_index), "--json", str(out)]
+                cmd += ["--quick"] if args.quick else []
+                for name in args.only or []:
+                    cmd += ["--only", name]
+                done = subprocess.run(cmd, env={**os.environ, "SIMULACRA_KERNEL": kernel},
+                                      capture_output=True, text=True, check=False)
+                if not out.exists():
+                    print(done.stdout + done.stderr, file=sys.stderr)
+                    return 2
+                failed = failed or done.returncode != 0
+                payload = json.loads(out.read_text())
+                machines[kernel] = payload["machine"]
+                for name, got in payload["results"].items():
+                    res = per_kernel[kernel].setdefault(
+                        name, Result(name, got["title"], got["unit"], got["ratio_means"]))
+                    res.ours += got["simulacra"]
+                    res.simpy += got["simpy"]
+                    res.ratio += got["ratio"]
+                    for what, ok in got["checks"].items():
+                        res.check(what, ok)
+                    res.notes += got["notes"]
+            print(f"  round {round_index + 1}/{args.rounds} done "
+                  f"({time.perf_counter() - start:.0f} s)", file=sys.stderr)
+    machine = machines["compiled"]
+    if {m["kernel"] for m in machines.values()} != set(kernels):
+        print(f"a kernel did not run as asked: {machines}", file=sys.stderr)
+        return 2
+    print(f"simulacra {machine['simulacra']} ({machine['commit']}), python and compiled "
+          f"kernels, vs SimPy {machine['simpy']}, {machine['python']}, {machine['cpus']} CPUs, "
+          f"{machine['date']}")
+    print(f"rounds: {args.rounds}{' (quick sizes)' if args.quick else ''}, each kernel in its "
+          "own subprocess with SimPy beside it")
+    print()
+    rows: list[Result] = []
+    for name in per_kernel["python"]:
+        for kernel in kernels:
+            res = per_kernel[kernel][name]
+            res.title = f"{res.title} [{kernel}]"
+            rows.append(res)
+    print(_table(rows))
+    print()
+    for name in per_kernel["python"]:
+        pure, fast = per_kernel["python"][name], per_kernel["compiled"][name]
+        lower = BENCHES[name].ratio_means.startswith("ours/")
+        vs = [f / p for f, p in zip(fast.ours, pure.ours, strict=True)]
+        print(f"compiled/python {name}: {statistics.median(vs):.2f} [{min(vs):.2f}-{max(vs):.2f}]"
+              f" ({'lower' if lower else 'higher'} is better; same round, per round)")
+    print()
+    for kernel in kernels:
+        for res in per_kernel[kernel].values():
+            for what, ok in res.checks.items():
+                print(f"check {res.name} [{kernel}]: {what}: {'ok' if ok else 'FAILED'}")
+                failed = failed or not ok
+            for note in dict.fromkeys(res.notes):
+                print(f"note {res.name} [{kernel}]: {note}")
+    if args.json:
+        Path(args.json).write_text(json.dumps({
+            "machines": machines, "rounds": args.rounds, "quick": args.quick,
+            "results": {kernel: {name: {"simulacra": r.ours, "simpy": r.simpy, "ratio": r.ratio,
+                                        "checks": r.checks}
+                                 for name, r in per_kernel[kernel].items()}
+                        for kernel in kernels},
+        }, indent=2) + "\n")
     return 1 if failed else 0
 
 
