@@ -49,7 +49,7 @@ static Py_ssize_t r_marker, r_users, r_queue, r_busy, r_capacity, r_grants, r_qa
     r_sim, r_release_cbs, r_wsum, r_wmax;
 /* Store slots (_PutGetResource's and Store's). */
 static Py_ssize_t t_put_cbs, t_get_cbs, t_put_queue, t_get_queue, t_items, t_capacity,
-    t_larea, t_last, t_lmax, t_puts, t_gets, t_waiting, t_sim;
+    t_larea, t_last, t_lmax, t_puts, t_gets, t_waiting, t_sim, t_gwait, t_pwait;
 
 /* The original Python methods, called for everything off the fast paths. */
 static PyObject *orig_run_fifo, *orig_delay, *orig_spawn, *orig_succeed, *orig_exit,
@@ -522,7 +522,7 @@ static inline PyObject *num_sub(PyObject *a, PyObject *b) {
     return PyNumber_InPlaceSubtract(a, b);
 }
 
-static PyObject *one;
+static PyObject *one, *zero_f;
 
 static inline PyObject *int_inc(PyObject *a) {
     if (PyLong_CheckExact(a)) {
@@ -1294,6 +1294,382 @@ fallback:
     return call_orig(orig_request, self, args, nargs, kwnames);
 }
 
+/* Resource._grant_next, the callback of a processed release event. */
+static PyObject *resource_grant_next(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 1 || Py_TYPE(self) != ResourceT) goto fallback;
+    PyObject *release = args[0];
+    PyObject *marker = SLOT(self, r_marker), *queue = SLOT(self, r_queue),
+             *users = SLOT(self, r_users), *cap = SLOT(self, r_capacity),
+             *sim = SLOT(self, r_sim), *rcbs = SLOT(self, r_release_cbs);
+    if (marker == NULL || queue == NULL || Py_TYPE(queue) != DequeT || users == NULL ||
+        !PyList_CheckExact(users) || cap == NULL || sim == NULL || Py_TYPE(sim) != SimT ||
+        SLOT(sim, s_now) == NULL || rcbs == NULL || SLOT(self, r_qarea) == NULL ||
+        SLOT(self, r_wsum) == NULL || SLOT(self, r_wmax) == NULL ||
+        SLOT(self, r_grants) == NULL || SLOT(self, r_busy) == NULL)
+        goto fallback;
+    if (release == marker) { /* re-arm the shared marker */
+        if (ev_set(release, o_cbs, n_cbs, rcbs) < 0) return NULL;
+    }
+    if (Py_SIZE(queue) == 0) Py_RETURN_NONE;
+    int room = len_lt(PyList_GET_SIZE(users), cap);
+    if (room <= 0) {
+        if (room < 0) return NULL;
+        Py_RETURN_NONE;
+    }
+    PyObject *req = PyObject_CallMethodNoArgs(queue, n_popleft);
+    if (req == NULL) return NULL;
+    PyObject *now = SLOT(sim, s_now), *t;
+    Py_INCREF(now);
+    Py_INCREF(sim);
+    PyObject *ret = NULL, *data = NULL, *wait = NULL;
+    if (!(t = num_add(SLOT(self, r_qarea), now))) goto done;
+    slot_steal(self, r_qarea, t);
+    if (PyList_Append(SLOT(self, r_users), req) < 0) goto done;
+    if (!(data = ev_get(req, o_data, n_data))) goto done;
+    /* wait = now - req._data; if wait > 0.0: ... */
+    if (PyFloat_CheckExact(now) && PyFloat_CheckExact(data))
+        wait = PyFloat_FromDouble(PyFloat_AS_DOUBLE(now) - PyFloat_AS_DOUBLE(data));
+    else
+        wait = PyNumber_Subtract(now, data);
+    if (wait == NULL) goto done;
+    int pos = PyFloat_CheckExact(wait) ? PyFloat_AS_DOUBLE(wait) > 0.0
+                                       : PyObject_RichCompareBool(wait, zero_f, Py_GT);
+    if (pos < 0) goto done;
+    if (pos) {
+        if (!(t = num_add(SLOT(self, r_wsum), wait))) goto done;
+        slot_steal(self, r_wsum, t);
+        int gt = PyObject_RichCompareBool(wait, SLOT(self, r_wmax), Py_GT);
+        if (gt < 0) goto done;
+        if (gt) slot_set(self, r_wmax, wait);
+    }
+    if (ev_set(req, o_data, n_data, now) < 0) goto done;
+    if (!(t = int_inc(SLOT(self, r_grants)))) goto done;
+    slot_steal(self, r_grants, t);
+    if (!(t = num_sub(SLOT(self, r_busy), now))) goto done;
+    slot_steal(self, r_busy, t);
+    {
+        PyObject *v = ev_get(req, o_value, n_value);
+        if (v == NULL) goto done;
+        Py_DECREF(v);
+        if (v != PENDING) { /* raises AlreadyTriggered, as SimPy does */
+            PyObject *r = PyObject_CallMethod(req, "succeed", NULL);
+            if (r == NULL) goto done;
+            Py_DECREF(r);
+        }
+    }
+    if (ev_set(req, o_ok, n_ok, Py_True) < 0 || ev_set(req, o_value, n_value, Py_None) < 0)
+        goto done;
+    if (now_append(sim, req) < 0) goto done;
+    ret = Py_None;
+    Py_INCREF(ret);
+done:
+    Py_XDECREF(wait);
+    Py_XDECREF(data);
+    Py_DECREF(req);
+    Py_DECREF(now);
+    Py_DECREF(sim);
+    return ret;
+fallback:
+    return call_orig(orig_grant_next, self, args, nargs, NULL);
+}
+
+/* ------------------------------------------------------------------ Store */
+
+/* The Store slots the fast paths read, all set (else the Python method, which
+ * raises what Python raises). */
+static int store_ready(PyObject *self) {
+    static Py_ssize_t *offs[] = {&t_put_cbs, &t_get_cbs, &t_put_queue, &t_get_queue, &t_items,
+                                 &t_capacity, &t_larea, &t_last, &t_lmax, &t_puts, &t_gets,
+                                 &t_waiting, &t_sim, &t_gwait, &t_pwait};
+    for (size_t i = 0; i < sizeof(offs) / sizeof(offs[0]); i++)
+        if (SLOT(self, *offs[i]) == NULL) return 0;
+    PyObject *sim = SLOT(self, t_sim);
+    return Py_TYPE(sim) == SimT && SLOT(sim, s_now) != NULL &&
+           PyList_CheckExact(SLOT(self, t_put_queue)) &&
+           PyList_CheckExact(SLOT(self, t_get_queue)) && PyList_CheckExact(SLOT(self, t_items)) &&
+           PyDict_CheckExact(SLOT(self, t_waiting));
+}
+
+/* self._larea += level * (now - self._last); self._last = now */
+static int level_changing(PyObject *self, Py_ssize_t level, PyObject *now) {
+    PyObject *larea = SLOT(self, t_larea), *last = SLOT(self, t_last), *nl;
+    if (PyFloat_CheckExact(larea) && PyFloat_CheckExact(last) && PyFloat_CheckExact(now) &&
+        level < ((Py_ssize_t)1 << 53)) {
+        nl = PyFloat_FromDouble(PyFloat_AS_DOUBLE(larea) +
+                                (double)level * (PyFloat_AS_DOUBLE(now) - PyFloat_AS_DOUBLE(last)));
+    } else {
+        PyObject *lv = PyLong_FromSsize_t(level);
+        PyObject *diff = lv ? PyNumber_Subtract(now, last) : NULL;
+        PyObject *prod = diff ? PyNumber_Multiply(lv, diff) : NULL;
+        nl = prod ? PyNumber_InPlaceAdd(larea, prod) : NULL;
+        Py_XDECREF(lv);
+        Py_XDECREF(diff);
+        Py_XDECREF(prod);
+    }
+    if (nl == NULL) return -1;
+    slot_steal(self, t_larea, nl);
+    slot_set(self, t_last, now);
+    return 0;
+}
+
+/* if self._waiting: queued = self._waiting.pop(event, None); if queued is not
+ * None: self.<wait> += now - queued */
+static int count_wait(PyObject *self, PyObject *event, PyObject *now, Py_ssize_t off) {
+    PyObject *waiting = SLOT(self, t_waiting);
+    if (!PyDict_GET_SIZE(waiting)) return 0;
+    Py_INCREF(waiting);
+    PyObject *queued = dict_pop(waiting, event, 0);
+    Py_DECREF(waiting);
+    if (queued == NULL) return PyErr_Occurred() ? -1 : 0;
+    PyObject *d = PyNumber_Subtract(now, queued);
+    Py_DECREF(queued);
+    if (d == NULL) return -1;
+    PyObject *w = SLOT(self, off);
+    if (w == NULL) {
+        Py_DECREF(d);
+        return -1;
+    }
+    PyObject *nw = PyNumber_InPlaceAdd(w, d);
+    Py_DECREF(d);
+    if (nw == NULL) return -1;
+    slot_steal(self, off, nw);
+    return 0;
+}
+
+static PyObject *store_event(PyObject *self, PyObject *cbs, PyObject *data) {
+    PyObject *event = new_event();
+    if (event == NULL) return NULL;
+    slot_set(event, o_sim, SLOT(self, t_sim));
+    slot_set(event, o_value, PENDING);
+    slot_set(event, o_ok, Py_True);
+    slot_set(event, o_waiter, Py_None);
+    slot_set(event, o_cbs, cbs);
+    slot_set(event, o_owner, self);
+    slot_set(event, o_data, data);
+    return event;
+}
+
+/* self._submit(event, queue, put) */
+static PyObject *submit(PyObject *self, PyObject *event, PyObject *queue, PyObject *put) {
+    PyObject *a[3] = {event, queue, put};
+    PyObject *r = call_method(self, n_submit, a, 3);
+    Py_DECREF(event);
+    return r;
+}
+
+/* Store.put, for an exact Store. */
+static PyObject *store_put(PyObject *self, PyObject *const *args, Py_ssize_t nargs,
+                           PyObject *kwnames) {
+    if (kwnames != NULL || nargs != 1 || Py_TYPE(self) != StoreT || !store_ready(self))
+        return call_orig(orig_put, self, args, nargs, kwnames);
+    PyObject *item = args[0];
+    PyObject *event = store_event(self, SLOT(self, t_put_cbs), item);
+    if (event == NULL) return NULL;
+    PyObject *put_queue = SLOT(self, t_put_queue);
+    if (PyList_GET_SIZE(put_queue)) return submit(self, event, put_queue, Py_True);
+    PyObject *items = SLOT(self, t_items), *sim = SLOT(self, t_sim);
+    Py_INCREF(items);
+    Py_INCREF(sim);
+    Py_ssize_t level = PyList_GET_SIZE(items);
+    PyObject *now = SLOT(sim, s_now);
+    Py_INCREF(now);
+    int room = len_lt(level, SLOT(self, t_capacity));
+    if (room < 0) goto error;
+    if (room) {
+        if (level_changing(self, level, now) < 0) goto error;
+        if (PyList_Append(items, item) < 0) goto error;
+        /* if level >= self._lmax: self._lmax = level + 1 */
+        PyObject *lmax = SLOT(self, t_lmax);
+        int ge;
+        if (lmax != NULL && PyFloat_CheckExact(lmax) && level < ((Py_ssize_t)1 << 53)) {
+            ge = (double)level >= PyFloat_AS_DOUBLE(lmax);
+        } else if (lmax != NULL) {
+            PyObject *lv = PyLong_FromSsize_t(level);
+            ge = lv ? PyObject_RichCompareBool(lv, lmax, Py_GE) : -1;
+            Py_XDECREF(lv);
+        } else {
+            ge = -1;
+            PyErr_SetString(PyExc_AttributeError, "_lmax");
+        }
+        if (ge < 0) goto error;
+        if (ge) {
+            PyObject *nm = PyLong_FromSsize_t(level + 1);
+            if (nm == NULL) goto error;
+            slot_steal(self, t_lmax, nm);
+        }
+        PyObject *p = int_inc(SLOT(self, t_puts));
+        if (p == NULL) goto error;
+        slot_steal(self, t_puts, p);
+        slot_set(event, o_value, Py_None);
+        if (now_append(sim, event) < 0) goto error;
+    } else {
+        if (PyList_Append(put_queue, event) < 0) goto error;
+        if (PyDict_SetItem(SLOT(self, t_waiting), event, now) < 0) goto error;
+    }
+    Py_DECREF(items);
+    Py_DECREF(sim);
+    Py_DECREF(now);
+    return event;
+error:
+    Py_DECREF(items);
+    Py_DECREF(sim);
+    Py_DECREF(now);
+    Py_DECREF(event);
+    return NULL;
+}
+
+/* items.pop(0) */
+static PyObject *pop_first(PyObject *items) {
+    PyObject *v = PyList_GET_ITEM(items, 0);
+    Py_INCREF(v);
+    if (PyList_SetSlice(items, 0, 1, NULL) < 0) {
+        Py_DECREF(v);
+        return NULL;
+    }
+    return v;
+}
+
+/* Store.get, for an exact Store. */
+static PyObject *store_get(PyObject *self, PyObject *const *args, Py_ssize_t nargs,
+                           PyObject *kwnames) {
+    if (kwnames != NULL || nargs != 0 || Py_TYPE(self) != StoreT || !store_ready(self))
+        return call_orig(orig_get, self, args, nargs, kwnames);
+    PyObject *event = store_event(self, SLOT(self, t_get_cbs), Py_None);
+    if (event == NULL) return NULL;
+    PyObject *get_queue = SLOT(self, t_get_queue);
+    if (PyList_GET_SIZE(get_queue)) return submit(self, event, get_queue, Py_False);
+    PyObject *items = SLOT(self, t_items), *sim = SLOT(self, t_sim);
+    Py_INCREF(items);
+    Py_INCREF(sim);
+    PyObject *now = SLOT(sim, s_now);
+    Py_INCREF(now);
+    if (PyList_GET_SIZE(items)) {
+        if (level_changing(self, PyList_GET_SIZE(items), now) < 0) goto error;
+        PyObject *g = int_inc(SLOT(self, t_gets));
+        if (g == NULL) goto error;
+        slot_steal(self, t_gets, g);
+        PyObject *v = pop_first(items);
+        if (v == NULL) goto error;
+        slot_steal(event, o_value, v);
+        if (now_append(sim, event) < 0) goto error;
+    } else {
+        if (PyList_Append(get_queue, event) < 0) goto error;
+        if (PyDict_SetItem(SLOT(self, t_waiting), event, now) < 0) goto error;
+    }
+    Py_DECREF(items);
+    Py_DECREF(sim);
+    Py_DECREF(now);
+    return event;
+error:
+    Py_DECREF(items);
+    Py_DECREF(sim);
+    Py_DECREF(now);
+    Py_DECREF(event);
+    return NULL;
+}
+
+/* One step of _trigger_get / _trigger_put for an exact Store, whose _do_get and
+ * _do_put always return False: the head of the queue is tried once. */
+static PyObject *store_trigger(PyObject *self, int put) {
+    PyObject *queue = SLOT(self, put ? t_put_queue : t_get_queue);
+    if (PyList_GET_SIZE(queue) == 0) Py_RETURN_NONE;
+    Py_INCREF(queue);
+    PyObject *event = PyList_GET_ITEM(queue, 0);
+    Py_INCREF(event);
+    PyObject *items = SLOT(self, t_items), *sim = SLOT(self, t_sim);
+    Py_INCREF(items);
+    Py_INCREF(sim);
+    PyObject *now = SLOT(sim, s_now);
+    Py_INCREF(now);
+    PyObject *ret = NULL;
+    Py_ssize_t level = PyList_GET_SIZE(items);
+    if (put) {
+        /* Store._do_put */
+        int room = len_lt(level, SLOT(self, t_capacity));
+        if (room < 0) goto done;
+        if (room) {
+            if (level_changing(self, level, now) < 0) goto done;
+            PyObject *data = ev_get(event, o_data, n_data);
+            if (data == NULL) goto done;
+            int err = PyList_Append(items, data);
+            Py_DECREF(data);
+            if (err < 0) goto done;
+            PyObject *lmax = SLOT(self, t_lmax);
+            PyObject *lv = PyLong_FromSsize_t(level);
+            int ge = lv && lmax ? PyObject_RichCompareBool(lv, lmax, Py_GE) : -1;
+            Py_XDECREF(lv);
+            if (ge < 0) {
+                if (!PyErr_Occurred()) PyErr_SetString(PyExc_AttributeError, "_lmax");
+                goto done;
+            }
+            if (ge) {
+                PyObject *nm = PyLong_FromSsize_t(level + 1);
+                if (nm == NULL) goto done;
+                slot_steal(self, t_lmax, nm);
+            }
+            PyObject *p = int_inc(SLOT(self, t_puts));
+            if (p == NULL) goto done;
+            slot_steal(self, t_puts, p);
+            if (count_wait(self, event, now, t_pwait) < 0) goto done;
+            if (ev_set(event, o_value, n_value, Py_None) < 0) goto done;
+            if (now_append(sim, event) < 0) goto done;
+        }
+    } else if (level) {
+        /* Store._do_get */
+        if (level_changing(self, level, now) < 0) goto done;
+        PyObject *g = int_inc(SLOT(self, t_gets));
+        if (g == NULL) goto done;
+        slot_steal(self, t_gets, g);
+        if (count_wait(self, event, now, t_gwait) < 0) goto done;
+        if (PyList_GET_SIZE(items) == 0) {
+            PyErr_SetString(PyExc_IndexError, "pop from empty list");
+            goto done;
+        }
+        PyObject *v = pop_first(items);
+        if (v == NULL) goto done;
+        int err = ev_set(event, o_value, n_value, v);
+        Py_DECREF(v);
+        if (err < 0 || now_append(sim, event) < 0) goto done;
+    }
+    /* if get._value is PENDING: index += 1; else: del queue[index] */
+    {
+        PyObject *v = ev_get(event, o_value, n_value);
+        if (v == NULL) goto done;
+        Py_DECREF(v);
+        if (v != PENDING) {
+            if (PyList_GET_SIZE(queue) == 0) {
+                PyErr_SetString(PyExc_IndexError, "list assignment index out of range");
+                goto done;
+            }
+            if (PyList_SetSlice(queue, 0, 1, NULL) < 0) goto done;
+        }
+    }
+    ret = Py_None;
+    Py_INCREF(ret);
+done:
+    Py_DECREF(queue);
+    Py_DECREF(event);
+    Py_DECREF(items);
+    Py_DECREF(sim);
+    Py_DECREF(now);
+    return ret;
+}
+
+static PyObject *orig_trigger_get, *orig_trigger_put;
+
+/* _PutGetResource._trigger_get / _trigger_put: the exact Store's, else Python's. */
+static PyObject *pg_trigger_get(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 1 || Py_TYPE(self) != StoreT || !store_ready(self))
+        return call_orig(orig_trigger_get, self, args, nargs, NULL);
+    return store_trigger(self, 0);
+}
+
+static PyObject *pg_trigger_put(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 1 || Py_TYPE(self) != StoreT || !store_ready(self))
+        return call_orig(orig_trigger_put, self, args, nargs, NULL);
+    return store_trigger(self, 1);
+}
+
 /* ------------------------------------------------------------------ install */
 
 static int offset_of(PyTypeObject *tp, const char *name, Py_ssize_t *out) {
@@ -1363,6 +1739,17 @@ static PyMethodDef exit_def = {"__exit__", (PyCFunction)(void (*)(void))event_ex
                                METH_FASTCALL, NULL};
 static PyMethodDef request_def = {"request", (PyCFunction)(void (*)(void))resource_request,
                                   METH_FASTCALL | METH_KEYWORDS, NULL};
+static PyMethodDef grant_next_def = {"_grant_next",
+                                     (PyCFunction)(void (*)(void))resource_grant_next,
+                                     METH_FASTCALL, NULL};
+static PyMethodDef put_def = {"put", (PyCFunction)(void (*)(void))store_put,
+                              METH_FASTCALL | METH_KEYWORDS, NULL};
+static PyMethodDef get_def = {"get", (PyCFunction)(void (*)(void))store_get,
+                              METH_FASTCALL | METH_KEYWORDS, NULL};
+static PyMethodDef trigger_get_def = {"_trigger_get", (PyCFunction)(void (*)(void))pg_trigger_get,
+                                      METH_FASTCALL, NULL};
+static PyMethodDef trigger_put_def = {"_trigger_put", (PyCFunction)(void (*)(void))pg_trigger_put,
+                                      METH_FASTCALL, NULL};
 
 static PyMethodDef heappush_def = {"heappush", (PyCFunction)(void (*)(void))ck_heappush,
                                    METH_FASTCALL,
@@ -1473,7 +1860,33 @@ static PyObject *install_resources(PyObject *module, PyObject *resources) {
     OFF(ResourceT, "_release_cbs", r_release_cbs);
     OFF(ResourceT, "_wsum", r_wsum);
     OFF(ResourceT, "_wmax", r_wmax);
-    if (put_method(ResourceT, &request_def, &orig_request, "($self, /)", NULL) < 0)
+    PyTypeObject *PutGetT = (PyTypeObject *)get(resources, "_PutGetResource");
+    if (PutGetT == NULL) return NULL;
+    Py_DECREF(PutGetT); /* the module keeps it */
+    OFF(PutGetT, "_put_cbs", t_put_cbs);
+    OFF(PutGetT, "_get_cbs", t_get_cbs);
+    OFF(PutGetT, "put_queue", t_put_queue);
+    OFF(PutGetT, "get_queue", t_get_queue);
+    OFF(PutGetT, "_capacity", t_capacity);
+    OFF(PutGetT, "_larea", t_larea);
+    OFF(PutGetT, "_last", t_last);
+    OFF(PutGetT, "_lmax", t_lmax);
+    OFF(PutGetT, "_puts", t_puts);
+    OFF(PutGetT, "_gets", t_gets);
+    OFF(PutGetT, "_waiting", t_waiting);
+    OFF(PutGetT, "sim", t_sim);
+    OFF(PutGetT, "_gwait", t_gwait);
+    OFF(PutGetT, "_pwait", t_pwait);
+    OFF(StoreT, "items", t_items);
+    if (put_method(ResourceT, &request_def, &orig_request, "($self, /)", NULL) < 0 ||
+        put_method(ResourceT, &grant_next_def, &orig_grant_next, "($self, release, /)",
+                   NULL) < 0 ||
+        put_method(StoreT, &put_def, &orig_put, "($self, /, item)", NULL) < 0 ||
+        put_method(StoreT, &get_def, &orig_get, "($self, /)", NULL) < 0 ||
+        put_method(PutGetT, &trigger_get_def, &orig_trigger_get, "($self, _event, /)",
+                   NULL) < 0 ||
+        put_method(PutGetT, &trigger_put_def, &orig_trigger_put, "($self, _event, /)",
+                   NULL) < 0)
         return NULL;
     resources_installed = 1;
     Py_RETURN_NONE;
@@ -1526,5 +1939,6 @@ PyMODINIT_FUNC PyInit__ckernel(void) {
     INTERN(n_submit, "_submit");
     INTERN(n_now_append, "_now_append");
     if (!(one = PyLong_FromLong(1))) return NULL;
+    if (!(zero_f = PyFloat_FromDouble(0.0))) return NULL;
     return PyModule_Create(&ckernel_module);
 }
