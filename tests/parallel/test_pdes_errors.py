@@ -266,11 +266,13 @@ def test_a_crashed_worker_surfaces_quickly() -> None:
 
 
 def test_a_hung_worker_times_out() -> None:
+    # The timeout covers every command, the workers' start ('build') too: 5 s leaves
+    # room for a spawn on a loaded machine (1 s did not), and the hang is 60 s.
     sim = ShardedSim(models.build_faulty, shards=2, mode="processes", config={"fault": "hang"},
-                     timeout=1.0)
+                     timeout=5.0)
     with pytest.raises(ShardCrashed) as info:
         sim.run(until=20.0)
-    check(info.value, ShardError, "[1]", "timeout of 1.0 s")
+    check(info.value, ShardError, "[1]", "timeout of 5.0 s")
     sim.close()
 
 
