@@ -327,3 +327,42 @@ def test_the_page_gets_the_runs_last_state_and_the_view_ends_with_the_run(
     assert last["totals"]["steps"] == 3
     assert "charts" in last
     assert (out / "digest.txt").read_text().strip() in out_text
+
+
+# -- calls.jsonl: followed as it grows ---------------------------------------------------
+
+
+def test_the_view_follows_calls_jsonl_as_it_grows_and_draws_its_latency(
+        round_run: Path, tmp_path: Path) -> None:
+    from simulacra.report._live import _Hub, _NoLink
+
+    run = tmp_path / "run"
+    shutil.copytree(round_run, run)
+    calls = (round_run / "calls.jsonl").read_bytes().splitlines(keepends=True)
+    assert len(calls) > 8
+    half = len(calls) // 2
+    (run / "calls.jsonl").write_bytes(b"".join(calls[:half]) + calls[half][:20])  # a line cut
+    hub = _Hub(run, _NoLink(run), name="run", steps=None, replay=True)
+    hub.refresh(force=True)
+    files = hub.files
+    assert files.calls.lines == half  # whole lines only
+    assert files._at["calls"] == len(b"".join(calls[:half]))
+    with (run / "calls.jsonl").open("ab") as stream:  # the rest of the line, and the others
+        stream.write(calls[half][20:] + b"".join(calls[half + 1:]))
+    hub.refresh(force=True)
+    assert files.calls.lines == len(calls)  # each line once: read from where it stopped
+    assert files._at["calls"] == (run / "calls.jsonl").stat().st_size
+
+    lines = [json.loads(line) for line in calls]
+    charts = hub.snapshot(charts=True)["charts"]
+    assert list(charts).index("latency_hist") < list(charts).index("latency_pct")
+    assert f"{sum(1 for c in lines if c['ok']):,} calls" in \
+        charts["latency_hist"]["layout"]["title"]["text"]
+    # The slider: the calls up to its step.
+    events = [json.loads(line) for line in (run / "action_events.jsonl").read_text().splitlines()]
+    first_step = sum(1 for e in events if e["step"] == 0)
+    at = hub.at(first_step)
+    shown = sum(at["charts"]["latency_hist"]["data"][0]["y"])
+    assert shown == sum(1 for c in lines if c["ok"] and c["step"] == 0) > 0
+    assert at["charts"]["latency_pct"]["data"][0]["x"] == [0]
+    assert "latency_hist" not in hub.at(0)["charts"]  # no call yet

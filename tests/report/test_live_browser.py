@@ -98,9 +98,34 @@ def _charts_with_data(page: Any) -> dict[str, int]:
             (div.data || []).reduce((n, t) => n + ((t.y || t.x || []).length), 0)]))"""))
 
 
-def _assert_every_chart_drawn(page: Any) -> None:
+def _latency_drawn(page: Any) -> dict[str, Any]:
+    """The model calls the latency histogram counts, and the points of the percentiles chart."""
+    return dict(page.evaluate("""() => {
+        const hist = document.getElementById('chart-latency_hist');
+        const pct = document.getElementById('chart-latency_pct');
+        const sum = (t) => (t.y || []).reduce((n, v) => n + (v || 0), 0);
+        return {calls: hist && hist.data ? sum(hist.data[0]) : 0,
+                title: hist && hist.layout ? hist.layout.title.text : '',
+                bars: hist ? hist.querySelectorAll('.trace.bars .point').length : 0,
+                median: pct && pct.data ? pct.data[0].y.filter(v => v !== null).length : 0};
+    }"""))
+
+
+def _assert_every_chart_drawn(page: Any, calls: int | None = None) -> None:
+    """Every chart of the report drawn with data; the latency histogram counts *calls*."""
     charts = _charts_with_data(page)
-    assert set(charts) >= {"actions", "calls", "tokens", "cost", "failures", "latency"}
+    assert set(charts) >= {"actions", "calls", "tokens", "cost", "failures", "latency",
+                           "latency_hist", "latency_pct"}
+    # In the report's order: the latency distribution and its percentiles before the rest.
+    order = list(charts)
+    assert order.index("failures") < order.index("latency_hist") < order.index("latency_pct") \
+        < order.index("latency"), order
+    drawn = _latency_drawn(page)
+    assert drawn["bars"] > 0, drawn
+    assert drawn["median"] > 0, drawn
+    if calls is not None:  # the title counts them all; the bars leave out a long tail's 0.5%
+        assert f"{calls:,} calls" in drawn["title"], drawn
+        assert calls * 0.99 <= drawn["calls"] <= calls, drawn
     assert all(points > 0 for points in charts.values()), charts
     # Drawn, not only given: each has plotly's SVG with its traces.
     drawn = page.evaluate("""() => [...document.querySelectorAll('.chart')].every(
@@ -145,7 +170,7 @@ def test_the_live_page_controls_the_run(browser: Any, tmp_path: Path) -> None:
         page.click("#step-once")
         _wait_paused_at(page, at + 1)
 
-        _assert_every_chart_drawn(page)
+        _assert_every_chart_drawn(page, calls=agents * (at + 1))
         assert float(page.inner_text("#calls")) == agents * (at + 1)
         telemetry = [json.loads(line) for line in
                      (out / "telemetry.jsonl").read_text().splitlines()]
@@ -215,7 +240,10 @@ def test_the_view_of_a_finished_run_replays_it_with_a_slider(browser: Any, round
         assert not page.is_visible("#stop")
         assert page.text_content("#state") == "finished"
         assert page.inner_text("#position") == f"{len(events)} / {len(events)}"
-        _assert_every_chart_drawn(page)
+        calls = [json.loads(line) for line in
+                 (round_run / "calls.jsonl").read_text().splitlines()]
+        returned = [c for c in calls if c["ok"]]
+        _assert_every_chart_drawn(page, calls=len(returned))
 
         for position in (0, 7, len(events) // 2, len(events)):
             page.locator("#slider").fill(str(position))
@@ -223,6 +251,14 @@ def test_the_view_of_a_finished_run_replays_it_with_a_slider(browser: Any, round
                 "p => document.getElementById('position').textContent.startsWith(p + ' /')",
                 arg=position, timeout=30_000)
             assert page.inner_text("#events-count") == str(position)
+            # The latency histogram of the calls up to the slider's step.
+            upto = events[position - 1]["step"] if position else -1
+            # (none before the first step: the chart is not there, as in a report without calls)
+            page.wait_for_function(
+                "n => { const d = document.getElementById('chart-latency_hist'); "
+                "if (n === 0) return !d; "
+                "return !!d && !!d.data && d.data[0].y.reduce((a, v) => a + v, 0) === n; }",
+                arg=sum(1 for c in returned if c["step"] <= upto), timeout=30_000)
             shown = page.locator("#events tr").count()
             assert shown == min(position, 50)
             if position:

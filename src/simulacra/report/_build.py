@@ -192,6 +192,11 @@ def society_data(run: _data.RunData, *, llm_calls: int = DEFAULT_LLM_CALLS) -> d
         shown_totals["pricing"] = (f"{pricing.get('prompt_per_mtok', 0):g} / "
                                    f"{pricing.get('completion_per_mtok', 0):g} per million "
                                    "prompt / completion tokens")
+    applied = run.summary.get("scenario")
+    if isinstance(applied, dict) and isinstance(applied.get("changes"), int):
+        count = applied["changes"]
+        shown_totals["scenario"] = (f"{applied.get('applied', 0):,} of {count:,} "
+                                    f"{'change' if count == 1 else 'changes'} applied")
     name = identity.get("name") or run.path.name
     steps = len(run.telemetry)
     title = (f"{name}: {identity.get('agents')} agents, {steps} "
@@ -243,6 +248,7 @@ def society_data(run: _data.RunData, *, llm_calls: int = DEFAULT_LLM_CALLS) -> d
                    "failed": (dict(stats.failed_by_agent)
                               if stats is not None else {})},
         "call_failures": call_failures,
+        "pseudo": _pseudo_agents(run, table.agents),
         "call_log": stats is not None,
         "simulated": bool(stats is not None and stats.simulated),
         "llm": llm,
@@ -316,6 +322,36 @@ def _agent_pages(run: _data.RunData,
         packed = deflate.compress(document) + deflate.flush()
         chunks[str(number)] = base64.b64encode(packed).decode("ascii")
     return chunks, {"chunk": _AGENT_CHUNK}
+
+
+def _pseudo_agents(run: _data.RunData, agents: Sequence[str]) -> dict[str, list[str]]:
+    """The names in the log that are no agent of the run: name -> ``[what, scenario]``.
+
+    A scenario's events are made by the world in the scenario's name
+    (``scenario``, or one the world picks, such as ``system``): an author all
+    of whose events carry a ``scenario`` field, with no model call of its own,
+    is ``"scenario"``; the call site of an agent's interviews
+    (``interview:NAME``) is ``"interview"``.
+    """
+    entry = run.manifest.get("scenario")
+    if not isinstance(entry, dict):
+        return {}
+    scenario = str(entry.get("name", ""))
+    per_agent = (run.summary.get("llm") or {}).get("per_agent") or {}
+    by_scenario: set[str] = set()
+    own: set[str] = set()
+    for event in run.events:
+        data = event.get("data")
+        author = str(event.get("agent"))
+        if isinstance(data, dict) and "scenario" in data and event.get("kind") != "interview":
+            by_scenario.add(author)
+        else:
+            own.add(author)
+    out = {name: ["scenario", scenario] for name in sorted(by_scenario - own)
+           if not per_agent.get(name)}
+    out.update({name: ["interview", scenario] for name in agents
+                if name.startswith("interview:")})
+    return out
 
 
 def _called_agents(run: _data.RunData) -> list[str]:

@@ -94,6 +94,31 @@ def _figure(title: str, x_title: str, y_title: str, **layout: Any) -> go.Figure:
     return fig
 
 
+def _count_axis(fig: go.Figure, top: float, axis: str = "yaxis") -> go.Figure:
+    """Whole-number ticks on an axis of counts: never 0.5, never "0 0 1 1".
+
+    Plotly picks ticks of 0.5 (or, formatted as integers, repeated labels)
+    for a small range; up to 10 the ticks are every 1 or 2, from 0; all zero,
+    the range is [0, 1]. Above 10 plotly's own ticks are whole numbers.
+    """
+    settings: dict[str, Any] = {}
+    if top <= 10:
+        settings.update(tick0=0, dtick=1 if top <= 6 else 2)
+    if top <= 0:
+        settings["range"] = [0, 1]
+    if settings:
+        fig.update_layout({axis: settings})
+    return fig
+
+
+def _unpriced(costs: Sequence[float]) -> bool:
+    """Whether every cost is 0 (no pricing, or a free model): a cost axis has nothing to show."""
+    return not any(costs)
+
+
+_UNPRICED: Final = {"range": [0, 1], "tickmode": "array", "tickvals": [0], "ticktext": ["0"]}
+
+
 def _per(series: StepSeries) -> str:
     return "window" if series.windowed else "step"
 
@@ -108,7 +133,7 @@ def actions_chart(series: StepSeries) -> go.Figure:
         fig.add_trace(go.Bar(x=series.x, y=counts, name=kind, marker_color=colors[kind]))
     if not series.kinds:
         fig.add_trace(go.Bar(x=series.x, y=series.events, name="events"))
-    return fig
+    return _count_axis(fig, max(series.events, default=0))
 
 
 def calls_chart(series: StepSeries) -> go.Figure:
@@ -119,7 +144,7 @@ def calls_chart(series: StepSeries) -> go.Figure:
                          marker_color="#636efa"))
     fig.add_trace(go.Scatter(x=series.x, y=series.participants, name="turns",
                              mode="lines+markers", line={"color": "#00cc96"}))
-    return fig
+    return _count_axis(fig, max([*series.llm_calls, *series.participants], default=0))
 
 
 def tokens_chart(series: StepSeries) -> go.Figure:
@@ -136,7 +161,10 @@ def tokens_chart(series: StepSeries) -> go.Figure:
     fig.add_trace(go.Scatter(x=series.x, y=series.cost, name="cost", yaxis="y2",
                              mode="lines+markers", line={"color": "#ef553b"}))
     fig.update_layout(margin={**_MARGIN, "r": 60})
-    return fig
+    if _unpriced(series.cost):  # no invented ticks (0.218, 0.436...) for a cost of 0
+        fig.update_layout(yaxis2={**_UNPRICED, "title": {"text": "cost (not priced)"}})
+    tokens = [a + b for a, b in zip(series.prompt_tokens, series.completion_tokens, strict=True)]
+    return _count_axis(fig, max(tokens, default=0))
 
 
 def cost_chart(series: StepSeries) -> go.Figure:
@@ -147,6 +175,11 @@ def cost_chart(series: StepSeries) -> go.Figure:
                          marker_color="#fecb52"))
     fig.add_trace(go.Scatter(x=series.x, y=series.cost_cumulative, name="so far",
                              mode="lines+markers", line={"color": "#ef553b"}))
+    if _unpriced(series.cost):
+        fig.update_layout(yaxis={**_UNPRICED, "title": {"text": "cost (not priced)"}})
+        fig.add_annotation(text="every call cost 0: the run is not priced (sim.llm.pricing)",
+                           showarrow=False, xref="paper", yref="paper", x=0.5, y=0.5,
+                           font={"size": 14, "color": "#888"})
     return fig
 
 
@@ -165,7 +198,8 @@ def failures_chart(series: StepSeries) -> go.Figure:
         if not any(series.failed):
             fig.add_annotation(text="no failed turns", showarrow=False, xref="paper",
                                yref="paper", x=0.5, y=0.5, font={"size": 14, "color": "#888"})
-    return fig
+    stacked = [sum(c) for c in zip(*series.failed_kinds.values(), strict=True)] or series.failed
+    return _count_axis(fig, max([*stacked, *series.failed], default=0))
 
 
 def latency_chart(series: StepSeries) -> go.Figure:
@@ -234,7 +268,7 @@ def latency_histogram_chart(stats: CallStats, bins: int = 40) -> go.Figure:
     if not values:
         fig.add_annotation(text="no model call returned", showarrow=False, xref="paper",
                            yref="paper", x=0.5, y=0.5, font={"size": 14, "color": "#888"})
-    return fig
+    return _count_axis(fig, max(counts, default=0))
 
 
 def latency_percentiles_chart(stats: CallStats, series: StepSeries) -> go.Figure:
@@ -244,7 +278,7 @@ def latency_percentiles_chart(stats: CallStats, series: StepSeries) -> go.Figure
     fig = _figure(f"Model call latency per {_per(series)} ({what}: percentiles)",
                   series.x_title, "seconds",
                   yaxis2={"title": {"text": "failed calls"}, "overlaying": "y", "side": "right",
-                          "rangemode": "tozero", "showgrid": False, "tickformat": ",d"})
+                          "rangemode": "tozero", "showgrid": False})
     x_of = dict(zip(series.step, series.x, strict=True))
     steps = [s for s in stats.per_step if s in x_of] or list(stats.per_step)
     xs = [x_of.get(s, float(s)) for s in steps]
@@ -256,10 +290,11 @@ def latency_percentiles_chart(stats: CallStats, series: StepSeries) -> go.Figure
                                  (4, "p99", "#ef553b", "dash")):
         fig.add_trace(go.Scatter(x=xs, y=column(i), name=name, mode="lines+markers",
                                  line={"color": color, "dash": dash}))
-    fig.add_trace(go.Bar(x=xs, y=[stats.per_step[s][1] for s in steps], name="failed calls",
+    failed = [stats.per_step[s][1] for s in steps]
+    fig.add_trace(go.Bar(x=xs, y=failed, name="failed calls",
                          yaxis="y2", marker_color="#ffa15a", opacity=0.6))
     fig.update_layout(margin={**_MARGIN, "r": 60})
-    return fig
+    return _count_axis(fig, max(failed, default=0), "yaxis2")
 
 
 def queue_chart(series: StepSeries) -> go.Figure:
@@ -272,7 +307,8 @@ def queue_chart(series: StepSeries) -> go.Figure:
                              mode="lines+markers", line={"color": "#ef553b", "shape": "hv"}))
     fig.add_trace(go.Bar(x=series.x, y=series.wakes, name="wake-ups", opacity=0.35,
                          marker_color="#00cc96"))
-    return fig
+    return _count_axis(fig, max([*series.queue_max, *series.in_flight_max, *series.wakes],
+                                default=0))
 
 
 def probes_chart(series: StepSeries) -> go.Figure:
@@ -458,9 +494,23 @@ def monitor_charts(data: MonitorData, bins: int = 40) -> dict[str, go.Figure]:
             fig.update_layout(yaxis={"range": [0, top], "rangemode": "normal"})
         charts[f"series:{name}"] = fig
     for name, values in data.samples.items():
-        mean = math.fsum(values) / len(values) if values else 0.0
-        fig = _figure(f"{name}: histogram of {len(values)} samples (mean {mean:.4g})", name,
-                      "count")
-        fig.add_trace(go.Histogram(x=values, nbinsx=bins, name=name, marker_color="#00cc96"))
-        charts[f"samples:{name}"] = fig
+        if values:
+            mean = math.fsum(values) / len(values)
+            title = f"{name}: histogram of {len(values):,} samples (mean {mean:.4g})"
+        else:  # the mean of no samples is no number
+            title = f"{name}: histogram (no samples)"
+        fig = _figure(title, name, "count")
+        low, high = (min(values), max(values)) if values else (0.0, 0.0)
+        # Bins of our own (plotly draws them as given), so that the count axis is known.
+        size = (high - low) / bins if high > low else 1.0
+        counts = [0] * bins
+        for value in values:
+            counts[min(int((value - low) / size), bins - 1)] += 1
+        fig.add_trace(go.Histogram(x=values, name=name, marker_color="#00cc96",
+                                   xbins={"start": low, "end": low + size * bins,
+                                          "size": size}))
+        if not values:
+            fig.add_annotation(text="no samples", showarrow=False, xref="paper", yref="paper",
+                               x=0.5, y=0.5, font={"size": 14, "color": "#888"})
+        charts[f"samples:{name}"] = _count_axis(fig, max(counts, default=0))
     return charts

@@ -275,6 +275,7 @@ def run_identity(run: RunData) -> dict[str, Any]:
         "model": provider.get("model"),
         "base_url": provider.get("base_url"),
         "config sha256": manifest.get("config_sha256"),
+        "scenario": _scenario_label(manifest.get("scenario")),
         "world factory": (manifest.get("world_factory") or {}).get("ref"),
         "completions": manifest.get("completions"),
         "sessions": " + ".join(str(s) for s in sessions) if sessions else None,
@@ -282,6 +283,14 @@ def run_identity(run: RunData) -> dict[str, Any]:
         "finished": manifest.get("finished"),
         "digest": run.summary.get("digest"),
     }
+
+
+def _scenario_label(entry: object) -> str | None:
+    """``name (short hash)`` of a manifest's ``scenario`` entry; None without one."""
+    if not isinstance(entry, dict) or not entry.get("name"):
+        return None
+    digest = str(entry.get("sha256") or "")[:12]
+    return f"{entry['name']} ({digest})" if digest else str(entry["name"])
 
 
 def run_totals(run: RunData) -> dict[str, Any]:
@@ -466,7 +475,9 @@ def event_text(event: Mapping[str, Any]) -> str:
     """One line saying what an event did, for the log browser and its text search.
 
     The text of a post or reply; ``likes #3 by @ada`` for a like, ``follows
-    @ada`` for a follow, ``TypeName: message`` for a failed turn; otherwise
+    @ada`` for a follow, ``TypeName: message`` for a failed turn, the
+    question and answer of a scenario's interview, ``knob: old -> new`` for a
+    scenario's knob change; otherwise
     the event's data as compact JSON (empty for an event without data).
     """
     data = event.get("data")
@@ -485,6 +496,11 @@ def event_text(event: Mapping[str, Any]) -> str:
         return f"likes #{data['post']}{by}"
     if kind == "follow" and "whom" in data:
         return f"follows @{data['whom']}"
+    if kind == "interview" and "question" in data:  # a scenario's question, not a world event
+        return f"asked {data['question']!r} ({data.get('scenario', '?')}): {data.get('answer', '')}"
+    if kind == "knob" and "knob" in data:
+        return (f"{data['knob']}: {data.get('from')!r} -> {data.get('to')!r} "
+                f"({data.get('scenario', '?')})")
     if not data:
         return ""
     return json.dumps(data, sort_keys=True, ensure_ascii=False, separators=(",", ":"))

@@ -17,8 +17,10 @@ How it is built:
   server-sent events (sse-starlette), plotly.js served from the installed
   plotly package (no other host is ever asked for anything);
 - the page reads what the run writes: the run directory's
-  ``telemetry.jsonl`` and ``action_events.jsonl``, flushed at every step, are
-  followed as they grow. Nothing is added to the run's own loop;
+  ``telemetry.jsonl``, ``action_events.jsonl`` and ``calls.jsonl`` (a line per
+  model call: the latency histogram and its percentiles per step), flushed as
+  written, are followed as they grow: each look reads only the bytes added
+  since the last one. Nothing is added to the run's own loop;
 - during a run the server lives in a child process (:class:`LiveView` with
   ``process=True``): reading the logs and building charts then costs the run
   no time under its GIL. The child gets the listening socket, the run
@@ -39,6 +41,7 @@ import contextlib
 import errno
 import importlib.util
 import json
+import math
 import os
 import secrets
 import socket
@@ -53,7 +56,15 @@ from typing import TYPE_CHECKING, Any, Final, Protocol
 
 from simulacra.errors import ConfigError
 
-from ._data import MANIFEST_SCHEMES, event_text, step_series
+from ._data import (
+    CALLS_FILE,
+    MANIFEST_SCHEMES,
+    CallStats,
+    _percentile,
+    _scenario_label,
+    event_text,
+    step_series,
+)
 
 if TYPE_CHECKING:
     from starlette.requests import Request
@@ -127,12 +138,75 @@ def check_view_dir(path: str | os.PathLike[str]) -> Path:
 # -- following the logs -----------------------------------------------------------------
 
 
-class _RunFiles:
-    """What a run directory's two logs hold so far, read as they grow.
+class _CallTally:
+    """``calls.jsonl`` so far, per step: what :class:`CallStats` of any first steps is made of.
 
-    Only whole lines are read (a line being written is left for the next
-    look). A log that became shorter (a resumed run cut it back to its
-    checkpoint) is read again from its start.
+    Each call is counted once, as its line is read; :meth:`stats` gives the
+    stats of the steps up to one (the slider of a replay, or the telemetry
+    so far), sorting only the steps that changed since it last did.
+    """
+
+    def __init__(self) -> None:
+        #: step -> [calls, failed, latencies, wall seconds, failed by kind]
+        self.steps: dict[int, list[Any]] = {}
+        self.lines = 0
+        #: step -> (calls counted, (calls, failed, p50, p90, p99, max), sorted latencies)
+        self._done: dict[int, tuple[int, tuple[int, int, float, float, float, float],
+                                    list[float], list[float]]] = {}
+
+    def add(self, call: dict[str, Any]) -> None:
+        step = int(call.get("step", 0))
+        entry = self.steps.get(step)
+        if entry is None:
+            entry = self.steps[step] = [0, 0, [], [], {}]
+        entry[0] += 1
+        self.lines += 1
+        if call.get("ok", True):
+            value, seconds = call.get("latency_s"), call.get("wall_s")
+            if isinstance(value, int | float):
+                entry[2].append(float(value))
+            if isinstance(seconds, int | float):
+                entry[3].append(float(seconds))
+            return
+        entry[1] += 1
+        error = str(call.get("error", "?"))
+        entry[4][error] = entry[4].get(error, 0) + 1
+
+    def stats(self, last: int, *, simulated: bool) -> CallStats | None:
+        """The stats of the calls of steps ``<= last``; None before any call."""
+        per_step: dict[int, tuple[int, int, float, float, float, float]] = {}
+        latency: list[float] = []
+        wall: list[float] = []
+        by_kind: dict[str, int] = {}
+        for step in sorted(s for s in self.steps if s <= last):
+            n, failed, values, seconds, kinds = self.steps[step]
+            done = self._done.get(step)
+            if done is None or done[0] != n:
+                ordered = sorted(values)
+                row = ((n, failed, _percentile(ordered, 0.5), _percentile(ordered, 0.9),
+                        _percentile(ordered, 0.99), ordered[-1]) if ordered else
+                       (n, failed, math.nan, math.nan, math.nan, math.nan))
+                done = self._done[step] = (n, row, ordered, sorted(seconds))
+            per_step[step] = done[1]
+            latency.extend(done[2])
+            wall.extend(done[3])
+            for kind, count in kinds.items():
+                by_kind[kind] = by_kind.get(kind, 0) + count
+        if not per_step:
+            return None
+        latency.sort()  # sorted runs, merged
+        wall.sort()
+        return CallStats(simulated, latency, wall, per_step, dict(sorted(by_kind.items())),
+                         {}, {}, 1)
+
+
+class _RunFiles:
+    """What a run directory's logs hold so far, read as they grow.
+
+    ``telemetry.jsonl``, ``action_events.jsonl`` and ``calls.jsonl``: only
+    whole lines are read, each look from where the last one stopped (a line
+    being written is left for the next look). A log that became shorter (a
+    resumed run cut it back to its checkpoint) is read again from its start.
     """
 
     def __init__(self, path: Path) -> None:
@@ -142,11 +216,14 @@ class _RunFiles:
         self.rows: list[list[Any]] = []
         #: The failed turns' events (for the failures chart, by error type).
         self.failed: list[dict[str, Any]] = []
-        self._at = {"telemetry": 0, "events": 0}
+        #: The model calls of ``calls.jsonl`` so far, per step.
+        self.calls = _CallTally()
+        self._at = {"telemetry": 0, "events": 0, "calls": 0}
 
     def _reset(self) -> None:
         self.telemetry, self.rows, self.failed = [], [], []
-        self._at = {"telemetry": 0, "events": 0}
+        self.calls = _CallTally()
+        self._at = {"telemetry": 0, "events": 0, "calls": 0}
 
     def _new_lines(self, role: str, name: str) -> list[bytes] | None:
         """The whole lines added since the last look; None when the log was cut back."""
@@ -171,7 +248,8 @@ class _RunFiles:
         """Read what was added; whether anything was."""
         telemetry = self._new_lines("telemetry", "telemetry.jsonl")
         events = self._new_lines("events", "action_events.jsonl")
-        if telemetry is None or events is None:
+        calls = self._new_lines("calls", CALLS_FILE)
+        if telemetry is None or events is None or calls is None:
             self._reset()
             return self.poll() or True
         for line in telemetry:
@@ -191,7 +269,12 @@ class _RunFiles:
             self.rows.append([event.get("i", len(self.rows)), event.get("step", 0),
                               event.get("time", 0.0), str(event.get("agent")),
                               str(event.get("kind")), event_text(event)[:_TEXT_LIMIT]])
-        return bool(telemetry or events)
+        for line in calls:
+            with contextlib.suppress(ValueError):
+                call = json.loads(line)
+                if isinstance(call, dict):
+                    self.calls.add(call)
+        return bool(telemetry or events or calls)
 
 
 # -- what controls the run --------------------------------------------------------------
@@ -309,13 +392,16 @@ class _Hub:
         self.version = 0
         self.charts_version = 0
         self._charts: dict[str, Any] = {}
-        self._charts_lines = -1
+        self._charts_lines: tuple[int, int] = (-1, -1)
         self._charts_at = 0.0
         self._charts_cost = 0.0
         self._status: dict[str, Any] = {}
         self._looked = 0.0
         self._step_charts: dict[int, dict[str, Any]] = {}
         self._boundaries: tuple[int, list[int]] = (-1, [])
+        #: The run's scenario, ``name (short hash)``, once its manifest is read (None: none).
+        self.scenario: str | None = None
+        self._manifest_read = False
         #: Pages following the stream now.
         self.streams = 0
         self.closing = False
@@ -336,19 +422,34 @@ class _Hub:
         self._status = status
         if status.get("started"):
             changed = self.files.poll() or changed
+            if not self._manifest_read:
+                changed = self._read_manifest() or changed
         lines = len(self.files.telemetry)
         settled = status.get("state") != "playing" or bool(status.get("waiting"))
         interval = max(_CHART_INTERVAL, self._charts_cost / _CHART_SHARE)
-        if lines != self._charts_lines and (
+        # New telemetry, or calls of steps it has (a call can outlive its window).
+        key = (lines, self.files.calls.lines)
+        if key != self._charts_lines and (
                 settled or force or now - self._charts_at >= interval):
             self._charts = self._build_charts(lines)
-            self._charts_lines = lines
+            self._charts_lines = key
             self._charts_at = time.monotonic()
             self._charts_cost = self._charts_at - now
             self.charts_version += 1
             changed = True
         if changed:
             self.version += 1
+
+    def _read_manifest(self) -> bool:
+        """Read the scenario of the run's manifest, once it is there; whether one was found."""
+        try:
+            manifest = json.loads((self.path / "manifest.json").read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return False  # not written yet (or being written): the next look
+        self._manifest_read = True
+        if isinstance(manifest, dict):
+            self.scenario = _scenario_label(manifest.get("scenario"))
+        return self.scenario is not None
 
     def _build_charts(self, lines: int) -> dict[str, Any]:
         from ._charts import figure_spec, society_charts  # noqa: PLC0415  (plotly, lazily)
@@ -357,7 +458,9 @@ class _Hub:
         last = telemetry[-1].get("step", lines - 1) if telemetry else -1
         failed = [e for e in self.files.failed if int(e.get("step", 0)) <= int(last)]
         series = step_series(telemetry, failed)
-        return {name: figure_spec(fig) for name, fig in society_charts(series).items()}
+        # The calls of the steps the telemetry has (a replay's slider: up to its step).
+        calls = self.files.calls.stats(int(last), simulated=series.windowed)
+        return {name: figure_spec(fig) for name, fig in society_charts(series, calls).items()}
 
     def _totals(self, telemetry: list[dict[str, Any]], events: int) -> dict[str, Any]:
         calls = sum(int(line.get("llm_calls", 0)) for line in telemetry)
@@ -377,6 +480,7 @@ class _Hub:
             "state": status.get("state", "starting"), "controls": bool(status.get("controls")),
             "paused_at": status.get("step") if status.get("waiting") else None,
             "steps_total": self.steps, "message": status.get("message"),
+            "scenario": self.scenario,
             "totals": self._totals(self.files.telemetry, len(rows)),
             "events": rows[-NEWEST:][::-1], "position": len(rows),
             "charts_version": self.charts_version,
@@ -397,7 +501,7 @@ class _Hub:
                 self._step_charts.clear()
             self._step_charts[step] = self._build_charts(len(telemetry))
         return {"mode": "replay", "name": self.name, "state": self._status.get("state"),
-                "controls": False, "steps_total": self.steps,
+                "controls": False, "steps_total": self.steps, "scenario": self.scenario,
                 "totals": self._totals(telemetry, position),
                 "events": rows[max(0, position - NEWEST):position][::-1],
                 "position": position, "events_total": len(rows), "step": step,
@@ -856,6 +960,9 @@ _PAGE: Final = r"""<!doctype html>
   .badge.paused { background: #fff3bf; color: #8a6d00; }
   .badge.stopping, .badge.ended, .badge.unfinished { background: #ffe3e3; color: #b02a2a; }
   .badge.finished { background: #d3f9d8; color: #2b8a3e; }
+  .scenario { padding: 2px 9px; border-radius: 10px; font-size: 12px; background: #f4f3ff;
+              color: #6941c6; border: 1px solid #d9d6fe; }
+  .scenario:empty { display: none; }
   .counters { display: flex; gap: 18px; flex-wrap: wrap; }
   .counter b { font-variant-numeric: tabular-nums; }
   .counter span { color: var(--muted); margin-right: 4px; }
@@ -884,6 +991,7 @@ _PAGE: Final = r"""<!doctype html>
 <body>
 <header>
   <h1 id="title">__TITLE__</h1>
+  <span id="scenario" class="scenario" title="the run's scenario (name and hash)"></span>
   <span id="state" class="badge">connecting</span>
   <div class="counters">
     <div class="counter"><span>step</span><b id="step">0</b><b id="steps-total"></b></div>
@@ -957,6 +1065,14 @@ function drawChart(div, spec) {
 
 function drawCharts(charts, settled) {
   const main = $("charts");
+  // A chart the state has not (a replay before the first model call) goes, as in a report.
+  for (const div of main.querySelectorAll(".chart")) {
+    if (div.dataset.chart in charts) continue;
+    observer.unobserve(div);
+    visible.delete(div);
+    div.remove();
+  }
+  let previous = null;  // the charts in the report's order, a new one after the one before it
   for (const [name, spec] of Object.entries(charts)) {
     let div = $("chart-" + name);
     if (!div) {
@@ -964,7 +1080,7 @@ function drawCharts(charts, settled) {
       div.className = "card chart";
       div.id = "chart-" + name;
       div.dataset.chart = name;
-      main.insertBefore(div, $("events-card"));
+      main.insertBefore(div, previous ? previous.nextSibling : main.firstChild);
       observer.observe(div);
       drawChart(div, spec);
     } else if (settled || visible.has(div)) {
@@ -972,6 +1088,7 @@ function drawCharts(charts, settled) {
     } else {
       div.pendingSpec = spec;
     }
+    previous = div;
   }
 }
 
@@ -1032,6 +1149,7 @@ function render(s) {
   setText("cost", money(Number(t.cost)));
   setText("failed", t.failed);
   setText("message", s.message || "");
+  setText("scenario", s.scenario ? "scenario " + s.scenario : "");
   const live = s.mode === "live";
   const over = ["ended", "stopping"].includes(state);
   $("stop").style.display = live ? "" : "none";

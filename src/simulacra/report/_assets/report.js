@@ -388,7 +388,7 @@
       }).join("") + "</tr>";
       var made = pagedTable(holder, head, rows.length, function (k) {
         var r = rows[k];
-        return "<tr><td>" + agentLink(LOG.agents[r[0]]) + "</td>" + AGENT_FIELD.slice(1).map(function (f) {
+        return "<tr><td>" + agentLink(LOG.agents[r[0]]) + pseudoTag(LOG.agents[r[0]]) + "</td>" + AGENT_FIELD.slice(1).map(function (f) {
           var v = r[f] || 0;
           return "<td class='num" + (f === 8 && v ? " bad" : "") + "'>" + fmt(v) + "</td>";
         }).join("") + "</tr>";
@@ -404,6 +404,25 @@
     }
     form.addEventListener("input", draw);
     draw();
+  }
+
+  /* A name in the log that is no agent of the run: a scenario's own events, an agent's interviews. */
+  function pseudoOf(name) { return (D.pseudo || {})[name] || null; }
+  function pseudoTag(name) {
+    var p = pseudoOf(name);
+    return p ? " <span class='chip muted pseudo' title='not an agent of the run'>" + esc(p[0]) + "</span>" : "";
+  }
+  function pseudoNote(name) {
+    var p = pseudoOf(name);
+    if (!p) return "";
+    if (p[0] === "interview") {
+      var agent = name.slice("interview:".length);
+      return "<p class='note pseudo-note'>Not an agent: the interviews of " + agentLink(agent) + " by the scenario " +
+             "<b>" + esc(p[1]) + "</b> (its model asked the scenario's questions, at call site " + esc(name) +
+             "). The answers are <i>interview</i> records in " + agentLink(agent) + "'s events; they change nothing in the run.</p>";
+    }
+    return "<p class='note pseudo-note'>Not an agent: @" + esc(name) + " is the name the scenario <b>" + esc(p[1]) +
+           "</b> makes its events in (its interventions, applied by the world). It takes no turns and calls no model.</p>";
   }
 
   function callsOf(name) {
@@ -427,16 +446,19 @@
       if (r[3] === a) own.push(i);
       else if (r[6] && r[6].indexOf(a) >= 0) concerning.push(i);
     }
-    page.appendChild(el("h2", "", "@" + esc(name)));
+    page.appendChild(el("h2", "", "@" + esc(name) + pseudoTag(name)));
+    var pseudo = pseudoOf(name);
+    if (pseudo) page.appendChild(el("div", "", pseudoNote(name)));
     var chips = el("div", "chips");
     var kinds = row[7] || {};
     Object.keys(kinds).forEach(function (k) {
       chips.insertAdjacentHTML("beforeend", kindBadge(Number(k)).replace("</span>", " " + kinds[k] + "</span>"));
     });
     page.appendChild(chips);
+    var scenarioMade = pseudo && pseudo[0] === "scenario";
     page.appendChild(el("div", "cards", "<div class='card'>" + kvTable([
-      ["events it made", row[1]], ["events that concern it", row[2]], ["model calls", row[3]],
-      ["prompt tokens", row[4]], ["completion tokens", row[5]], ["cost", row[6]]]) +
+      ["events it made", row[1]], ["events that concern it", row[2]]].concat(scenarioMade ? [] : [["model calls", row[3]],
+      ["prompt tokens", row[4]], ["completion tokens", row[5]], ["cost", row[6]]])) +
       "<p class='note'><a href='#/log?" + toQuery({agent: name, inv: true}) +
       "'>open its events in the log browser</a></p></div>"));
     // Its actions per step, by kind: a plotly chart like the run's own.
@@ -450,6 +472,15 @@
     }).filter(function (t) { return t.y.some(function (v) { return v > 0; }); });
     traces.push({type: "scatter", mode: "lines+markers", name: "concerning it", x: xs,
                  y: xs.map(function (s) { return concernSteps[s] || 0; }), line: {color: "#111827"}});
+    var top = 0;  // whole-number ticks on its count axis (never 0.5), as the run's charts have
+    xs.forEach(function (x, j) {
+      var sum = 0;
+      traces.forEach(function (t) { if (t.type === "bar") sum += t.y[j]; });
+      top = Math.max(top, sum, concernSteps[x] || 0);
+    });
+    var yaxis = {title: {text: "events"}, rangemode: "tozero"};
+    if (top <= 10) { yaxis.tick0 = 0; yaxis.dtick = top <= 6 ? 1 : 2; }
+    if (top === 0) yaxis.range = [0, 1];
     var chart = el("div", "chart");
     chart.id = "agent-chart";
     chart.setAttribute("data-chart", "agent");
@@ -458,12 +489,17 @@
       title: {text: "@" + name + ": what it did per " + (D.windowed ? "window" : "step"), x: 0.01, xanchor: "left"},
       barmode: "stack", height: 300, margin: {l: 60, r: 20, t: 48, b: 48},
       xaxis: {title: {text: D.windowed ? "window" : "step"}, tick0: 0,
-              dtick: Math.max(1, Math.ceil(xs.length / 15))}, yaxis: {title: {text: "events"}, rangemode: "tozero"},
+              dtick: Math.max(1, Math.ceil(xs.length / 15))}, yaxis: yaxis,
       legend: {orientation: "h", y: -0.25, x: 0}}});
 
     page.appendChild(el("h3", "", "What it did"));
     eventList(page, own, {what: "of its events", empty: "it made no events"});
 
+    if (scenarioMade) {  // no turns, no model calls: only what concerns it
+      page.appendChild(el("h3", "", "Events that concern it"));
+      eventList(page, concerning, {what: "events", empty: "no event concerns it"});
+      return;
+    }
     if (D.call_log) {
       renderAgentCalls(page, name, a, own, concerning);
       return;
@@ -695,7 +731,8 @@
       }).join("") + "</ul>" : "<span class='muted'>cites no passage</span>";
       return "<tr data-scenario='" + esc(s.name) + "'><td><b>" + esc(s.name) + "</b><div class='muted hash'>" +
              esc(String(s.hash || "").slice(0, 12)) + "</div></td><td class='wrap'>" + esc(s.description) +
-             "<div class='muted'>" + fmt(s.interventions) + " interventions on " + esc(s.knobs.join(", ")) +
+             "<div class='muted'>" + fmt(s.interventions) + (s.interventions === 1 ? " intervention" : " interventions") +
+             " on " + esc(s.knobs.join(", ")) +
              "</div></td><td class='wrap'>" + cites + "</td></tr>";
     });
     container.appendChild(el("div", "card wide scenarios", "<h3>Scenarios</h3><table class='scenario-ids'><thead><tr>" +
