@@ -14,10 +14,17 @@ instructions SimPy executes for the same simulation. The models are the ones of
 ``bench/kernel_vs_simpy.py`` (M/M/3, Store ping-pong, processes doing timeouts),
 at sizes small enough for callgrind (about 50x slower than native).
 
+``--kernel python|compiled|both`` chooses simulacra's kernel (``SIMULACRA_KERNEL``;
+by default the one ``auto`` picks) and ``--split`` adds, for the compiled kernel,
+where its instructions go: the user's generator code (``PyGen_am_send``'s
+inclusive count less the kernel's C methods the generators call) against the
+kernel (the rest of the run loop's inclusive count).
+
 Usage::
 
     python bench/instructions.py            # all models
     python bench/instructions.py --only mmc --size 5000
+    python bench/instructions.py --kernel both --split
 
 Needs valgrind (``apt-get install valgrind``). Counts vary by well under 1%
 between runs (hash randomisation changes dict layouts slightly).
@@ -101,10 +108,13 @@ NAMES = {
 }
 
 
-def count(script: Path, which: str, bench: str, size: int, workdir: Path) -> int:
+def count(script: Path, which: str, bench: str, size: int, workdir: Path, *,
+          kernel: str | None = None) -> int:
     """Instructions executed by one interpreter run under callgrind."""
-    out = workdir / f"cg.{which}.{bench}"
+    out = workdir / f"cg.{which}.{bench}.{kernel}"
     env = dict(os.environ, PYTHONHASHSEED="0")
+    if kernel is not None:
+        env["SIMULACRA_KERNEL"] = kernel
     proc = subprocess.run(
         ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}",  # noqa: S607
          sys.executable, str(script), which, bench, str(size)],
@@ -116,11 +126,38 @@ def count(script: Path, which: str, bench: str, size: int, workdir: Path) -> int
     return int(match.group(1))
 
 
+#: The compiled kernel's C methods that user code calls (their cost is the kernel's).
+CALLED_FROM_USER = ("sim_delay", "sim_spawn", "event_exit", "event_succeed", "resource_request",
+                    "store_put", "store_get")
+
+
+def split(cg_file: Path) -> tuple[int, int, int]:
+    """(run loop total, user generator code, kernel) of a compiled-kernel callgrind run."""
+    text = subprocess.run(["callgrind_annotate", "--inclusive=yes", "--threshold=100",  # noqa: S607
+                           str(cg_file)], capture_output=True, text=True, check=True).stdout
+    inclusive: dict[str, int] = {}
+    for line in text.splitlines():
+        match = re.match(r"\s*([\d,]+) .*?:(\w+) \[", line)
+        if match:
+            inclusive.setdefault(match.group(2), int(match.group(1).replace(",", "")))
+    total = inclusive.get("run_fifo", 0)
+    user = inclusive.get("PyGen_am_send", 0) - sum(inclusive.get(f, 0) for f in CALLED_FROM_USER)
+    return total, user, total - user
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--only", action="append", choices=sorted(SIZES))
     parser.add_argument("--size", type=int, default=None, help="override the model size")
+    parser.add_argument("--kernel", choices=("python", "compiled", "both"),
+                        help="simulacra's kernel (default: what SIMULACRA_KERNEL=auto picks)")
+    parser.add_argument("--split", action="store_true",
+                        help="the compiled kernel's user-code / kernel split")
     args = parser.parse_args()
+    kernels: list[str | None] = (
+        [None] if args.kernel is None
+        else ["python", "compiled"] if args.kernel == "both" else [args.kernel]
+    )
     if shutil.which("valgrind") is None:
         print("valgrind is not installed (apt-get install valgrind)", file=sys.stderr)
         return 2
@@ -132,14 +169,25 @@ def main() -> int:
         os.environ["PYTHONPYCACHEPREFIX"] = str(workdir / "pycache")
         os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
         subprocess.run([sys.executable, str(script), "none", "mmc", "1"], check=True)
-        print(f"{'model':42s} {'size':>7s} {'SimPy Ir':>14s} {'simulacra Ir':>14s} {'ratio':>6s}")
+        print(f"{'model':42s} {'size':>7s} {'kernel':>8s} {'SimPy Ir':>14s} "
+              f"{'simulacra Ir':>14s} {'ratio':>6s}")
+        splits = []
         for bench in args.only or sorted(SIZES):
             size = args.size or SIZES[bench]
-            base = count(script, "none", bench, size, workdir)
-            simpy_ir = count(script, "simpy", bench, size, workdir) - base
-            ours_ir = count(script, "simulacra", bench, size, workdir) - base
-            print(f"{NAMES[bench]:42s} {size:7d} {simpy_ir:14,d} {ours_ir:14,d} "
-                  f"{simpy_ir / ours_ir:6.2f}")
+            simpy_ir = None
+            for kernel in kernels:
+                base = count(script, "none", bench, size, workdir, kernel=kernel)
+                if simpy_ir is None:
+                    simpy_ir = count(script, "simpy", bench, size, workdir, kernel=kernel) - base
+                ours_ir = count(script, "simulacra", bench, size, workdir, kernel=kernel) - base
+                print(f"{NAMES[bench]:42s} {size:7d} {kernel or 'auto':>8s} {simpy_ir:14,d} "
+                      f"{ours_ir:14,d} {simpy_ir / ours_ir:6.2f}")
+                if args.split and kernel == "compiled":
+                    splits.append((bench, *split(workdir / f"cg.simulacra.{bench}.{kernel}")))
+        for bench, total, user, kernel_ir in splits:
+            print(f"split {bench} (compiled): run loop {total:,d} Ir = user generator code "
+                  f"{user:,d} ({user / total:.0%}) + kernel {kernel_ir:,d} "
+                  f"({kernel_ir / total:.0%})")
     return 0
 
 
