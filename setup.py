@@ -36,26 +36,26 @@ class OptionalBuildExt(build_ext):
         try:
             super().run()
         except Exception as exc:  # no compiler at all, and the like
-            _say(f"installed the pure Python kernel: the compiled one did not build ({exc})")
+            _say(f"kernel: pure Python, because the compiled one did not build ({exc})")
 
     def build_extension(self, ext: Extension) -> None:
         """Build the kernel extension; a compiler error is one line, not a failure."""
         try:
             super().build_extension(ext)
         except CCompilerError:  # its output is above
-            _say("installed the pure Python kernel: the C compiler failed on the compiled one")
+            _say("kernel: pure Python, because the C compiler failed on the compiled one (above)")
             return
         except Exception as exc:  # no compiler, a missing Python.h, ...
             text = str(exc).strip()
             first = text.splitlines()[0][:120] if text else type(exc).__name__
-            _say(f"installed the pure Python kernel: the compiled one did not build ({first})")
+            _say(f"kernel: pure Python, because the compiled one did not build ({first})")
             return
-        _say("installed the compiled kernel (simulacra.core._ckernel)")
+        _say("kernel: compiled (simulacra.core._ckernel built)")
 
 
 skip = os.environ.get("SIMULACRA_BUILD_KERNEL", "1") == "0"
 if skip and {"bdist_wheel", "editable_wheel", "build", "build_ext", "install"} & {*sys.argv}:
-    _say("installed the pure Python kernel, because SIMULACRA_BUILD_KERNEL=0")
+    _say("kernel: pure Python, because SIMULACRA_BUILD_KERNEL=0")
 setup(
     ext_modules=[] if skip else [KERNEL],
     cmdclass={"build_ext": OptionalBuildExt},
