@@ -1,10 +1,10 @@
 """The compiled kernel (``simulacra.core._ckernel``) against the pure-Python one.
 
 The compiled kernel is not a second set of classes: it puts C versions of a
-few hot methods (the run loop, ``delay``, ``spawn``, ``succeed``, the release
-at the end of ``with res.request()``, ``Resource.request``, the Store's put
-and get) into the pure kernel's own classes, each falling back to the Python
-method off its fast path. These tests check the selection
+few hot methods (the run loop, ``_resume``, ``delay``, ``spawn``, ``succeed``,
+the release at the end of ``with res.request()``, ``Resource.request``, the
+Store's put and get) into the pure kernel's own classes, each falling back to
+the Python method off its fast path. These tests check the selection
 (``SIMULACRA_KERNEL``), and run the same random models (the SimPy differential
 suite's, with resources, reneging, stores, interrupts and conditions, in both
 orderings, traced and not) under both kernels in subprocesses: the logs,
@@ -92,6 +92,7 @@ def test_the_python_kernel_is_untouched() -> None:
         "from simulacra.core import _kernel as k\n"
         "assert c.KERNEL == 'python', c.KERNEL\n"
         "assert k.heappush.__module__ == '_heapq' and k._new_times is list\n"
+        "assert isinstance(k._resume, types.FunctionType)\n"
         "for f in (k.Sim._run_fifo, k.Sim.delay, k.Sim.spawn, k.Event.succeed,"
         " k.Event.__exit__, r.Resource.request, r.Store.put, r.Store.get):\n"
         "    assert isinstance(f, types.FunctionType), f\n"

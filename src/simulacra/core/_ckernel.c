@@ -999,6 +999,212 @@ out:
     return result;
 }
 
+/* ------------------------------------------------------------------ _resume */
+
+static PyObject *orig_resume, *n_tracer, *n_record, *n_who, *n_now, *n_active, *n_throw,
+    *n_copy_exception, *s_resume, *s_throw;
+
+/* `sim.<name>`: the slot of an exact Sim, else the generic lookup. */
+static inline PyObject *sim_get(PyObject *sim, Py_ssize_t off, PyObject *name) {
+    if (Py_TYPE(sim) == SimT) {
+        PyObject *v = SLOT(sim, off);
+        if (v != NULL) {
+            Py_INCREF(v);
+            return v;
+        }
+    }
+    return PyObject_GetAttr(sim, name);
+}
+
+static inline int sim_set(PyObject *sim, Py_ssize_t off, PyObject *name, PyObject *v) {
+    if (Py_TYPE(sim) == SimT) {
+        slot_set(sim, off, v);
+        return 0;
+    }
+    return PyObject_SetAttr(sim, name, v);
+}
+
+static Py_ssize_t s_tracer;
+
+/* tracer.record(sim.now, kind, proc.who, value) */
+static int trace_record(PyObject *tracer, PyObject *sim, PyObject *kind, PyObject *proc,
+                        PyObject *value) {
+    PyObject *now = sim_get(sim, s_now, n_now);
+    if (now == NULL) return -1;
+    PyObject *who = PyObject_GetAttr(proc, n_who);
+    if (who == NULL) {
+        Py_DECREF(now);
+        return -1;
+    }
+    PyObject *a[5] = {tracer, now, kind, who, value};
+    PyObject *r = PyObject_VectorcallMethod(n_record, a, 5, NULL);
+    Py_DECREF(now);
+    Py_DECREF(who);
+    if (r == NULL) return -1;
+    Py_DECREF(r);
+    return 0;
+}
+
+/* _resume(sim, proc, event), transcribed: read the Python version in _kernel.py. */
+static PyObject *ck_resume(PyObject *m, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 3) return PyObject_Vectorcall(orig_resume, args, nargs, NULL);
+    PyObject *sim = args[0], *proc = args[1], *event = args[2];
+    Py_INCREF(event);
+    PyObject *gen = NULL, *tracer = NULL, *nxt = NULL, *result = NULL;
+    if (sim_set(sim, s_active, n_active, proc) < 0) goto error;
+    if (!(gen = pr_get(proc, o_gen, n_gen))) goto error;
+    if (!(tracer = sim_get(sim, s_tracer, n_tracer))) goto error;
+    for (;;) {
+        /* try: */
+        PySendResult sr = PYGEN_ERROR;
+        PyObject *ok = ev_get(event, o_ok, n_ok);
+        if (ok == NULL) goto caught;
+        int t = ok == Py_True ? 1 : PyObject_IsTrue(ok);
+        Py_DECREF(ok);
+        if (t < 0) goto caught;
+        if (t) {
+            PyObject *val = ev_get(event, o_value, n_value);
+            if (val == NULL) goto caught;
+            if (tracer != Py_None && trace_record(tracer, sim, s_resume, proc, val) < 0) {
+                Py_DECREF(val);
+                goto caught;
+            }
+            if (Py_TYPE(gen) == &PyGen_Type || Py_TYPE(gen) == &PyCoro_Type) {
+                sr = PyIter_Send(gen, val, &result);
+            } else {
+                result = PyObject_CallMethodOneArg(gen, n_send, val);
+                sr = result != NULL ? PYGEN_NEXT : PYGEN_ERROR;
+            }
+            Py_DECREF(val);
+        } else {
+            if (ev_set(event, o_ok, n_ok, Py_None) < 0) goto caught; /* defused */
+            PyObject *val = ev_get(event, o_value, n_value);
+            if (val == NULL) goto caught;
+            if (tracer != Py_None && trace_record(tracer, sim, s_throw, proc, val) < 0) {
+                Py_DECREF(val);
+                goto caught;
+            }
+            PyObject *copy_exception = PyDict_GetItemWithError(kdict, n_copy_exception);
+            if (copy_exception == NULL) {
+                if (!PyErr_Occurred())
+                    PyErr_SetString(PyExc_NameError, "name '_copy_exception' is not defined");
+                Py_DECREF(val);
+                goto caught;
+            }
+            Py_INCREF(copy_exception);
+            PyObject *copy = PyObject_CallOneArg(copy_exception, val);
+            Py_DECREF(copy_exception);
+            Py_DECREF(val);
+            if (copy == NULL) goto caught;
+            result = PyObject_CallMethodOneArg(gen, n_throw, copy);
+            Py_DECREF(copy);
+            sr = result != NULL ? PYGEN_NEXT : PYGEN_ERROR;
+        }
+    caught:
+        if (sr == PYGEN_ERROR && PyErr_ExceptionMatches(PyExc_StopIteration)) {
+            PyObject *exc = take_exc();
+            result = PyObject_GetAttrString(exc, "value");
+            if (result == NULL) {
+                Py_DECREF(exc);
+                goto error; /* (an exception inside the handler) */
+            }
+            PyObject *a[2] = {Py_True, result};
+            PyObject *r = call_handling(exc, proc, n_finish, a, 2);
+            Py_DECREF(exc);
+            Py_CLEAR(result);
+            if (r == NULL) goto error;
+            Py_DECREF(r);
+            if (sim_set(sim, s_active, n_active, Py_None) < 0) goto error;
+            goto out;
+        }
+        if (sr == PYGEN_RETURN) { /* PyIter_Send: the generator returned */
+            PyObject *a[2] = {Py_True, result};
+            PyObject *r;
+            if (tracer != Py_None) {
+                /* _finish records with the tracer, inside `except StopIteration`
+                 * in Python: give it that StopIteration to see. */
+                PyObject *stop = PyObject_CallOneArg(PyExc_StopIteration, result);
+                if (stop == NULL) {
+                    Py_CLEAR(result);
+                    goto error;
+                }
+                r = call_handling(stop, proc, n_finish, a, 2);
+                Py_DECREF(stop);
+            } else {
+                r = call_method(proc, n_finish, a, 2);
+            }
+            Py_CLEAR(result);
+            if (r == NULL) goto error;
+            Py_DECREF(r);
+            if (sim_set(sim, s_active, n_active, Py_None) < 0) goto error;
+            goto out;
+        }
+        if (sr == PYGEN_ERROR) {
+            PyObject *exc = take_exc();
+            PyObject *a[2] = {Py_False, exc};
+            PyObject *r = call_handling(exc, proc, n_finish, a, 2);
+            Py_DECREF(exc);
+            if (r == NULL) goto error;
+            Py_DECREF(r);
+            if (sim_set(sim, s_active, n_active, Py_None) < 0) goto error;
+            goto out;
+        }
+        nxt = result;
+        result = NULL;
+        /* try: fast = nxt._waiter is None and nxt.sim is sim and (cbs None or tuple)
+         * except AttributeError: fast = False */
+        int fast = 0;
+        {
+            PyObject *w = ev_get(nxt, o_waiter, n_waiter);
+            if (w == NULL) goto attr;
+            Py_DECREF(w);
+            if (w != Py_None) goto decided;
+            PyObject *sv = ev_get(nxt, o_sim, n_sim);
+            if (sv == NULL) goto attr;
+            Py_DECREF(sv);
+            if (sv != sim) goto decided;
+            PyObject *cbs = ev_get(nxt, o_cbs, n_cbs);
+            if (cbs == NULL) goto attr;
+            fast = cbs == Py_None || PyTuple_CheckExact(cbs);
+            Py_DECREF(cbs);
+            goto decided;
+        attr:
+            if (!PyErr_ExceptionMatches(PyExc_AttributeError)) goto error;
+            PyErr_Clear();
+        decided:;
+        }
+        if (fast) {
+            if (ev_set(nxt, o_waiter, n_waiter, proc) < 0 ||
+                pr_set(proc, o_target, n_target, nxt) < 0)
+                goto error;
+            break;
+        }
+        PyObject *a[2] = {proc, nxt};
+        PyObject *again = call_method(sim, n_wait_on, a, 2);
+        if (again == NULL) goto error;
+        Py_CLEAR(nxt);
+        if (again == Py_None) {
+            Py_DECREF(again);
+            break;
+        }
+        Py_SETREF(event, again);
+    }
+    if (sim_set(sim, s_active, n_active, Py_None) < 0) goto error;
+out:
+    Py_XDECREF(nxt);
+    Py_XDECREF(gen);
+    Py_XDECREF(tracer);
+    Py_DECREF(event);
+    Py_RETURN_NONE;
+error:
+    Py_XDECREF(result);
+    Py_XDECREF(nxt);
+    Py_XDECREF(gen);
+    Py_XDECREF(tracer);
+    Py_DECREF(event);
+    return NULL;
+}
+
 /* ------------------------------------------------------------------ Sim.delay */
 
 /* A new _Bucket(when, (a, b)), as its __init__ makes it. */
@@ -1759,6 +1965,12 @@ static PyMethodDef heappop_def = {"heappop", (PyCFunction)ck_heappop, METH_O,
                                   "heappop(heap)\n--\n\nheapq.heappop, for a list or the "
                                   "compiled kernel's TimeHeap."};
 
+static PyMethodDef resume_def = {"_resume", (PyCFunction)(void (*)(void))ck_resume,
+                                 METH_FASTCALL,
+                                 "_resume(sim, proc, event)\n--\n\nDrive *proc* with the "
+                                 "outcome of *event* until it waits on a pending event or ends "
+                                 "(the compiled kernel's, see _kernel._resume)."};
+
 #define OFF(tp, name, var) \
     if (offset_of(tp, name, &var) < 0) goto error
 
@@ -1808,6 +2020,7 @@ static PyObject *install(PyObject *module, PyObject *kernel) {
     OFF(SimT, "_plain", s_plain);
     OFF(SimT, "_now_append", s_now_append);
     OFF(SimT, "_npid", s_npid);
+    OFF(SimT, "_tracer", s_tracer);
     OFF(BucketT, "when", b_when);
     kdict = PyModule_GetDict(kernel);
     Py_INCREF(kdict);
@@ -1815,7 +2028,18 @@ static PyObject *install(PyObject *module, PyObject *kernel) {
     {
         PyObject *push = PyCFunction_New(&heappush_def, NULL);
         PyObject *pop = push ? PyCFunction_New(&heappop_def, NULL) : NULL;
-        int err = pop == NULL || PyDict_SetItemString(kdict, "heappush", push) < 0 ||
+        if (!(orig_resume = PyDict_GetItemString(kdict, "_resume")) ||
+            !PyFunction_Check(orig_resume)) {
+            Py_XDECREF(push);
+            Py_XDECREF(pop);
+            PyErr_SetString(PyExc_ImportError, "_kernel._resume is not a Python function");
+            goto error;
+        }
+        Py_INCREF(orig_resume);
+        PyObject *resume = pop ? PyCFunction_New(&resume_def, NULL) : NULL;
+        int err = resume == NULL || PyDict_SetItemString(kdict, "_resume", resume) < 0;
+        Py_XDECREF(resume);
+        err = err || pop == NULL || PyDict_SetItemString(kdict, "heappush", push) < 0 ||
                   PyDict_SetItemString(kdict, "heappop", pop) < 0 ||
                   PyDict_SetItemString(kdict, "_new_times", (PyObject *)&TimeHeapType) < 0;
         Py_XDECREF(push);
@@ -1938,6 +2162,15 @@ PyMODINIT_FUNC PyInit__ckernel(void) {
     INTERN(n_ELIDE_REFS, "_ELIDE_REFS");
     INTERN(n_submit, "_submit");
     INTERN(n_now_append, "_now_append");
+    INTERN(n_tracer, "_tracer");
+    INTERN(n_record, "record");
+    INTERN(n_who, "who");
+    INTERN(n_now, "now");
+    INTERN(n_active, "active_process");
+    INTERN(n_throw, "throw");
+    INTERN(n_copy_exception, "_copy_exception");
+    INTERN(s_resume, "resume");
+    INTERN(s_throw, "throw");
     if (!(one = PyLong_FromLong(1))) return NULL;
     if (!(zero_f = PyFloat_FromDouble(0.0))) return NULL;
     return PyModule_Create(&ckernel_module);
