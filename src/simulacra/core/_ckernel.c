@@ -294,6 +294,10 @@ static int th_siftup(TimeHeap *h, Py_ssize_t pos) {
     int err = 0;
     while (pos < limit) {
         Py_ssize_t childpos = 2 * pos + 1;
+        /* The path always goes down to a leaf: fetch the entries two and three
+         * levels below ahead of time (a large heap is a cache miss per level). */
+        if (4 * pos + 3 < endpos) __builtin_prefetch(&h->a[4 * pos + 3]);
+        if (8 * pos + 7 < endpos) __builtin_prefetch(&h->a[8 * pos + 7]);
         if (childpos + 1 < endpos) {
             int cmp = te_lt(h, &h->a[childpos], &h->a[childpos + 1], &err);
             if (err) return -1;
