@@ -391,8 +391,15 @@ def _llm_data(run: _data.RunData, rows: Sequence[_data.AgentRow],
     calls: dict[str, list[list[Any]]] = {}
     count = 0
     prompts = not run.calls  # with calls.jsonl, each agent's page has every prompt already
+    known: dict[str, list[tuple[int, str]]] | None = None
+    if run.calls:  # the call log lists each agent's calls: no need to list the store
+        known = {}
+        for entry in run.calls:
+            key, n = entry.get("key"), entry.get("n")
+            if entry.get("ok", True) and isinstance(key, str) and isinstance(n, int):
+                known.setdefault(str(entry.get("agent", "")), []).append((n, key))
     for call in _data.llm_calls(run.recordings, agents=order if total else None, limit=limit,
-                                prompts=prompts):
+                                prompts=prompts, sites=known):
         messages = ([[role(r), intern(c)] for r, c in call.messages]
                     if call.messages is not None else 0)
         calls.setdefault(call.agent, []).append([call.n, call.prompt_tokens,

@@ -948,7 +948,9 @@ class LLMCall:
 
 
 def llm_calls(recordings: str | Path, *, agents: Sequence[str] | None = None,
-              limit: int | None = None, prompts: bool = True) -> Iterator[LLMCall]:
+              limit: int | None = None, prompts: bool = True,
+              sites: Mapping[str, Sequence[tuple[int, str]]] | None = None,
+              ) -> Iterator[LLMCall]:
     """The calls recorded in a ``llm_recordings.sqlite``.
 
     Read through :class:`simulacra.llm.RecordingStore`, opened read-only; a
@@ -961,6 +963,9 @@ def llm_calls(recordings: str | Path, *, agents: Sequence[str] | None = None,
         limit: Yield at most this many calls.
         prompts: Also read each call's request (its messages); reading
             requests costs about three times as much as reading completions.
+        sites: Each agent's calls as ``(n, request key)`` pairs, when they are
+            known already (a run's ``calls.jsonl``): the store is then not
+            listed, which is most of the cost for a few calls of a large run.
 
     Raises:
         ConfigError: The file is not a recording store this simulacra reads
@@ -977,14 +982,19 @@ def llm_calls(recordings: str | Path, *, agents: Sequence[str] | None = None,
     except RecordingError as exc:
         raise ConfigError(f"{path}: {exc}") from None
     try:
-        sites: dict[str, list[tuple[int, str]]] = {}
-        for key, site in store:
-            name, n = ("", -1) if site is None else (site.agent, site.n)
-            sites.setdefault(name, []).append((n, key))
-        order = list(agents) if agents is not None else sorted(sites)
+        listed: Mapping[str, Sequence[tuple[int, str]]]
+        if sites is None:
+            found: dict[str, list[tuple[int, str]]] = {}
+            for key, site in store:
+                name, n = ("", -1) if site is None else (site.agent, site.n)
+                found.setdefault(name, []).append((n, key))
+            listed = found
+        else:
+            listed = sites
+        order = list(agents) if agents is not None else sorted(listed)
         count = 0
         for name in order:
-            for n, key in sorted(sites.get(name, ())):
+            for n, key in sorted(set(listed.get(name, ()))):
                 call_site = None if n < 0 else _call_site(name, n)
                 completion = store.get(key, call_site)
                 if completion is None:  # pragma: no cover (it was listed)
