@@ -25,6 +25,12 @@
 
 #define SLOT(o, off) (*(PyObject **)((char *)(o) + (off)))
 
+#if defined(__GNUC__) || defined(__clang__)
+#define PREFETCH(p) __builtin_prefetch(p)
+#else
+#define PREFETCH(p) ((void)0)
+#endif
+
 /* ------------------------------------------------------------------ state */
 
 static int installed = 0;
@@ -296,8 +302,8 @@ static int th_siftup(TimeHeap *h, Py_ssize_t pos) {
         Py_ssize_t childpos = 2 * pos + 1;
         /* The path always goes down to a leaf: fetch the entries two and three
          * levels below ahead of time (a large heap is a cache miss per level). */
-        if (4 * pos + 3 < endpos) __builtin_prefetch(&h->a[4 * pos + 3]);
-        if (8 * pos + 7 < endpos) __builtin_prefetch(&h->a[8 * pos + 7]);
+        if (4 * pos + 3 < endpos) PREFETCH(&h->a[4 * pos + 3]);
+        if (8 * pos + 7 < endpos) PREFETCH(&h->a[8 * pos + 7]);
         if (childpos + 1 < endpos) {
             int cmp = te_lt(h, &h->a[childpos], &h->a[childpos + 1], &err);
             if (err) return -1;
