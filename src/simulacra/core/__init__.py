@@ -32,6 +32,7 @@ the fast paths is the Python code in ``_kernel``, so there is only ever one
 
 import os as _os
 import sys as _sys
+from collections.abc import Callable as _Callable
 from types import ModuleType as _ModuleType
 
 from simulacra.errors import ConfigError as _ConfigError
@@ -50,8 +51,8 @@ from ._kernel import TieStats as TieStats
 from ._kernel import Tracer as Tracer
 
 
-def _select_kernel() -> tuple[str, _ModuleType | None]:
-    """The kernel SIMULACRA_KERNEL asks for, and the compiled module if it runs."""
+def _select_kernel() -> tuple[str, _Callable[[_ModuleType], None] | None]:
+    """The kernel SIMULACRA_KERNEL asks for, and the compiled kernel's resources hook."""
     choice = _os.environ.get("SIMULACRA_KERNEL", "auto")
     if choice not in ("auto", "compiled", "python"):
         raise _ConfigError(
@@ -60,7 +61,8 @@ def _select_kernel() -> tuple[str, _ModuleType | None]:
     if choice == "python":
         return "python", None
     try:
-        from . import _ckernel  # noqa: PLC0415 - optional: built only with a C compiler
+        # Optional: built only where there is a C compiler.
+        from ._ckernel import install, install_resources  # noqa: PLC0415
     except ImportError as exc:
         if choice == "compiled":
             why = ("is not built for this Python" if isinstance(exc, ModuleNotFoundError)
@@ -72,12 +74,12 @@ def _select_kernel() -> tuple[str, _ModuleType | None]:
             ) from None
         return "python", None
     try:
-        _ckernel.install(_pure)
+        install(_pure)
     except ImportError:  # a second interpreter: the compiled kernel serves the first
         if choice == "compiled":
             raise
         return "python", None
-    return "compiled", _ckernel
+    return "compiled", install_resources
 
 
 _KERNEL, _COMPILED = _select_kernel()
@@ -93,7 +95,7 @@ def accelerate(module: _ModuleType) -> None:
     a no-op under the Python kernel.
     """
     if _COMPILED is not None:
-        _COMPILED.install_resources(module)
+        _COMPILED(module)
 
 
 __all__ = [

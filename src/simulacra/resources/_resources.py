@@ -1238,5 +1238,6 @@ class _RecordingStore(Store[Any]):
         self._record()
 
 
-# The compiled kernel's fast paths (Resource.request), when it runs: see simulacra.core.
+# With the compiled kernel, its fast paths for Resource (request, _grant_next) and Store
+# (put, get, _trigger_get, _trigger_put); a no-op otherwise (see simulacra.core).
 _accelerate(sys.modules[__name__])
