@@ -290,3 +290,80 @@ def test_elided_processes_hold_no_event_and_free_cleanly() -> None:
     assert all(not p.is_alive for p in procs)
     del procs, sim
     gc.collect()
+
+
+# --------------------------------------------------------------- found by a stranger
+
+_PICKLE_A_SIM = """
+import copy, pickle, sys
+import simulacra as sm
+sim = sm.Sim(seed=1)
+DELAYS = (5, 7, 3, 11, 1, 3, 0)
+events = [sim.delay(d, value=d * 10) for d in DELAYS]
+for _ in range(3):  # (not run(until=...): its stop event does not pickle, on either kernel)
+    sim.step()
+if sys.argv[1:] == ["dump"]:
+    sys.stdout.buffer.write(pickle.dumps((sim, events)))
+    raise SystemExit
+twin, copies = copy.deepcopy((sim, events))
+twin.run(until=6)
+sim.run(until=4)
+# a copy keeps what had happened (the kernel's markers are copied as themselves)
+assert [e.processed for e in copies] == [d <= 6 for d in DELAYS], copies
+assert [e.processed for e in events] == [d <= 3 for d in DELAYS], events
+print(type(sim._times).__name__, twin.now, sim.now, sim.peek(), twin.peek(),
+      [(e.processed, e.value) for e in copies], [e.processed for e in events])
+"""
+
+
+@pytest.mark.usefixtures("compiled_built")
+def test_a_sim_deep_copies_and_pickles_under_both_kernels(tmp_path: Path) -> None:
+    # The compiled kernel's heap of times is a C type: it pickled as nothing at all.
+    outputs = {}
+    for kernel in ("python", "compiled"):
+        done = _python(_PICKLE_A_SIM, kernel)
+        assert done.returncode == 0, done.stderr
+        outputs[kernel] = done.stdout.split(" ", 1)[1]
+    assert outputs["python"] == outputs["compiled"]
+    # A pickle made under one kernel loads and runs under the other.
+    for made, loaded in (("compiled", "python"), ("python", "compiled")):
+        script = tmp_path / "pickle_a_sim.py"
+        script.write_text(_PICKLE_A_SIM, encoding="utf-8")
+        env = {k: v for k, v in os.environ.items() if k != "SIMULACRA_KERNEL"}
+        env["PYTHONPATH"] = str(SRC)
+        dump = subprocess.run([sys.executable, str(script), "dump"], capture_output=True,
+                              env={**env, "SIMULACRA_KERNEL": made}, timeout=120, check=True)
+        done = subprocess.run(
+            [sys.executable, "-c", "import pickle, sys\nsim, events = pickle.loads(sys.stdin"
+             ".buffer.read())\nsim.run()\nprint(type(sim._times).__name__, sim.now, "
+             "[e.value for e in events if e.processed] == [50, 70, 30, 110, 10, 30, 0])"],
+            input=dump.stdout, capture_output=True, env={**env, "SIMULACRA_KERNEL": loaded},
+            timeout=120, check=False)
+        assert done.returncode == 0, done.stderr
+        # (a pure kernel's list stays a list: the compiled loop takes either)
+        assert done.stdout.decode().split() == ["list", "11.0", "True"]
+
+
+_CTRL_C = """
+import os, signal, threading, time
+import simulacra as sm
+sim = sm.Sim()
+for i in range(3_000_000):
+    sim.delay(1 + i * 1e-3)   # events nobody waits for: no Python code runs for them
+threading.Timer(0.3, lambda: os.kill(os.getpid(), signal.SIGINT)).start()
+try:
+    sim.run()
+except KeyboardInterrupt:
+    print("interrupted", sim.peek() < float("inf"))
+else:
+    print("ran to the end")
+"""
+
+
+@pytest.mark.usefixtures("compiled_built")
+@pytest.mark.parametrize("kernel", ["python", "compiled"])
+def test_ctrl_c_stops_a_run_of_events_that_run_no_python_code(kernel: str) -> None:
+    # The C loop looked for signals only when Python code ran: this run went on to its end.
+    done = _python(_CTRL_C, kernel)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["interrupted", "True"]

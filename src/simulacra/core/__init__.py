@@ -51,6 +51,19 @@ from ._kernel import TieStats as TieStats
 from ._kernel import Tracer as Tracer
 
 
+def _rebuild_times(items: list[float]) -> list[float]:
+    """A Sim's heap of future times, from a pickle or a deep copy, of this process's kernel.
+
+    The compiled kernel's heap is a C type of its own; it pickles as the list of
+    its items in heap order, which pushed one by one in that order is the same heap.
+    """
+    heap = _pure._new_times()
+    push = getattr(_pure, "heappush")  # noqa: B009  (heapq's, or the compiled kernel's)
+    for item in items:
+        push(heap, item)
+    return heap
+
+
 def _select_kernel() -> tuple[str, _Callable[[_ModuleType], None] | None]:
     """The kernel SIMULACRA_KERNEL asks for, and the compiled kernel's resources hook."""
     choice = _os.environ.get("SIMULACRA_KERNEL", "auto")
@@ -79,6 +92,10 @@ def _select_kernel() -> tuple[str, _Callable[[_ModuleType], None] | None]:
         if choice == "compiled":
             raise
         return "python", None
+    import copyreg  # noqa: PLC0415
+
+    # A Sim (and all that reaches one) deep-copies and pickles as under the pure kernel.
+    copyreg.pickle(type(_pure._new_times()), lambda heap: (_rebuild_times, (list(heap),)))
     return "compiled", install_resources
 
 

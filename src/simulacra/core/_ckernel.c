@@ -747,7 +747,19 @@ static PyObject *run_fifo(PyObject *self, PyObject *const *args, Py_ssize_t narg
     if (!(append_timed = PyObject_GetAttr(timedq, n_append))) goto error;
     if (!(extend_urgent = PyObject_GetAttr(urgentq, n_extend))) goto error;
 
+    /* Every 1024 events, between two of them, do what the interpreter's eval loop
+     * does for the pure kernel: let another thread that waits for the GIL run, and
+     * see a pending signal (Ctrl-C). Events that run no Python code (delays nobody
+     * waits for) would otherwise hold the GIL, and keep KeyboardInterrupt, until the
+     * run ends. */
+    unsigned int yield_countdown = 1024;
     for (;;) {
+        if (--yield_countdown == 0) {
+            yield_countdown = 1024;
+            Py_BEGIN_ALLOW_THREADS
+            Py_END_ALLOW_THREADS
+            if (PyErr_CheckSignals() < 0) goto error;
+        }
         if (Py_SIZE(urgentq) || Py_SIZE(timedq)) {
             event = PyObject_CallNoArgs(Py_SIZE(urgentq) ? pop_urgent : pop_timed);
             if (event == NULL) goto error;

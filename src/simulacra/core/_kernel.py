@@ -149,6 +149,9 @@ class _Pending:
     def __repr__(self) -> str:
         return "PENDING"
 
+    def __reduce__(self) -> str:  # pickled and copied as itself: the kernel tests identity
+        return "PENDING"
+
 
 #: The value of an event that has not been triggered yet.
 PENDING: Any = _Pending()
@@ -161,6 +164,9 @@ class _Processed(list[Any]):
 
     def append(self, _: object) -> None:  # pragma: no cover - never reached
         raise KernelBug("callback added to a processed event")
+
+    def __reduce__(self) -> str:  # pickled and copied as itself
+        return "_DONE"
 
 
 _DONE: Any = _Processed()
@@ -178,7 +184,8 @@ def _stop(_: Event[Any]) -> None:
 
 #: The ``_owner`` of the stop event of ``run(until=<number>)``: not a model
 #: event, so pop observers (tie counts, PDES merge tags) skip it.
-_UNTIL: Any = type("_Until", (), {"__repr__": lambda self: "<run-until stop>"})()
+_UNTIL: Any = type("_Until", (), {"__repr__": lambda self: "<run-until stop>",
+                                   "__reduce__": lambda self: "_UNTIL"})()
 
 
 class TieStats(NamedTuple):
