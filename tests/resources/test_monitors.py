@@ -1187,3 +1187,32 @@ def test_the_example_of_docs_monitors_runs_as_written(tmp_path: Path,
     assert list(data["series"]) == ["tellers.utilisation", "tellers.queue"]
     assert len(data["samples"]["wait"]) == 1000
     assert 0.8 < data["series"]["tellers.utilisation"]["time_weighted_mean"] < 1.0
+
+
+def test_a_monitored_sim_goes_when_its_model_is_done() -> None:
+    # The registry of monitors was a module-level WeakKeyDictionary keyed by the Sim,
+    # whose values (the monitors) refer to the Sim: no monitored Sim was ever freed.
+    import gc
+    import weakref
+
+    def model(monitor: bool) -> weakref.ref[Sim]:
+        sim = Sim(seed=1)
+        counter = Resource(sim, 1, monitor=monitor)
+        waits = Tally(sim, "waits")
+
+        def customer(sim: Sim) -> Iterator[Any]:
+            arrived = sim.now
+            with counter.request() as req:
+                yield req
+                waits.record(sim.now - arrived)
+                yield sim.delay(1)
+
+        for _ in range(5):
+            sim.spawn(customer)
+        sim.run()
+        assert len(monitors(sim)) == (3 if monitor else 1)  # utilisation, queue, waits
+        return weakref.ref(sim)
+
+    gone = [model(monitor) for monitor in (True, False) * 25]
+    gc.collect()
+    assert [ref() for ref in gone] == [None] * 50

@@ -19,7 +19,9 @@ For ``simulacra.parallel`` (conservative PDES), a keyed Sim also offers
 ``sim._next_key()`` (reserve the key of the next normal event of the current
 origin), ``sim._schedule_keyed(event, when, key)`` (schedule a triggered
 event with such a key) and ``sim._cur_key`` (the key of the event being
-processed). Nothing else in the kernel is for use outside it.
+processed). A layer-2 module may keep data of its own per Sim in
+``sim._extras`` (None, or a dict of it keyed by the module's name): it is held
+by the Sim and goes with it. Nothing else in the kernel is for use outside it.
 
 Two kernels, one set of classes: ``SIMULACRA_KERNEL=auto|compiled|python``
 (default ``auto``) chooses whether the compiled fast paths of ``_ckernel``

@@ -900,6 +900,7 @@ class Sim:
         "__weakref__",
         "_buckets",
         "_cur_key",
+        "_extras",
         "_heap",
         "_keyed",
         "_now_append",
@@ -982,6 +983,9 @@ class Sim:
         self._npid = 0
         self._running = False
         self._owner_thread = 0
+        #: Layer-2 data kept per Sim (the monitors' registry): held by the Sim,
+        #: so it goes with the Sim (a module-level map of Sims would keep them).
+        self._extras: dict[str, Any] | None = None
         # Keyed ordering: the identity of host code outside any process, and
         # the key of the event whose callbacks are running (their origin).
         self._root_ident = "root"

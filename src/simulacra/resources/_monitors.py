@@ -22,7 +22,6 @@ import itertools
 import json
 import math
 import os
-import weakref
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from types import MappingProxyType
@@ -610,14 +609,18 @@ class _SimMonitors:
         self.named = 0
 
 
-#: Every Sim's monitors; a Sim that is gone takes its monitors with it.
-_REGISTRY: weakref.WeakKeyDictionary[Sim, _SimMonitors] = weakref.WeakKeyDictionary()
-
-
 def _entry(sim: Sim) -> _SimMonitors:
-    entry = _REGISTRY.get(sim)
+    """The Sim's monitors, kept on the Sim (``sim._extras``), so they go with it.
+
+    (A module-level ``WeakKeyDictionary`` of Sims kept every monitored Sim alive:
+    its monitors, the values, refer back to their Sim.)
+    """
+    extras = sim._extras
+    if extras is None:
+        extras = sim._extras = {}
+    entry: _SimMonitors | None = extras.get("monitors")
     if entry is None:
-        entry = _REGISTRY[sim] = _SimMonitors()
+        entry = extras["monitors"] = _SimMonitors()
     return entry
 
 
