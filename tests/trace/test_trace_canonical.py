@@ -270,6 +270,37 @@ def test_exception_with_unprintable_args_has_no_address() -> None:
     assert canonical(exc) == {"$exc": "RuntimeError", "args": [{"$obj": "Opaque"}]}
 
 
+def test_an_exception_quoting_an_object_has_no_address() -> None:
+    # The kernel's messages quote the object at fault ("yielded [<Event ... at 0x7f...>]"):
+    # the address differs from run to run, and so did the trace digest (found by a stranger).
+    a, b = Opaque(), Opaque()
+    first = canonical(ValueError(f"yielded {a!r}, not an event", 3))
+    assert first == canonical(ValueError(f"yielded {b!r}, not an event", 3))
+    assert "0x" in repr(a)
+    assert first["args"][1] == 3
+    assert " at 0x…>" in first["args"][0]
+    assert "0x7" not in json.dumps(first)
+
+
+def test_a_model_that_catches_a_kernel_error_traces_the_same_digest_every_run() -> None:
+    import subprocess
+    import sys
+
+    script = (
+        "import simulacra as sm\n"
+        "sim = sm.Sim(seed=1, trace=True)\n"
+        "def p(sim):\n"
+        "    try:\n"
+        "        yield [sim.delay(1)]\n"
+        "    except sm.NotAnEvent:\n"
+        "        pass\n"
+        "    yield sim.delay(1)\n"
+        "sim.spawn(p)\nsim.run()\nprint(sm.digest(sim))\n")
+    digests = {subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                              check=True, timeout=120).stdout for _ in range(3)}
+    assert len(digests) == 1, digests
+
+
 def test_trace_hook_wins_over_dataclass_and_enum() -> None:
     @dataclasses.dataclass
     class Hooked:

@@ -24,12 +24,16 @@ import dataclasses
 import enum
 import json
 import math
+import re
 import types
 from collections import deque
 from collections.abc import Mapping, Set
 from typing import TypeAlias, cast
 
 from simulacra.errors import TraceError
+
+#: The address in a default repr (``<Cls object at 0x7f3a...>``): never the same twice.
+_ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")
 
 __all__ = [
     "TRACE_SCHEME",
@@ -109,7 +113,10 @@ def canonical(payload: object) -> JsonValue:
       a name: ``{"$enum": "Cls", "value": canonical(value)}``).
     * A dataclass instance becomes ``{"$dc": "Cls", field: canonical(value), ...}``
       over all of its fields.
-    * An exception becomes ``{"$exc": "Cls", "args": canonical(exc.args)}``.
+    * An exception becomes ``{"$exc": "Cls", "args": canonical(exc.args)}``, with
+      the memory address of a default ``repr()`` in a text argument (``<Event
+      ... at 0x7f...>``, as the kernel's messages quote the object at fault)
+      written as ``at 0x…``: it differs from run to run.
     * Subclasses of ``str``, ``int`` and ``float`` that match nothing above are
       reduced to the base value.
     * A class becomes ``{"$type": "Cls"}``; a function or method
@@ -231,7 +238,9 @@ def _canon_other(x: object, active: set[int]) -> JsonValue:
         finally:
             active.discard(oid)
     if isinstance(x, BaseException):
-        return {"$exc": cls.__qualname__, "args": _canon(x.args, active)}
+        return {"$exc": cls.__qualname__,
+                "args": _canon(tuple(_ADDRESS.sub(" at 0x…", a) if a.__class__ is str else a
+                                     for a in x.args), active)}
     if isinstance(x, float):
         return _canon_float(float.__float__(x))
     if isinstance(x, int):  # bool cannot be subclassed; IntEnum was handled above
