@@ -726,3 +726,71 @@ def test_many_users_capacity(sim: Sim) -> None:
     # round: busy rounds [0,1], [1,2], [2,3] serve 3 each and [3,4] the last one.
     assert sim.now == 4
     assert list(itertools.chain(res.users, res.queue)) == []
+
+
+@pytest.mark.parametrize("kind", ["resource", "priority", "store", "container"])
+def test_cancel_withdraws_a_waiting_request_as_simpy_does(kind: str) -> None:
+    # SimPy's reneging idiom: `if req not in (yield req | timeout): req.cancel()`.
+    simpy = pytest.importorskip("simpy")
+    makers: dict[str, tuple[Any, Any, Any]] = {
+        "resource": (lambda lib, env: lib.Resource(env, 1), lambda t, i: t.request(),
+                     lambda t, r: t.release(r)),
+        "priority": (lambda lib, env: lib.PriorityResource(env, 1),
+                     lambda t, i: t.request(priority=-i), lambda t, r: t.release(r)),
+        "store": (lambda lib, env: lib.Store(env), lambda t, i: t.get(), None),
+        "container": (lambda lib, env: lib.Container(env, 10, init=0), lambda t, i: t.get(1),
+                      None),
+    }
+    make, request, give_back = makers[kind]
+
+    def run(lib: Any) -> list[tuple[str, int, float]]:
+        env = simpy.Environment() if lib is simpy else Sim()
+        delay = env.timeout if lib is simpy else env.delay
+        start = env.process if lib is simpy else env.spawn
+        thing = make(lib, env)
+        log: list[tuple[str, int, float]] = []
+
+        def customer(i: int, patience: float) -> Any:
+            req = request(thing, i)
+            got = yield req | delay(patience)
+            if req in got:
+                log.append(("served", i, env.now))
+                yield delay(3)
+                if give_back is not None:
+                    give_back(thing, req)
+            else:
+                req.cancel()
+                if lib is simulacra:
+                    req.cancel()  # a second time does nothing (SimPy's raises ValueError)
+                log.append(("reneged", i, env.now))
+
+        def supplier() -> Any:  # the store and the container get one item every 2.5
+            while True:
+                yield delay(2.5)
+                yield thing.put(1)
+
+        for i, patience in enumerate((5, 1, 2, 8, 0.5, 4, 9, 3)):
+            start(customer(i, patience))
+        if give_back is None:
+            start(supplier())
+        env.run(until=60)
+        return log
+
+    reference, ours = run(simpy), run(simulacra)
+    assert ours == reference
+    assert {entry[0] for entry in ours} == {"served", "reneged"}
+
+
+def test_cancel_of_a_granted_request_keeps_the_slot_and_of_an_event_is_refused() -> None:
+    sim = Sim()
+    desk = Resource(sim, 1)
+    req = desk.request()
+    sim.run()
+    req.cancel()  # granted: like SimPy, cancel leaves it (release gives the slot back)
+    assert desk.count == 1
+    desk.release(req)
+    sim.run()
+    assert desk.count == 0
+    with pytest.raises(simulacra.ConfigError,
+                       match=r"cancel\(\): .* is not a resource, container or store request"):
+        sim.event().cancel()

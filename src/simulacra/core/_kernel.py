@@ -439,6 +439,27 @@ class Event(Generic[T]):
         return (yield self)  # type: ignore[no-any-return]
 
     # Context manager protocol: only resource requests use it (release on exit).
+    def cancel(self) -> None:
+        """Withdraw a resource, container or store request that is still waiting.
+
+        SimPy's ``Request.cancel()`` / ``Get.cancel()``: the reneging idiom
+        ``if req not in (yield req | sim.delay(patience)): req.cancel()``.
+        A request already granted (or a get already served) is left as it is:
+        give a granted slot back with ``resource.release(req)``. Leaving a
+        ``with`` block cancels or releases on its own.
+
+        Raises:
+            ConfigError: The event is not a request of a resource, container or store.
+        """
+        owner = getattr(self, "_owner", None)
+        exit_request = getattr(owner, "_exit_request", None)
+        if exit_request is None:
+            raise ConfigError(f"cancel(): {self!r} is not a resource, container or store "
+                              "request; only requests can be cancelled")
+        if self._value is PENDING:
+            # As when a process is closed inside `with`: a waiting request only leaves the queue.
+            exit_request(self, GeneratorExit)
+
     def __enter__(self) -> Event[T]:
         return self
 
