@@ -345,12 +345,14 @@ def test_a_sim_deep_copies_and_pickles_under_both_kernels(tmp_path: Path) -> Non
 
 
 _CTRL_C = """
-import os, signal, threading, time
+import os, signal, threading
 import simulacra as sm
 sim = sm.Sim()
+def press_ctrl_c(_):  # once the run is under way, from another thread (it needs the GIL)
+    threading.Thread(target=os.kill, args=(os.getpid(), signal.SIGINT)).start()
+sim.delay(0.5).callbacks.append(press_ctrl_c)
 for i in range(3_000_000):
     sim.delay(1 + i * 1e-3)   # events nobody waits for: no Python code runs for them
-threading.Timer(0.3, lambda: os.kill(os.getpid(), signal.SIGINT)).start()
 try:
     sim.run()
 except KeyboardInterrupt:
