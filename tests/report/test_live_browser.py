@@ -11,10 +11,7 @@ events. Screenshots of both pages are written under pytest's tmp dir.
 from __future__ import annotations
 
 import json
-import os
-import shutil
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -31,35 +28,6 @@ from _live_helpers import ViewedRun, run_args, simulacra_cli  # noqa: E402
 pytestmark = [pytest.mark.timeout(300), pytest.mark.slow]
 
 PRICES = ("sim.llm.pricing.prompt_per_mtok=3", "sim.llm.pricing.completion_per_mtok=15")
-
-
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Any]:
-    """conftest's browser, for this module only.
-
-    Playwright's sync API keeps an asyncio loop marked as running in the main thread
-    while it is open, so ``asyncio.run`` there fails (the asyncio mode of a society run):
-    it must not outlive the module that uses it. Skipped when chromium or playwright is
-    missing, a failure when CI is set.
-    """
-    executable = shutil.which("chromium") or shutil.which("chromium-browser")
-    why = None
-    try:
-        from playwright.sync_api import sync_playwright
-    except ImportError:
-        why = "playwright is not installed (it is in the dev extra)"
-    if why is None and executable is None:
-        why = "chromium is not installed (Debian: apt-get install chromium)"
-    if why is not None:
-        if os.environ.get("CI"):
-            pytest.fail(f"CI is set and the browser tests cannot run: {why}")
-        pytest.skip(why)
-    with sync_playwright() as playwright:
-        chromium = playwright.chromium.launch(executable_path=executable, args=["--no-sandbox"])
-        try:
-            yield chromium
-        finally:
-            chromium.close()
 
 
 def _page(browser: Any, errors: list[str]) -> Any:
