@@ -29,6 +29,12 @@ def screenshots(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return folder
 
 
+def settle(page: Any) -> None:
+    """Wait for the report's page to settle (its own signal, never a fixed delay)."""
+    page.wait_for_function("() => window.__reportSettled && window.__reportSettled()",
+                           timeout=60_000)
+
+
 class Loaded:
     """A report open in a page, with everything the page said and asked for."""
 
@@ -37,7 +43,11 @@ class Loaded:
 
     def go(self, route: str) -> None:
         self.page.evaluate("route => { location.hash = route; }", route)
-        self.page.wait_for_timeout(50)
+        self.settle()
+
+    def settle(self) -> None:
+        """Wait until the page has drawn the route in its address and has no work pending."""
+        settle(self.page)
 
     def shot(self, folder: Path, name: str) -> None:
         self.page.screenshot(path=str(folder / f"{name}.png"), full_page=True)
@@ -126,7 +136,7 @@ def test_the_log_browser_filters_by_agent_kind_step_and_text(
     assert len(loaded.rows()) == min(100, len(events))
 
     page.fill("#page-log input[name=agent]", agent)
-    page.wait_for_timeout(100)
+    settle(page)
     own = [e for e in events if e["agent"] == agent]
     rows = loaded.rows()
     assert len(rows) == len(own)
@@ -136,16 +146,16 @@ def test_the_log_browser_filters_by_agent_kind_step_and_text(
     loaded.shot(screenshots, "log-agent")
 
     page.check("#page-log input[name=inv]")
-    page.wait_for_timeout(100)
+    settle(page)
     involving = report.event_page(events, agent=agent, concerning=True, limit=10**6).total
     assert page.inner_text("#page-log p.note").startswith(f"{involving} of")
 
     page.click("#page-log button[type=reset]")
-    page.wait_for_timeout(100)
+    settle(page)
     page.select_option("#page-log select[name=kind]", "reply")
     page.fill("#page-log input[name=s0]", "1")
     page.fill("#page-log input[name=s1]", "2")
-    page.wait_for_timeout(100)
+    settle(page)
     replies = [e for e in events if e["kind"] == "reply" and 1 <= e["step"] <= 2]
     assert page.inner_text("#page-log p.note").startswith(f"{len(replies)} of")
     assert {r[4] for r in loaded.rows()} == {"reply"}
@@ -154,7 +164,7 @@ def test_the_log_browser_filters_by_agent_kind_step_and_text(
     page.click("#page-log button[type=reset]")
     word = "patience"
     page.fill("#page-log input[name=q]", word.upper())
-    page.wait_for_timeout(400)  # the search waits for typing to pause
+    settle(page)
     found = report.event_page(events, text=word, limit=10**6)
     rows = loaded.rows()
     assert found.total > 0
@@ -163,9 +173,9 @@ def test_the_log_browser_filters_by_agent_kind_step_and_text(
     loaded.shot(screenshots, "log-search")
 
     page.click("#page-log button[type=reset]")
-    page.wait_for_timeout(100)
+    settle(page)
     page.fill("#page-log input[name=agent]", "nobody-of-that-name")
-    page.wait_for_timeout(100)
+    settle(page)
     assert page.inner_text("#page-log p.note") == "no agent @nobody-of-that-name"
     loaded.check_clean()
 
@@ -191,7 +201,7 @@ def test_the_log_browser_pages(open_report: Any, tmp_path_factory: pytest.TempPa
     loaded.go("#/log?p=1")
     loaded.go("#/threads")
     loaded.page.go_back()
-    loaded.page.wait_for_timeout(100)
+    loaded.settle()
     assert int(loaded.rows()[0][0]) == events[100]["i"]  # the link kept the page
     loaded.check_clean()
 
@@ -214,9 +224,9 @@ def test_an_agent_page_shows_what_it_did_saw_and_asked(
 
     loaded.go("#/agents")
     page.fill("#page-agents input[name=q]", row.agent)
-    page.wait_for_timeout(100)
+    settle(page)
     page.click(f"#page-agents a[href='#/agent/{row.agent}']")
-    page.wait_for_timeout(100)
+    settle(page)
     assert page.evaluate("location.hash") == f"#/agent/{row.agent}"
     assert page.inner_text("#page-agent h2") == f"@{row.agent}"
 
@@ -306,7 +316,7 @@ def test_the_study_report_draws_every_kpi_against_every_parameter(
     loaded.go("#/replications")
     assert len(loaded.page.query_selector_all("#page-replications tbody tr")) == 16
     loaded.page.fill("#page-replications input[name=q]", "true")
-    loaded.page.wait_for_timeout(100)
+    loaded.settle()
     crowded = [[c.inner_text() for c in tr.query_selector_all("td")] for tr in
                loaded.page.query_selector_all("#page-replications tbody tr")]
     expected = sum(r["kpis"]["crowded"] for r in report.load_study(study_dir).results)

@@ -144,3 +144,34 @@ def test_a_budget_stops_the_run_and_a_raised_budget_finishes_it(
     assert abs(report["llm"]["cost"] - cost) < 1e-9
     assert len(report["llm"]["per_agent"]) == 8
     assert abs(sum(a["cost"] for a in report["llm"]["per_agent"].values()) - cost) < 1e-6
+
+
+def test_a_signal_after_the_stop_is_ignored_not_fatal() -> None:
+    # Two presses a few milliseconds apart can straddle the end of a step: the first
+    # stops the run there, the second comes once it has stopped. It must neither raise
+    # in the middle of the exit message nor (at interpreter exit, where Python gives any
+    # handler but SIG_IGN back to SIG_DFL) kill the process with the run's word unsaid.
+    import simulacra
+    from simulacra.cli._society import _stoppable
+
+    before = {n: signal.getsignal(n) for n in (signal.SIGINT, signal.SIGTERM)}
+    control = simulacra.RunControl()
+    try:
+        with _stoppable(control):
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(0.05)  # the handler runs at the next bytecode; this leaves room
+        assert control.reason == "SIGINT"
+        assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+        assert signal.getsignal(signal.SIGTERM) is signal.SIG_IGN
+        os.kill(os.getpid(), signal.SIGINT)  # raises KeyboardInterrupt under the old handler
+        time.sleep(0.05)
+
+        # A run that no signal stopped gives the handlers back as they were.
+        for number, old in before.items():
+            signal.signal(number, old)
+        with _stoppable(simulacra.RunControl()):
+            pass
+        assert {n: signal.getsignal(n) for n in before} == before
+    finally:
+        for number, old in before.items():
+            signal.signal(number, old)

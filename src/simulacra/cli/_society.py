@@ -148,12 +148,24 @@ def _failure(exc: BaseException) -> int:
 
 @contextlib.contextmanager
 def _stoppable(control: Any) -> Iterator[None]:
-    """SIGINT and SIGTERM stop the run at the end of the step; a second one stops it at once."""
+    """SIGINT and SIGTERM stop the run at the end of the step; a second one stops it at once.
+
+    Once a signal has stopped the run, the process is on its way out with the run saved:
+    from then on both signals are ignored rather than given back to the handlers before.
+    A second Ctrl-C can come after the run has already stopped at the end of its step (the
+    two presses a few milliseconds apart, the run at a step's end); under Python's own
+    handler it would raise in the middle of the exit message, and while the interpreter
+    finalizes (which puts SIG_DFL back for any handler but SIG_IGN) it would kill the
+    process by the signal, with no word of the checkpoint already written.
+    """
     if threading.current_thread() is not threading.main_thread():
         yield
         return
+    signalled = False
 
     def handler(signum: int, frame: Any) -> None:
+        nonlocal signalled
+        signalled = True
         name = signal.Signals(signum).name
         if control.reason is not None:
             raise KeyboardInterrupt(name)
@@ -167,7 +179,7 @@ def _stoppable(control: Any) -> Iterator[None]:
         yield
     finally:
         for number, old in previous.items():
-            signal.signal(number, old)
+            signal.signal(number, signal.SIG_IGN if signalled else old)
 
 
 def _society(call: Callable[[Any], Any], where: str, view: Any = None, *, name: str = "",

@@ -10,6 +10,18 @@
 (function () {
   "use strict";
   var D = JSON.parse(document.getElementById("report-data").textContent);
+  // Work still to come (a timer set, a chunk decoding): the page is settled when none is
+  // left and the route shown is the one in the address (tests wait on window.__reportSettled).
+  var BUSY = 0;
+  function later(fn, ms) { BUSY++; return setTimeout(function () { BUSY--; fn(); }, ms); }
+  function cancel(timer) { if (timer !== null) { clearTimeout(timer); BUSY--; } }
+  function replaceRoute(hash) {
+    history.replaceState(null, "", hash);
+    document.body.setAttribute("data-route", location.hash);
+  }
+  window.__reportSettled = function () {
+    return BUSY === 0 && document.body.getAttribute("data-route") === location.hash;
+  };
   var PLOT_CONFIG = {displaylogo: false, responsive: true,
                      modeBarButtonsToRemove: ["sendDataToCloud", "lasso2d", "select2d"]};
   var PAGE = 100;
@@ -272,18 +284,19 @@
       logState = {form: form, results: results, key: null};
       var timer = null;
       var changed = function (event) {
-        clearTimeout(timer);
+        cancel(timer);
         var delay = event && event.target && event.target.name === "q" ? 150 : 0;
-        timer = setTimeout(function () {
+        timer = later(function () {
+          timer = null;
           var f = readForm(form);
-          history.replaceState(null, "", "#/log" + (toQuery(f) ? "?" + toQuery(f) : ""));
+          replaceRoute("#/log" + (toQuery(f) ? "?" + toQuery(f) : ""));
           showLog(f, 0);
         }, delay);
       };
       form.addEventListener("input", changed);
       form.addEventListener("change", changed);
       form.addEventListener("submit", function (e) { e.preventDefault(); });
-      form.addEventListener("reset", function () { setTimeout(changed, 0); });
+      form.addEventListener("reset", function () { later(changed, 0); });
     }
     writeForm(logState.form, query);
     showLog(query, Number(query.p || 0));
@@ -314,7 +327,7 @@
     eventList(results, indices, {page: pageNumber, onPage: function (p) {
       logState.page = p;
       var q = toQuery(Object.assign({}, f, {p: p || ""}));
-      history.replaceState(null, "", "#/log" + (q ? "?" + q : ""));
+      replaceRoute("#/log" + (q ? "?" + q : ""));
     }});
   }
 
@@ -594,10 +607,13 @@
     var holder = el("div", "agent-calls");
     holder.appendChild(el("p", "note", "reading its model calls&hellip;"));
     page.appendChild(holder);
+    BUSY++;
     agentCalls(a).then(function (data) {
+      BUSY--;
       holder.innerHTML = "";
       fillAgentCalls(holder, name, a, own, concerning, data);
     }, function (error) {
+      BUSY--;
       holder.innerHTML = "";
       holder.appendChild(el("p", "bad", "cannot read its model calls: " + esc(error)));
     });
@@ -832,6 +848,7 @@
       rendered[name] = true;
     }
     if (name !== "overview" || !window.__reportReady) window.scrollTo(0, 0);
+    document.body.setAttribute("data-route", location.hash);
     if (!window.__reportReady) {
       window.__reportReady = performance.now();
       document.body.setAttribute("data-ready", "1");
