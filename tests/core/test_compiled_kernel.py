@@ -92,6 +92,7 @@ def test_the_python_kernel_is_untouched() -> None:
         "from simulacra.core import _kernel as k\n"
         "assert c.KERNEL == 'python', c.KERNEL\n"
         "assert k.heappush.__module__ == '_heapq' and k._new_times is list\n"
+        "assert k._new_buckets is dict\n"
         "assert isinstance(k._resume, types.FunctionType)\n"
         "for f in (k.Sim._run_fifo, k.Sim.delay, k.Sim.spawn, k.Event.succeed,"
         " k.Event.__exit__, r.Resource.request, r.Store.put, r.Store.get):\n"
@@ -224,6 +225,150 @@ def _mmc(sim: Sim, customers: int, *, stepped: bool) -> list[float]:
     else:
         sim.run()
     return waits
+
+
+# Keys the time map must treat as a dict does: equal across types (1 == 1.0 == True),
+# -0.0 equal to 0.0, NaN equal to nothing but itself, and float subclasses.
+class _Time(float):
+    pass
+
+
+_NAN = float("nan")
+_PLAIN = st.one_of(  # plain floats: the map's own table
+    st.integers(0, 80).map(lambda i: i * 0.37),  # the keys filled in first, and others
+    st.integers(0, 80).map(lambda i: i * 0.37),  # (twice: most operations find their key)
+    st.floats(allow_nan=False, allow_infinity=True, width=64),
+    st.sampled_from([0.0, -0.0, 1.0, 2.5, 1e300, -1e-300, 3.0]),
+)
+_KEYS = st.one_of(_PLAIN, st.integers(-3, 3), st.just(_NAN),
+                  st.builds(_Time, st.sampled_from([1.0, 2.5, 0.0])))
+_OP = st.sampled_from(["set", "setdefault", "get", "pop", "pop?", "del", "in", "getitem"])
+# Most runs stay on plain floats; the rest end with keys that turn the map into a dict.
+_OPS = st.one_of(
+    st.lists(st.tuples(_OP, _PLAIN, st.integers(0, 9)), max_size=300),
+    st.tuples(st.lists(st.tuples(_OP, _PLAIN, st.integers(0, 9)), max_size=200),
+              st.lists(st.tuples(_OP, _KEYS, st.integers(0, 9)), max_size=100)).map(
+        lambda two: two[0] + two[1]),
+)
+
+
+@pytest.mark.usefixtures("compiled_built")
+@settings(max_examples=300, deadline=None)
+@given(_OPS, st.integers(0, 80))
+def test_the_time_map_behaves_as_a_dict(ops: list[tuple[str, Any, int]], fill: int) -> None:
+    if simulacra.core.KERNEL != "compiled":
+        pytest.skip("the time map is the compiled kernel's")
+    tmap, oracle = _kernel._new_buckets(), {}
+    assert type(tmap) is not dict
+    for i in range(fill):  # enough keys to grow the table and wrap its probes
+        key = i * 0.37
+        tmap[key] = oracle[key] = i
+
+    def outcome(target: Any, op: str, key: Any, value: int) -> Any:
+        try:
+            if op == "set":
+                target[key] = value
+                return None
+            if op == "setdefault":
+                return target.setdefault(key, value)
+            if op == "get":
+                return target.get(key, -1)
+            if op == "pop":
+                return target.pop(key)
+            if op == "pop?":
+                return target.pop(key, -1)
+            if op == "del":
+                del target[key]
+                return None
+            if op == "in":
+                return key in target
+            return target[key]
+        except KeyError as exc:
+            return ("KeyError", exc.args)
+
+    for op, key, value in ops:
+        assert outcome(tmap, op, key, value) == outcome(oracle, op, key, value), (op, key)
+        assert len(tmap) == len(oracle)
+    # The same pairs (the map's own order is no order), and the keys are the same objects.
+    assert sorted(map(repr, tmap.items())) == sorted(map(repr, oracle.items()))
+    assert {id(k) for k in tmap} == {id(k) for k in oracle}
+    assert sorted(map(repr, tmap.values())) == sorted(map(repr, oracle.values()))
+    assert len(list(iter(tmap))) == len(oracle)
+
+
+@pytest.mark.usefixtures("compiled_built")
+@pytest.mark.parametrize("seed", range(4))
+def test_the_time_map_finds_every_key_through_growth_and_deletions(seed: int) -> None:
+    # Clusters of colliding slots: every deletion shifts the rest of its cluster back,
+    # and a key left behind its home is no longer found. Check every key after each step.
+    if simulacra.core.KERNEL != "compiled":
+        pytest.skip("the time map is the compiled kernel's")
+    import random
+
+    rng = random.Random(seed)
+    tmap, oracle = _kernel._new_buckets(), {}
+    for step in range(3000):
+        if oracle and rng.random() < 0.45:
+            key = rng.choice(list(oracle))
+            assert tmap.pop(key) == oracle.pop(key)
+        else:
+            key = rng.randrange(2000) * 0.25
+            tmap[key] = oracle[key] = step
+        if step % 7 == 0:
+            assert all(tmap.get(k) == v for k, v in oracle.items()), step
+            assert len(tmap) == len(oracle)
+    assert sorted(tmap.items()) == sorted(oracle.items())
+
+
+@pytest.mark.usefixtures("compiled_built")
+def test_the_time_map_refuses_what_a_dict_refuses() -> None:
+    if simulacra.core.KERNEL != "compiled":
+        pytest.skip("the time map is the compiled kernel's")
+    tmap = _kernel._new_buckets()
+    with pytest.raises(TypeError, match="unhashable"):
+        tmap[[1.0]] = 1
+    with pytest.raises(TypeError, match="get expected at least 1 argument, got 0"):
+        tmap.get()
+    with pytest.raises(TypeError, match="pop expected at most 2 arguments, got 3"):
+        tmap.pop(1.0, 2, 3)
+    with pytest.raises(TypeError):
+        hash(tmap)
+
+
+_MIXED_TIMES = """
+import sys
+import numpy as np
+import simulacra as sm
+seen = []
+def proc(sim, delays):
+    for d in delays:
+        yield sim.delay(d)
+        seen.append((sim.now, type(sim.now).__name__))
+# An int clock with int and float delays (2 and 2.0 are one time), and a float
+# clock with numpy delays (a float subclass: float + np.float64 is an np.float64).
+for start, delays in ((0, ((2, 1.5), (2.0,), (1, 1), (3.5,), (0.5, 1.5))),
+                      (0.0, ((1.5, 2.0), (np.float64(1.5), 0.5), (np.float64(3.5),), (2,)))):
+    sim = sm.Sim(seed=0, start=start)
+    for ds in delays:
+        sim.spawn(proc(sim, ds))
+    sim.run()
+    print(seen, repr(sim.now), type(sim._buckets).__name__, file=sys.stderr)
+    print(seen, repr(sim.now))
+"""
+
+
+@pytest.mark.usefixtures("compiled_built")
+def test_int_and_numpy_times_run_the_same_on_both_kernels() -> None:
+    # A time that is not a plain float turns the compiled kernel's time map into a
+    # dict for good; the run is the pure kernel's either way.
+    outputs = {}
+    for kernel in ("python", "compiled"):
+        done = _python(_MIXED_TIMES, kernel)
+        assert done.returncode == 0, done.stderr
+        outputs[kernel] = done.stdout
+    assert outputs["python"] == outputs["compiled"]
+    assert "(2, 'int')" in outputs["python"]
+    assert "'float64')" in outputs["python"]
 
 
 def test_an_int_clock_stays_int() -> None:

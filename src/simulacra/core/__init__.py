@@ -36,6 +36,7 @@ import os as _os
 import sys as _sys
 from collections.abc import Callable as _Callable
 from types import ModuleType as _ModuleType
+from typing import Any as _Any
 
 from simulacra.errors import ConfigError as _ConfigError
 from simulacra.errors import Interrupt as Interrupt
@@ -64,6 +65,18 @@ def _rebuild_times(items: list[float]) -> list[float]:
     for item in items:
         push(heap, item)
     return heap
+
+
+def _rebuild_buckets(items: list[tuple[float, _Any]]) -> dict[float, _Any]:
+    """A Sim's map from future times to their events, from a pickle or a deep copy.
+
+    The compiled kernel's map is a C type of its own; it pickles as the list of its
+    (time, events) pairs and is rebuilt as this process's kernel makes it.
+    """
+    buckets = _pure._new_buckets()
+    for when, events in items:
+        buckets[when] = events
+    return buckets
 
 
 def _select_kernel() -> tuple[str, _Callable[[_ModuleType], None] | None]:
@@ -98,6 +111,7 @@ def _select_kernel() -> tuple[str, _Callable[[_ModuleType], None] | None]:
 
     # A Sim (and all that reaches one) deep-copies and pickles as under the pure kernel.
     copyreg.pickle(type(_pure._new_times()), lambda heap: (_rebuild_times, (list(heap),)))
+    copyreg.pickle(type(_pure._new_buckets()), lambda m: (_rebuild_buckets, (m.items(),)))
     return "compiled", install_resources
 
 

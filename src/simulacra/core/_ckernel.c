@@ -519,6 +519,404 @@ static PyObject *dict_pop(PyObject *d, PyObject *key, int must) {
 #endif
 }
 
+/* ------------------------------------------------------------------ TimeMap */
+
+/* The compiled kernel's Sim._buckets: the map from each distinct future time to
+ * its event (or _Bucket of events, or the process waiting there on an elided
+ * delay). While every key is a plain float (an exact float, not a NaN) it is an
+ * open-addressing table keyed by the float's bits, with the key and value in
+ * the slot itself: one cache line to find a time, where a dict reads its index
+ * table and then its entry table, and no float hash. The run loop also knows
+ * the next time in the heap, so it fetches that time's slot ahead of its turn.
+ * The first key that is not a plain float (an int clock, a NaN) turns the map
+ * into a dict for good: from then on every operation is the dict's, so keys
+ * that are equal across types (1 and 1.0) stay one key. It offers what the
+ * kernel's Python code uses of a dict; items, keys and values are lists, in no
+ * particular order (nothing in the kernel depends on the order). */
+typedef struct {
+    uint64_t bits; /* the key's bits; -0.0 as 0.0 */
+    PyObject *key; /* NULL: an empty slot */
+    PyObject *value;
+} MSlot;
+
+typedef struct {
+    PyObject_HEAD
+    MSlot *t;
+    Py_ssize_t n, cap; /* cap: 0, or a power of two, at least twice n */
+    int shift;         /* 64 - log2(cap) */
+    PyObject *dict;    /* non-NULL: the map is this dict */
+} TimeMap;
+
+static PyTypeObject TimeMapType;
+
+static inline int tm_plain(PyObject *key) {
+    return PyFloat_CheckExact(key) && !isnan(PyFloat_AS_DOUBLE(key));
+}
+
+static inline uint64_t tm_bits(double d) {
+    uint64_t b;
+    if (d == 0.0) return 0;
+    memcpy(&b, &d, sizeof b);
+    return b;
+}
+
+static inline Py_ssize_t tm_home(const TimeMap *m, uint64_t bits) {
+    bits ^= bits >> 29;
+    return (Py_ssize_t)((bits * 0x9E3779B97F4A7C15ULL) >> m->shift);
+}
+
+/* The slot holding *bits*, or the empty slot where it would go. */
+static inline MSlot *tm_probe(const TimeMap *m, uint64_t bits) {
+    Py_ssize_t mask = m->cap - 1, i = tm_home(m, bits);
+    for (;;) {
+        MSlot *s = &m->t[i];
+        if (s->key == NULL || s->bits == bits) return s;
+        i = (i + 1) & mask;
+    }
+}
+
+/* Fetch ahead the slot of *key*: the run loop's next time. */
+static inline void tm_prefetch(PyObject *map, double d) {
+    TimeMap *m = (TimeMap *)map;
+    if (m->t != NULL) PREFETCH(&m->t[tm_home(m, tm_bits(d))]);
+}
+
+static int tm_resize(TimeMap *m, Py_ssize_t cap) {
+    MSlot *old = m->t, *t = PyMem_Calloc((size_t)cap, sizeof(MSlot));
+    Py_ssize_t oldcap = m->cap;
+    if (t == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    int shift = 64;
+    for (Py_ssize_t c = cap; c > 1; c >>= 1) shift--;
+    m->t = t;
+    m->cap = cap;
+    m->shift = shift;
+    for (Py_ssize_t i = 0; i < oldcap; i++)
+        if (old[i].key != NULL) *tm_probe(m, old[i].bits) = old[i];
+    PyMem_Free(old);
+    return 0;
+}
+
+/* For good: every key and value moves into a dict. */
+static int tm_to_dict(TimeMap *m) {
+    if (m->dict != NULL) return 0;
+    PyObject *d = PyDict_New();
+    if (d == NULL) return -1;
+    for (Py_ssize_t i = 0; i < m->cap; i++)
+        if (m->t[i].key != NULL && PyDict_SetItem(d, m->t[i].key, m->t[i].value) < 0) {
+            Py_DECREF(d);
+            return -1;
+        }
+    for (Py_ssize_t i = 0; i < m->cap; i++)
+        if (m->t[i].key != NULL) {
+            Py_DECREF(m->t[i].key);
+            Py_DECREF(m->t[i].value);
+        }
+    PyMem_Free(m->t);
+    m->t = NULL;
+    m->n = m->cap = 0;
+    m->dict = d;
+    return 0;
+}
+
+/* Remove the (full) slot *s*: shift back the run of slots after it. */
+static void tm_remove(TimeMap *m, MSlot *s) {
+    Py_ssize_t mask = m->cap - 1, i = s - m->t, j = i;
+    for (;;) {
+        j = (j + 1) & mask;
+        if (m->t[j].key == NULL) break;
+        Py_ssize_t k = tm_home(m, m->t[j].bits);
+        /* m->t[j] may fill the hole at i unless its home lies cyclically in (i, j]. */
+        int stays = i <= j ? (i < k && k <= j) : (i < k || k <= j);
+        if (!stays) {
+            m->t[i] = m->t[j];
+            i = j;
+        }
+    }
+    m->t[i].key = NULL;
+    m->t[i].value = NULL;
+    m->n--;
+}
+
+/* The value of *key*, borrowed; NULL if there is none (an error set only on failure). */
+static PyObject *tm_get(TimeMap *m, PyObject *key) {
+    if (m->dict == NULL) {
+        if (tm_plain(key)) {
+            if (m->t == NULL) return NULL;
+            MSlot *s = tm_probe(m, tm_bits(PyFloat_AS_DOUBLE(key)));
+            return s->key != NULL ? s->value : NULL;
+        }
+        if (tm_to_dict(m) < 0) return NULL;
+    }
+    return PyDict_GetItemWithError(m->dict, key);
+}
+
+/* m[key] = value, or with *only_new* setdefault: the value now there, borrowed. */
+static PyObject *tm_put(TimeMap *m, PyObject *key, PyObject *value, int only_new) {
+    if (m->dict == NULL) {
+        if (tm_plain(key)) {
+            if ((m->n + 1) * 2 > m->cap && tm_resize(m, m->cap ? m->cap * 2 : 16) < 0)
+                return NULL;
+            uint64_t bits = tm_bits(PyFloat_AS_DOUBLE(key));
+            MSlot *s = tm_probe(m, bits);
+            if (s->key != NULL) {
+                if (only_new) return s->value;
+                Py_INCREF(value);
+                Py_SETREF(s->value, value);
+                return value;
+            }
+            Py_INCREF(key);
+            Py_INCREF(value);
+            s->bits = bits;
+            s->key = key;
+            s->value = value;
+            m->n++;
+            return value;
+        }
+        if (tm_to_dict(m) < 0) return NULL;
+    }
+    if (only_new) return PyDict_SetDefault(m->dict, key, value);
+    return PyDict_SetItem(m->dict, key, value) < 0 ? NULL : value;
+}
+
+/* m.pop(key): a new reference, or NULL (with KeyError if *must*). */
+static PyObject *tm_pop(TimeMap *m, PyObject *key, int must) {
+    if (m->dict == NULL) {
+        if (tm_plain(key)) {
+            MSlot *s = m->t != NULL ? tm_probe(m, tm_bits(PyFloat_AS_DOUBLE(key))) : NULL;
+            if (s == NULL || s->key == NULL) {
+                if (must) PyErr_SetObject(PyExc_KeyError, key);
+                return NULL;
+            }
+            PyObject *v = s->value;
+            Py_DECREF(s->key);
+            tm_remove(m, s);
+            return v;
+        }
+        if (tm_to_dict(m) < 0) return NULL;
+    }
+    return dict_pop(m->dict, key, must);
+}
+
+static PyObject *tm_new(PyTypeObject *tp, PyObject *args, PyObject *kw) {
+    if (PyTuple_GET_SIZE(args) || (kw != NULL && PyDict_GET_SIZE(kw))) {
+        PyErr_SetString(PyExc_TypeError, "TimeMap() takes no arguments");
+        return NULL;
+    }
+    return tp->tp_alloc(tp, 0);
+}
+
+static int tm_traverse(TimeMap *m, visitproc visit, void *arg) {
+    Py_VISIT(m->dict);
+    for (Py_ssize_t i = 0; i < m->cap; i++)
+        if (m->t[i].key != NULL) {
+            Py_VISIT(m->t[i].key);
+            Py_VISIT(m->t[i].value);
+        }
+    return 0;
+}
+
+static int tm_clear(TimeMap *m) {
+    MSlot *t = m->t;
+    Py_ssize_t cap = m->cap;
+    m->t = NULL;
+    m->n = m->cap = 0;
+    for (Py_ssize_t i = 0; i < cap; i++)
+        if (t[i].key != NULL) {
+            Py_DECREF(t[i].key);
+            Py_DECREF(t[i].value);
+        }
+    PyMem_Free(t);
+    Py_CLEAR(m->dict);
+    return 0;
+}
+
+static void tm_dealloc(TimeMap *m) {
+    PyObject_GC_UnTrack(m);
+    tm_clear(m);
+    Py_TYPE(m)->tp_free((PyObject *)m);
+}
+
+static Py_ssize_t tm_len(TimeMap *m) { return m->dict != NULL ? PyDict_GET_SIZE(m->dict) : m->n; }
+
+/* what: 0 keys, 1 values, 2 items; a list. */
+static PyObject *tm_list(TimeMap *m, int what) {
+    if (m->dict != NULL)
+        return what == 0 ? PyDict_Keys(m->dict)
+                         : what == 1 ? PyDict_Values(m->dict) : PyDict_Items(m->dict);
+    PyObject *l = PyList_New(m->n);
+    if (l == NULL) return NULL;
+    Py_ssize_t k = 0;
+    for (Py_ssize_t i = 0; i < m->cap && k < m->n; i++) {
+        MSlot *s = &m->t[i];
+        if (s->key == NULL) continue;
+        PyObject *x = what == 0 ? Py_NewRef(s->key) : what == 1 ? Py_NewRef(s->value)
+                                                                : PyTuple_Pack(2, s->key, s->value);
+        if (x == NULL) {
+            Py_DECREF(l);
+            return NULL;
+        }
+        PyList_SET_ITEM(l, k++, x);
+    }
+    return l;
+}
+
+static PyObject *tm_keys(TimeMap *m, PyObject *unused) { return tm_list(m, 0); }
+static PyObject *tm_values(TimeMap *m, PyObject *unused) { return tm_list(m, 1); }
+static PyObject *tm_items(TimeMap *m, PyObject *unused) { return tm_list(m, 2); }
+
+static PyObject *tm_iter(TimeMap *m) {
+    PyObject *keys = tm_list(m, 0);
+    if (keys == NULL) return NULL;
+    PyObject *it = PyObject_GetIter(keys);
+    Py_DECREF(keys);
+    return it;
+}
+
+static PyObject *tm_subscript(TimeMap *m, PyObject *key) {
+    PyObject *v = tm_get(m, key);
+    if (v == NULL) {
+        if (!PyErr_Occurred()) PyErr_SetObject(PyExc_KeyError, key);
+        return NULL;
+    }
+    return Py_NewRef(v);
+}
+
+static int tm_ass_subscript(TimeMap *m, PyObject *key, PyObject *value) {
+    if (value != NULL) return tm_put(m, key, value, 0) == NULL ? -1 : 0;
+    PyObject *v = tm_pop(m, key, 1);
+    if (v == NULL) return -1;
+    Py_DECREF(v);
+    return 0;
+}
+
+static int tm_contains(TimeMap *m, PyObject *key) {
+    PyObject *v = tm_get(m, key);
+    if (v == NULL) return PyErr_Occurred() ? -1 : 0;
+    return 1;
+}
+
+static int tm_nargs(const char *name, Py_ssize_t nargs, Py_ssize_t lo, Py_ssize_t hi) {
+    if (nargs >= lo && nargs <= hi) return 1;
+    if (lo == hi)
+        PyErr_Format(PyExc_TypeError, "%s expected %zd argument%s, got %zd", name, lo,
+                     lo == 1 ? "" : "s", nargs);
+    else if (nargs < lo)
+        PyErr_Format(PyExc_TypeError, "%s expected at least %zd argument%s, got %zd", name, lo,
+                     lo == 1 ? "" : "s", nargs);
+    else
+        PyErr_Format(PyExc_TypeError, "%s expected at most %zd arguments, got %zd", name, hi,
+                     nargs);
+    return 0;
+}
+
+static PyObject *tm_get_method(TimeMap *m, PyObject *const *args, Py_ssize_t nargs) {
+    if (!tm_nargs("get", nargs, 1, 2)) return NULL;
+    PyObject *v = tm_get(m, args[0]);
+    if (v == NULL) {
+        if (PyErr_Occurred()) return NULL;
+        v = nargs == 2 ? args[1] : Py_None;
+    }
+    return Py_NewRef(v);
+}
+
+static PyObject *tm_setdefault_method(TimeMap *m, PyObject *const *args, Py_ssize_t nargs) {
+    if (!tm_nargs("setdefault", nargs, 1, 2)) return NULL;
+    PyObject *v = tm_put(m, args[0], nargs == 2 ? args[1] : Py_None, 1);
+    return v == NULL ? NULL : Py_NewRef(v);
+}
+
+static PyObject *tm_pop_method(TimeMap *m, PyObject *const *args, Py_ssize_t nargs) {
+    if (!tm_nargs("pop", nargs, 1, 2)) return NULL;
+    PyObject *v = tm_pop(m, args[0], nargs == 1);
+    if (v == NULL && nargs == 2 && !PyErr_Occurred()) v = Py_NewRef(args[1]);
+    return v;
+}
+
+static PyObject *tm_repr(TimeMap *m) {
+    PyObject *items = tm_list(m, 2);
+    if (items == NULL) return NULL;
+    PyObject *d = PyDict_New();
+    for (Py_ssize_t i = 0; d != NULL && i < PyList_GET_SIZE(items); i++) {
+        PyObject *kv = PyList_GET_ITEM(items, i);
+        if (PyDict_SetItem(d, PyTuple_GET_ITEM(kv, 0), PyTuple_GET_ITEM(kv, 1)) < 0)
+            Py_CLEAR(d);
+    }
+    Py_DECREF(items);
+    if (d == NULL) return NULL;
+    PyObject *r = PyUnicode_FromFormat("TimeMap(%R)", d);
+    Py_DECREF(d);
+    return r;
+}
+
+static PyMethodDef tm_methods[] = {
+    {"get", (PyCFunction)(void (*)(void))tm_get_method, METH_FASTCALL,
+     "get(key, default=None, /): as dict.get"},
+    {"setdefault", (PyCFunction)(void (*)(void))tm_setdefault_method, METH_FASTCALL,
+     "setdefault(key, default=None, /): as dict.setdefault"},
+    {"pop", (PyCFunction)(void (*)(void))tm_pop_method, METH_FASTCALL,
+     "pop(key[, default], /): as dict.pop"},
+    {"keys", (PyCFunction)tm_keys, METH_NOARGS, "The keys, as a list (in no particular order)."},
+    {"values", (PyCFunction)tm_values, METH_NOARGS, "The values, as a list."},
+    {"items", (PyCFunction)tm_items, METH_NOARGS, "The (key, value) pairs, as a list."},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyMappingMethods tm_as_mapping = {
+    .mp_length = (lenfunc)tm_len,
+    .mp_subscript = (binaryfunc)tm_subscript,
+    .mp_ass_subscript = (objobjargproc)tm_ass_subscript,
+};
+
+static PySequenceMethods tm_as_sequence = {
+    .sq_contains = (objobjproc)tm_contains,
+};
+
+static PyTypeObject TimeMapType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "simulacra.core._ckernel.TimeMap",
+    .tp_basicsize = sizeof(TimeMap),
+    .tp_dealloc = (destructor)tm_dealloc,
+    .tp_repr = (reprfunc)tm_repr,
+    .tp_as_mapping = &tm_as_mapping,
+    .tp_as_sequence = &tm_as_sequence,
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
+    .tp_doc = "The map from a Sim's future times to their events (the compiled kernel's "
+              "Sim._buckets).",
+    .tp_traverse = (traverseproc)tm_traverse,
+    .tp_clear = (inquiry)tm_clear,
+    .tp_iter = (getiterfunc)tm_iter,
+    .tp_methods = tm_methods,
+    .tp_hash = PyObject_HashNotImplemented,
+    .tp_new = tm_new,
+};
+
+/* The kernel's bucket operations, on a TimeMap or an exact dict (a Sim made
+ * before the kernel was installed, or unpickled by hand). */
+static inline int is_buckets(PyObject *b) {
+    return Py_TYPE(b) == &TimeMapType || PyDict_CheckExact(b);
+}
+
+static inline PyObject *bk_get(PyObject *b, PyObject *key) {
+    return Py_TYPE(b) == &TimeMapType ? tm_get((TimeMap *)b, key)
+                                      : PyDict_GetItemWithError(b, key);
+}
+
+static inline int bk_set(PyObject *b, PyObject *key, PyObject *v) {
+    return Py_TYPE(b) == &TimeMapType ? (tm_put((TimeMap *)b, key, v, 0) == NULL ? -1 : 0)
+                                      : PyDict_SetItem(b, key, v);
+}
+
+static inline PyObject *bk_setdefault(PyObject *b, PyObject *key, PyObject *v) {
+    return Py_TYPE(b) == &TimeMapType ? tm_put((TimeMap *)b, key, v, 1)
+                                      : PyDict_SetDefault(b, key, v);
+}
+
+static inline PyObject *bk_pop(PyObject *b, PyObject *key, int must) {
+    return Py_TYPE(b) == &TimeMapType ? tm_pop((TimeMap *)b, key, must) : dict_pop(b, key, must);
+}
+
 /* `a += b` and `a -= b` for the statistics sums (floats in practice). */
 static inline PyObject *num_add(PyObject *a, PyObject *b) {
     if (PyFloat_CheckExact(a) && PyFloat_CheckExact(b))
@@ -721,7 +1119,7 @@ static PyObject *run_fifo(PyObject *self, PyObject *const *args, Py_ssize_t narg
              *nowq = SLOT(self, s_nowq), *times = SLOT(self, s_times),
              *buckets = SLOT(self, s_buckets), *ubuckets = SLOT(self, s_ubuckets);
     if (Py_TYPE(urgentq) != DequeT || Py_TYPE(timedq) != DequeT || Py_TYPE(nowq) != DequeT ||
-        !is_times(times) || !PyDict_CheckExact(buckets) || !PyDict_CheckExact(ubuckets))
+        !is_times(times) || !is_buckets(buckets) || !PyDict_CheckExact(ubuckets))
         return call_orig(orig_run_fifo, self, args, nargs, NULL);
     Py_INCREF(urgentq);
     Py_INCREF(timedq);
@@ -791,10 +1189,19 @@ static PyObject *run_fifo(PyObject *self, PyObject *const *args, Py_ssize_t narg
             if (when == NULL) goto error;
             Py_INCREF(when);
             slot_steal(self, s_now, when); /* self.now = when */
-            PyObject *entry = dict_pop(buckets, when, 1);
+            PyObject *entry = bk_pop(buckets, when, 1);
             if (entry == NULL) {
                 Py_DECREF(when);
                 goto error;
+            }
+            if (Py_TYPE(times) == &TimeHeapType && Py_TYPE(buckets) == &TimeMapType) {
+                /* The next time's float and slot, while this time's events run
+                 * (a large schedule is a cache miss for each). */
+                TimeHeap *h = (TimeHeap *)times;
+                if (h->n && h->nonfloat == 0) {
+                    PREFETCH(h->a[0].o);
+                    tm_prefetch(buckets, h->a[0].d);
+                }
             }
             int multi = Py_TYPE(entry) == BucketT;
             if (!multi && PyDict_GET_SIZE(ubuckets)) {
@@ -920,11 +1327,11 @@ static PyObject *run_fifo(PyObject *self, PyObject *const *args, Py_ssize_t narg
                     PyObject *when = ev_get(nxt, o_data, n_data);
                     if (when == NULL) goto error;
                     int err = 0, placed = 0;
-                    PyObject *bucket = PyDict_GetItemWithError(buckets, when);
+                    PyObject *bucket = bk_get(buckets, when);
                     if (bucket == NULL && PyErr_Occurred()) {
                         err = -1;
                     } else if (bucket == nxt) {
-                        err = PyDict_SetItem(buckets, when, waiter);
+                        err = bk_set(buckets, when, waiter);
                         if (err == 0) err = pr_set(waiter, o_target, n_target, when);
                         placed = 1;
                     } else if (bucket != NULL && Py_TYPE(bucket) == BucketT) {
@@ -1266,7 +1673,7 @@ static PyObject *sim_delay(PyObject *self, PyObject *const *args, Py_ssize_t nar
     double w = nowd + d;
     if (!(w > nowd)) goto fallback;
     PyObject *buckets = SLOT(self, s_buckets), *times = SLOT(self, s_times);
-    if (buckets == NULL || times == NULL || !PyDict_CheckExact(buckets) || !is_times(times))
+    if (buckets == NULL || times == NULL || !is_buckets(buckets) || !is_times(times))
         goto fallback;
     PyObject *value = nargs == 2 ? args[1] : Py_None;
     PyObject *event = new_event();
@@ -1279,7 +1686,7 @@ static PyObject *sim_delay(PyObject *self, PyObject *const *args, Py_ssize_t nar
     PyObject *when = PyFloat_FromDouble(w);
     if (when == NULL) goto error;
     slot_set(event, o_data, when);
-    PyObject *bucket = PyDict_SetDefault(buckets, when, event);
+    PyObject *bucket = bk_setdefault(buckets, when, event);
     if (bucket == NULL) goto error_when;
     if (bucket == event) {
         if (times_push(times, when) < 0) goto error_when;
@@ -1288,7 +1695,7 @@ static PyObject *sim_delay(PyObject *self, PyObject *const *args, Py_ssize_t nar
     } else {
         PyObject *nb = new_bucket(when, bucket, event);
         if (nb == NULL) goto error_when;
-        int err = PyDict_SetItem(buckets, when, nb);
+        int err = bk_set(buckets, when, nb);
         Py_DECREF(nb);
         if (err < 0) goto error_when;
     }
@@ -2046,7 +2453,7 @@ static PyObject *install(PyObject *module, PyObject *kernel) {
     OFF(BucketT, "when", b_when);
     kdict = PyModule_GetDict(kernel);
     Py_INCREF(kdict);
-    if (PyType_Ready(&TimeHeapType) < 0) goto error;
+    if (PyType_Ready(&TimeHeapType) < 0 || PyType_Ready(&TimeMapType) < 0) goto error;
     {
         PyObject *push = PyCFunction_New(&heappush_def, NULL);
         PyObject *pop = push ? PyCFunction_New(&heappop_def, NULL) : NULL;
@@ -2063,7 +2470,8 @@ static PyObject *install(PyObject *module, PyObject *kernel) {
         Py_XDECREF(resume);
         err = err || pop == NULL || PyDict_SetItemString(kdict, "heappush", push) < 0 ||
                   PyDict_SetItemString(kdict, "heappop", pop) < 0 ||
-                  PyDict_SetItemString(kdict, "_new_times", (PyObject *)&TimeHeapType) < 0;
+                  PyDict_SetItemString(kdict, "_new_times", (PyObject *)&TimeHeapType) < 0 ||
+                  PyDict_SetItemString(kdict, "_new_buckets", (PyObject *)&TimeMapType) < 0;
         Py_XDECREF(push);
         Py_XDECREF(pop);
         if (err) goto error;

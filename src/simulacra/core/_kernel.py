@@ -124,6 +124,10 @@ class _Bucket(list[Any]):
 #: that take either; see core/_ckernel.c.)
 _new_times: Callable[[], list[float]] = list
 
+#: Makes a Sim's map from future times to their events: a dict. (The compiled
+#: kernel replaces it with a map keyed by the times' bits; see core/_ckernel.c.)
+_new_buckets: Callable[[], dict[float, Any]] = dict
+
 #: The ``_cbs`` of a delay scheduled in the future (its ``_data`` is its time):
 #: "no callbacks" like None, and it tells the run loop the event may be elided.
 _FUTURE: tuple[()] = ()
@@ -964,7 +968,7 @@ class Sim:
         self._times: list[float] = _new_times()
         #: Future time -> its normal event, or a list of them in scheduling
         #: order once there are two (most times in continuous models have one).
-        self._buckets: dict[float, Any] = {}
+        self._buckets: dict[float, Any] = _new_buckets()
         #: Future time -> its urgent events (run-until stops), in scheduling order.
         self._ubuckets: dict[float, list[Event[Any]]] = {}
         #: Urgent events at the current time (process starts, interrupts).
