@@ -336,7 +336,6 @@ def test_the_time_map_refuses_what_a_dict_refuses() -> None:
 
 
 _MIXED_TIMES = """
-import sys
 import numpy as np
 import simulacra as sm
 seen = []
@@ -352,7 +351,6 @@ for start, delays in ((0, ((2, 1.5), (2.0,), (1, 1), (3.5,), (0.5, 1.5))),
     for ds in delays:
         sim.spawn(proc(sim, ds))
     sim.run()
-    print(seen, repr(sim.now), type(sim._buckets).__name__, file=sys.stderr)
     print(seen, repr(sim.now))
 """
 

@@ -43,10 +43,6 @@ class Loaded:
 
     def go(self, route: str) -> None:
         self.page.evaluate("route => { location.hash = route; }", route)
-        self.settle()
-
-    def settle(self) -> None:
-        """Wait until the page has drawn the route in its address and has no work pending."""
         settle(self.page)
 
     def shot(self, folder: Path, name: str) -> None:
@@ -201,7 +197,7 @@ def test_the_log_browser_pages(open_report: Any, tmp_path_factory: pytest.TempPa
     loaded.go("#/log?p=1")
     loaded.go("#/threads")
     loaded.page.go_back()
-    loaded.settle()
+    settle(loaded.page)
     assert int(loaded.rows()[0][0]) == events[100]["i"]  # the link kept the page
     loaded.check_clean()
 
@@ -316,7 +312,7 @@ def test_the_study_report_draws_every_kpi_against_every_parameter(
     loaded.go("#/replications")
     assert len(loaded.page.query_selector_all("#page-replications tbody tr")) == 16
     loaded.page.fill("#page-replications input[name=q]", "true")
-    loaded.settle()
+    settle(loaded.page)
     crowded = [[c.inner_text() for c in tr.query_selector_all("td")] for tr in
                loaded.page.query_selector_all("#page-replications tbody tr")]
     expected = sum(r["kpis"]["crowded"] for r in report.load_study(study_dir).results)

@@ -599,6 +599,8 @@ static int tm_resize(TimeMap *m, Py_ssize_t cap) {
     return 0;
 }
 
+static int tm_clear(TimeMap *m);
+
 /* For good: every key and value moves into a dict. */
 static int tm_to_dict(TimeMap *m) {
     if (m->dict != NULL) return 0;
@@ -609,14 +611,7 @@ static int tm_to_dict(TimeMap *m) {
             Py_DECREF(d);
             return -1;
         }
-    for (Py_ssize_t i = 0; i < m->cap; i++)
-        if (m->t[i].key != NULL) {
-            Py_DECREF(m->t[i].key);
-            Py_DECREF(m->t[i].value);
-        }
-    PyMem_Free(m->t);
-    m->t = NULL;
-    m->n = m->cap = 0;
+    tm_clear(m);
     m->dict = d;
     return 0;
 }
