@@ -89,6 +89,8 @@ class SocialWorld(World):
         self._known = frozenset(self.handles)
 
     _NOT_STATE = World._NOT_STATE | {"_known"}
+    #: The state is plain JSON (str keys only): the digest skips the canonical walk.
+    PLAIN_STATE = True
 
     # -- observing ---------------------------------------------------------------
 

@@ -255,6 +255,118 @@ os._exit(3)  # no close, no commit at exit: the process dies
             assert store.request(request.key()) == request
 
 
+# -- held writes: one commit per step ---------------------------------------------------
+
+
+def test_held_writes_are_served_at_once_and_committed_together(tmp_path: Path) -> None:
+    path = tmp_path / "r.sqlite"
+    model = ScriptedModel(seed=2)
+    calls = [(CompletionRequest.chat(f"turn {i}", system=SYSTEM), CallSite(f"p{i % 4}", i))
+             for i in range(40)]
+    with RecordingStore(path) as store:
+        store.hold()
+        recorder = RecordingModel(model, store)
+        with ThreadPoolExecutor(8) as pool:
+            got = list(pool.map(lambda c: recorder.complete(c[0], site=c[1]), calls[:30]))
+        store.put_failure(calls[30][0].key(), calls[30][1], RateLimited("slow down"))
+        assert store.held == 31
+        # served from what is held, before any commit...
+        for (request, site), completion in zip(calls[:30], got, strict=True):
+            assert store.get(request.key(), site) == completion
+        assert store.get_failure(calls[30][0].key(), calls[30][1]) == ("RateLimited",
+                                                                      "slow down")
+        # ...and not yet in the file
+        with RecordingStore(path, readonly=True) as other:
+            assert len(other) == 0
+        assert store.commit() == 31
+        assert store.held == 0
+        assert store.commit() == 0
+        with RecordingStore(path, readonly=True) as other:
+            assert len(other) == 30
+            assert other.get_failure(calls[30][0].key(), calls[30][1]) == ("RateLimited",
+                                                                          "slow down")
+        for request, site in calls[31:]:
+            recorder.complete(request, site=site)
+        assert len(store) == 39  # a read of the whole store commits what is held first
+        recorder.complete(calls[30][0], site=calls[30][1])
+    # close commits the rest
+    with RecordingStore(path, readonly=True) as store:
+        assert len(store) == 40
+        replay = ReplayModel(store)
+        assert [replay.complete(q, site=s) for q, s in calls[:30]] == got
+
+
+def test_a_failed_group_commit_keeps_its_writes_held(tmp_path: Path) -> None:
+    path = tmp_path / "r.sqlite"
+    request = CompletionRequest.chat("kept?")
+    with RecordingStore(path) as store:
+        store.hold()
+        store.put(request.key(), CallSite("a", 0), Completion("yes"), request=request)
+        store._db.execute("PRAGMA busy_timeout = 50")
+        with contextlib.closing(sqlite3.connect(path, isolation_level=None)) as other:
+            other.execute("BEGIN IMMEDIATE")
+            with pytest.raises(RecordingError, match="rolled back"):
+                store.commit()
+            other.execute("ROLLBACK")
+        assert store.held == 1
+        assert store.get(request.key(), CallSite("a", 0)) == Completion("yes")
+        assert store.commit() == 1
+    with RecordingStore(path, readonly=True) as store:
+        assert store.get(request.key(), CallSite("a", 0)) == Completion("yes")
+
+
+def test_sigkill_keeps_every_committed_step_whole_and_drops_the_step_in_flight(
+        tmp_path: Path) -> None:
+    """Killed in the middle of a step: the file opens, holds every call of the steps whose
+    commit returned, byte for byte, and none of the step in flight (asked again on resume)."""
+    path = tmp_path / "r.sqlite"
+    steps, per_step = 6, 300
+    script = f"""
+import os, signal, sys, time
+sys.path.insert(0, {str(SRC)!r})
+from simulacra.llm import CallSite, CompletionRequest, RecordingModel, RecordingStore, ScriptedModel
+store = RecordingStore({str(path)!r})
+store.hold()
+recorder = RecordingModel(ScriptedModel(seed=9), store)
+for step in range({steps}):
+    for i in range({per_step}):
+        recorder.complete(CompletionRequest.chat(f"step {{step}} call {{i}}", system="S"),
+                          site=CallSite(f"a{{i % 7}}", step * {per_step} + i))
+        if step == {steps} - 1 and i == {per_step} // 2:
+            print("in flight", flush=True)
+            time.sleep(60)  # killed here, half a step held
+    store.commit()
+    print("committed", step, flush=True)
+"""
+    process = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True)
+    assert process.stdout is not None
+    lines = []
+    for line in process.stdout:
+        lines.append(line.strip())
+        if line.startswith("in flight"):
+            break
+    process.kill()
+    process.communicate(timeout=30)
+    assert lines[-1] == "in flight", lines
+    assert lines[:-1] == [f"committed {s}" for s in range(steps - 1)]
+    with contextlib.closing(sqlite3.connect(path)) as db:
+        assert db.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+    model = ScriptedModel(seed=9)
+    with RecordingStore(path, readonly=True) as store:
+        assert len(store) == (steps - 1) * per_step
+        for step in range(steps):
+            for i in range(0, per_step, 7):
+                request = CompletionRequest.chat(f"step {step} call {i}", system="S")
+                site = CallSite(f"a{i % 7}", step * per_step + i)
+                found = store.get(request.key(), site)
+                if step < steps - 1:
+                    assert found == model.complete(request, site=site)
+                    assert store.request(request.key()) == request
+                else:
+                    assert found is None
+
+
 def test_concurrent_writers_share_commits_and_lose_nothing(tmp_path: Path) -> None:
     path = tmp_path / "r.sqlite"
     calls = [(CompletionRequest.chat(f"p{i % 37}", system=SYSTEM), CallSite(f"a{i % 9}", i))

@@ -180,3 +180,22 @@ def test_a_refused_connection_makes_the_provider_unavailable_at_the_first_call()
             guard.complete(CompletionRequest.chat("hi"))
     finally:
         guard.close()
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_a_factory_that_refuses_its_config_writes_nothing(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], engine: str) -> None:
+    """The world is built before the run directory is made: the corrected command then runs."""
+    out = tmp_path / "run"
+    base = ["run", str(CONFIG), "--out", str(out), "--no-progress", "sim.steps=1",
+            f"sim.engine.step.built_in={engine}"]
+    assert main([*base, "sim.agents=1"]) == 2
+    err = capsys.readouterr().err
+    assert "sim.agents must be >= 2" in err
+    assert err.strip().count("\n") == 0, err
+    assert not out.exists()
+    assert main([*base, "sim.agents=3"]) == 0
+    assert (out / "digest.txt").exists()
+    # A second run into the same directory is refused before its world is built.
+    assert main([*base, "sim.agents=3"]) == 2
+    assert "already holds a run" in capsys.readouterr().err

@@ -25,8 +25,11 @@ naming the format.
 
 Writes are durable when :meth:`RecordingStore.put` returns, as in v1: the
 call is committed (WAL, ``synchronous=NORMAL``: it survives the process dying,
-not a power cut). Writers that arrive while another commit is under way wait,
-and the first of them commits them all in one transaction (a group commit),
+not a power cut). A store on :meth:`~RecordingStore.hold` (a society run's)
+holds its writes until :meth:`~RecordingStore.commit`, one transaction per
+step: a call is durable once its step's commit returned, and the calls of a
+step a kill cut short are asked again by the resumed run. Writers that
+arrive while another commit is under way wait, and the first of them commits them all in one transaction (a group commit),
 with a few multi-row statements; a text the store has seen lately costs no
 statement and no compression.
 """
@@ -398,7 +401,7 @@ class _Write:
 
     __slots__ = ("args", "done", "error", "wake")
 
-    def __init__(self, args: tuple[Any, ...]) -> None:
+    def __init__(self, args: list[tuple[Any, ...]]) -> None:
         self.args = args
         self.done = False
         self.error: BaseException | None = None
@@ -443,6 +446,10 @@ class RecordingStore:
         self._leader: _Write | None = None
         self._leading = False  # a thread is committing, or has been told to
         self._closed = False
+        #: With :meth:`hold`: the writes not committed yet, by ``(kind, key, agent, n)``
+        #: (a later write of a site replaces an earlier one, as in the tables).
+        self._held = False
+        self._pending: dict[tuple[str, bytes, str, int], _Row] = {}
         if readonly:
             if not Path(self.path).exists():
                 raise RecordingError(f"recording store {self.path} does not exist")
@@ -539,6 +546,13 @@ class RecordingStore:
         return f"RecordingStore({self.path!r})"
 
     def _execute(self, sql: str, args: tuple[object, ...] = ()) -> list[tuple[Any, ...]]:
+        """*sql* on the store as it holds every write made so far (held ones committed first)."""
+        if self._pending:
+            self.commit()
+        return self._query(sql, args)
+
+    def _query(self, sql: str, args: tuple[object, ...] = ()) -> list[tuple[Any, ...]]:
+        """*sql* on the committed rows only (for a lookup of one site that checked the held)."""
         with self._lock:
             if self._closed:
                 raise RecordingError(f"recording store {self.path} is closed")
@@ -546,8 +560,61 @@ class RecordingStore:
 
     # -- writing -------------------------------------------------------------------
 
-    def _submit(self, args: tuple[Any, ...]) -> None:
-        """Write *args*; return once it is committed (with the writes queued beside it).
+    # -- held writes: one commit per step -----------------------------------------
+
+    def hold(self) -> None:
+        """Hold the writes from now on until :meth:`commit`: one transaction for many calls.
+
+        A society run holds its store and commits it at the end of every step
+        (before the step's events are written and before any checkpoint), so
+        a step of a million calls costs one commit. What is held is served by
+        :meth:`get` and :meth:`get_failure` at once, and committed before any
+        other read and by :meth:`close`. A process killed before the commit
+        loses the held writes of that step only; a resumed run, which starts
+        from a checkpoint of an earlier step, asks for those calls again.
+        """
+        self._held = True
+
+    @property
+    def held(self) -> int:
+        """Writes made under :meth:`hold` and not committed yet."""
+        return len(self._pending)
+
+    def commit(self) -> int:
+        """Commit the held writes in one transaction; return how many there were.
+
+        Durable when it returns (WAL, ``synchronous=NORMAL``: the process
+        dying loses nothing committed; a power cut may). On a failure nothing
+        of the group is written and the writes stay held.
+
+        Raises:
+            RecordingError: The write failed (rolled back).
+        """
+        with self._state:
+            if not self._pending:
+                return 0
+            rows = list(self._pending.values())
+            pending, self._pending = self._pending, {}
+        try:
+            self._submit(rows)
+        except BaseException:
+            with self._state:  # held again, before any written since
+                self._pending = {**pending, **self._pending}
+            raise
+        return len(rows)
+
+    def _keep(self, row: _Row) -> None:
+        """Write *row* now, or hold it (:meth:`hold`)."""
+        if not self._held:
+            self._submit([row])
+            return
+        with self._state:
+            if self._closed:
+                raise RecordingError(f"recording store {self.path} is closed")
+            self._pending[(row[0], row[1], row[2], row[3])] = row
+
+    def _submit(self, args: list[_Row]) -> None:
+        """Write the rows *args*; return once committed (with the writes queued beside it).
 
         The first writer to find nobody committing commits the queue; the
         writers that queue up meanwhile wait, each on its own lock, and the
@@ -618,7 +685,8 @@ class RecordingStore:
             db = self._db
             db.execute("BEGIN IMMEDIATE")
             try:
-                ids = _write_rows(db, [write.args for write in group], self._known)
+                ids = _write_rows(db, [row for write in group for row in write.args],
+                                  self._known)
                 db.execute("COMMIT")
             except BaseException:
                 if db.in_transaction:
@@ -668,7 +736,7 @@ class RecordingStore:
         for blob in blobs:  # compressed here, outside the lock (zlib lets other threads run)
             if blob.digest not in known:
                 blob.pack()
-        self._submit(("call", raw, agent, n, blobs[0], blobs[1:] if request is not None else None))
+        self._keep(("call", raw, agent, n, blobs[0], blobs[1:] if request is not None else None))
 
     def _request_blobs(self, request: CompletionRequest) -> list[_Blob]:
         """The blobs of *request*: its settings, then its messages.
@@ -708,16 +776,21 @@ class RecordingStore:
             raise RecordingError(f"recording store {self.path} is open read-only")
         raw = _key_bytes(key)
         agent, n = _site_columns(site)
-        self._submit(("failure", raw, agent, n, (type(error).__name__, str(error))))
+        self._keep(("failure", raw, agent, n, (type(error).__name__, str(error))))
 
     # -- reading -------------------------------------------------------------------
 
     def get_failure(self, key: str, site: CallSite | None) -> tuple[str, str] | None:
         """The ``(error type name, message)`` recorded for ``(key, site)``, or ``None``."""
         agent, n = _site_columns(site)
-        rows = self._execute(
+        raw = _key_bytes(key)
+        if self._pending:
+            held = self._pending.get(("failure", raw, agent, n))
+            if held is not None:
+                return (str(held[4][0]), str(held[4][1]))
+        rows = self._query(
             "SELECT error, message FROM failures WHERE request_key = ? AND agent = ? AND n = ?",
-            (_key_bytes(key), agent, n))
+            (raw, agent, n))
         return (str(rows[0][0]), str(rows[0][1])) if rows else None
 
     def calls_per_agent(self) -> dict[str, int]:
@@ -730,10 +803,15 @@ class RecordingStore:
     def get(self, key: str, site: CallSite | None) -> Completion | None:
         """Return the completion stored under ``(key, site)``, or ``None``."""
         agent, n = _site_columns(site)
-        rows = self._execute(
+        raw = _key_bytes(key)
+        if self._pending:
+            held = self._pending.get(("call", raw, agent, n))
+            if held is not None:
+                return self._load((_RAW, held[4].data), key, site)
+        rows = self._query(
             "SELECT b.codec, b.data FROM completions AS c LEFT JOIN blobs AS b "
             "ON b.id = c.completion WHERE c.request_key = ? AND c.agent = ? AND c.n = ?",
-            (_key_bytes(key), agent, n))
+            (raw, agent, n))
         return self._load(rows[0], key, site) if rows else None
 
     def get_any(self, key: str) -> tuple[CallSite | None, Completion] | None:
@@ -754,6 +832,8 @@ class RecordingStore:
         Raises:
             RecordingError: What is stored does not hash to *key* (a damaged store).
         """
+        if self._pending:
+            self.commit()
         with self._lock:
             if self._closed:
                 raise RecordingError(f"recording store {self.path} is closed")
@@ -802,6 +882,8 @@ class RecordingStore:
         wanted = {_key_bytes(key) for key in keys}
         if not wanted:
             return {}
+        if self._pending:
+            self.commit()
         refs: dict[bytes, list[int]] = {}
         with self._lock:
             if self._closed:
@@ -889,9 +971,15 @@ class RecordingStore:
     def close(self) -> None:
         """Wait for the writes under way, then close the database.
 
-        Every :meth:`put` that returned is committed already; later use raises
-        :class:`RecordingError`.
+        Every :meth:`put` that returned is committed already, or held
+        (:meth:`hold`) and committed now; later use raises :class:`RecordingError`.
         """
+        failed: RecordingError | None = None
+        if self._pending and not self._closed:
+            try:
+                self.commit()  # a run that stops keeps the calls of its last, partial step
+            except RecordingError as exc:
+                failed = exc  # the database is closed all the same
         with self._state:
             if self._closed:
                 return
@@ -900,6 +988,8 @@ class RecordingStore:
                 self._state.wait()
         with self._lock:
             self._db.close()
+        if failed is not None:
+            raise failed
 
     def __enter__(self) -> RecordingStore:
         return self

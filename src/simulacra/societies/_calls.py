@@ -1,8 +1,10 @@
 """``calls.jsonl``: one line per model call of a society run, for the report's latency and failures.
 
 Each call that reaches the model (not one a resumed run serves from
-``llm_recordings.sqlite``) writes a line as it returns, flushed at once, so a
-run that is killed keeps every line it wrote::
+``llm_recordings.sqlite``) writes a line as it returns. The lines are flushed
+at the end of every step and whenever half a second has passed since the last
+flush, so a run that is killed keeps the lines of every step it finished (and
+those of a slow step up to half a second before the kill)::
 
     {"agent": "ada00", "n": 3, "turn": 3, "step": 3, "t": 3.0, "latency_s": 0.41,
      "wall_s": 0.41, "at": 12.5, "prompt_tokens": 210, "completion_tokens": 24,
@@ -50,6 +52,8 @@ __all__ = ["CALLS_FILE", "CallLog", "CallLogModel"]
 
 #: The file's name in a run directory.
 CALLS_FILE: Final = "calls.jsonl"
+#: Seconds of lines a kill may lose in a step that is still running.
+_FLUSH_S: Final = 0.5
 #: How much of a failed call's prompt its line keeps.
 _PROMPT_CHARS: Final = 2000
 
@@ -87,7 +91,7 @@ def _cut_partial_line(path: Path) -> None:
 
 
 class CallLog:
-    """Writes ``calls.jsonl`` (thread-safe; each line flushed as it is written).
+    """Writes ``calls.jsonl`` (thread-safe; flushed by :meth:`flush` and every half second).
 
     Args:
         path: The file (appended to: a resumed run continues it).
@@ -95,7 +99,8 @@ class CallLog:
         price: ``price(prompt_tokens, completion_tokens) -> cost``.
     """
 
-    __slots__ = ("_file", "_lock", "_start", "context", "price", "session", "simulated")
+    __slots__ = ("_file", "_flushed", "_lock", "_start", "context", "price", "session",
+                 "simulated")
 
     def __init__(self, path: str | Path, *, session: int,
                  price: Callable[[int, int], float]) -> None:
@@ -104,6 +109,7 @@ class CallLog:
         self._file: IO[str] | None = where.open("a", encoding="utf-8")
         self._lock = threading.Lock()
         self._start = _time.perf_counter()
+        self._flushed = self._start
         self.session = session
         self.price = price
         #: Where the call belongs; set once the engine is built (None: step 0).
@@ -127,7 +133,17 @@ class CallLog:
             if file is None:
                 return  # closed: a call that outlived the run
             file.write(line)
-            file.flush()
+            now = _time.perf_counter()
+            if now - self._flushed >= _FLUSH_S:
+                file.flush()
+                self._flushed = now
+
+    def flush(self) -> None:
+        """Write out the lines so far (the engine calls it at the end of every step)."""
+        with self._lock:
+            if self._file is not None:
+                self._file.flush()
+                self._flushed = _time.perf_counter()
 
     def _head(self, site: CallSite | None, wall: float, started: float) -> dict[str, Any]:
         turn, step, t = self._where(site)

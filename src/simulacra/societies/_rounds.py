@@ -246,7 +246,7 @@ class RoundEngine:
     __slots__ = ("_agents", "_concurrency", "_events", "_fail_fast", "_failed", "_fatal",
                  "_flows", "_hash", "_ids", "_meter", "_mode", "_on_step", "_on_turn",
                  "_participation", "_pool", "_resolution", "_scenario", "_seed", "_step",
-                 "_step_digests", "_world")
+                 "_step_digests", "_world", "defer_digests")
 
     def __init__(self, world: World, agents: Iterable[Actor], *,
                  model: LanguageModel | None = None,
@@ -295,6 +295,11 @@ class RoundEngine:
         self._hash = hashlib.sha256((ROUNDS_SCHEME + "\n").encode("ascii"))
         self._pool: cf.ThreadPoolExecutor | None = None
         self._scenario: SocietyScenario | None = None
+        #: While True, :meth:`run` leaves the result's world, agents and run
+        #: digests empty (``""``): a driver that runs many chunks and only
+        #: reports the last (the society runner) digests the state once, at the
+        #: end, instead of after every chunk: a walk over every agent.
+        self.defer_digests = False
 
     def use_scenario(self, scenario: SocietyScenario | None) -> None:
         """Apply *scenario*'s changes at the start of the steps they are due in.
@@ -607,6 +612,9 @@ class RoundEngine:
         return agents_digest(ROUNDS_SCHEME, self._agents)
 
     def _result(self, wall: float, calls: int) -> RoundResult:
+        if self.defer_digests:
+            return RoundResult(self._step, self._events, self._failed,
+                               tuple(self._step_digests), "", "", "", calls, wall)
         world_digest = self._world.state_digest()
         agents_digest = self.agents_digest()
         events_digest = self._hash.hexdigest()

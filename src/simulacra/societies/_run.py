@@ -403,16 +403,20 @@ def run_society(config: RunConfig | Mapping[str, Any], *,
         check_step_options(step.options)  # before anything is written
     configured = config.data.get("scenario")
     chosen = scenario if scenario is not None else configured
-    prepared = None
     artifact: Scenario | None = None
     if chosen is not None:
-        # The scenario is checked against the knobs and the world before anything is written.
         artifact = load_society_scenario(chosen, "scenario")
-        world, agents = build_society(config)
-        prepared = (world, agents, _schedule(config, artifact, world, agents))
+    target = out if out is not None else config.run.out if write else None
+    if target is not None:
+        RunDirectory.check_free(target)  # before the world is built (a big one takes a while)
+    # The world is built before anything is written: a factory that refuses
+    # its config (sim.agents=1 in the social demo) leaves no run directory
+    # behind, and a scenario is checked against the knobs and the world.
+    world, agents = build_society(config)
+    prepared = (world, agents,
+                None if artifact is None else _schedule(config, artifact, world, agents))
     if model is None and config.run.preflight:
         preflight(config)  # before anything is written or spent
-    target = out if out is not None else config.run.out if write else None
     rundir = RunDirectory.create(target, config.data) if target is not None else None
     if rundir is not None:
         entry = None
@@ -942,6 +946,7 @@ def _execute(config: RunConfig, rundir: RunDirectory | None, model: LanguageMode
             used = CallLogModel(used, calllog)
         if rundir is not None and config.run.record:
             store = RecordingStore(rundir.file("recordings"))
+            store.hold()  # one commit per step, in step_done
             used = recording = RecordingModel(used, store, reuse=resume is not None)
         def reached(prompt: int, completion: int) -> str | None:
             budget = config.run.budget
@@ -956,6 +961,12 @@ def _execute(config: RunConfig, rundir: RunDirectory | None, model: LanguageMode
         meter = _AgentMeter(used, reached)
 
         def step_done(report: StepReport) -> None:
+            # The step's calls are durable before its events are written or a
+            # checkpoint after it is taken: a resume from that checkpoint finds them.
+            if store is not None:
+                store.commit()
+            if calllog is not None:
+                calllog.flush()
             cost = _price(config, report.prompt_tokens, report.completion_tokens)
             tally.add(report, cost)
             if rundir is None:
@@ -1218,6 +1229,11 @@ def _drive(engine: StepEngine, config: RunConfig, rundir: RunDirectory | None,
         return waited >= CHECKPOINT_FIRST_S and waited * CHECKPOINT_SHARE >= cost
 
     step = first
+    # The chunks' results carry no digests (a walk over every agent each); the
+    # final one, below, does.
+    deferring = hasattr(engine, "defer_digests")
+    if deferring:
+        engine.defer_digests = True  # type: ignore[attr-defined]
     result = engine.run(0)
     if first == 0 and total > 0:
         # The state before step 0: cheap, and it means that a run stopped for
@@ -1244,6 +1260,10 @@ def _drive(engine: StepEngine, config: RunConfig, rundir: RunDirectory | None,
         kind, why = stop
         raise _run_stopped(kind, _stop_message(kind, why, config, rundir, step=step,
                                                spent=spent()), step, rundir)
+    if deferring:
+        engine.defer_digests = False  # type: ignore[attr-defined]
+        result = dataclasses.replace(engine.run(0), llm_calls=result.llm_calls,
+                                     wall_s=result.wall_s)
     return result
 
 

@@ -109,6 +109,19 @@ class RunDirectory:
         return self.path / RUN_FILES[role]
 
     @classmethod
+    def check_free(cls, path: str | os.PathLike[str]) -> RunDirectory:
+        """*path* as a run directory not yet made, having checked it holds no run; writes nothing.
+
+        Raises:
+            ConfigError: *path* holds a run directory already.
+        """
+        rundir = cls(path)
+        if rundir.file("config").exists() or rundir.file("events").exists():
+            raise ConfigError(f"run directory {str(rundir.path)!r} already holds a run; "
+                              "choose another --out")
+        return rundir
+
+    @classmethod
     def create(cls, path: str | os.PathLike[str], config: Mapping[str, Any]) -> RunDirectory:
         """Make the directory (it must not hold a run already) and write the config.
 
@@ -117,10 +130,7 @@ class RunDirectory:
         """
         import yaml  # type: ignore[import-untyped]  # noqa: PLC0415  (lazy)
 
-        rundir = cls(path)
-        if rundir.file("config").exists() or rundir.file("events").exists():
-            raise ConfigError(f"run directory {str(rundir.path)!r} already holds a run; "
-                              "choose another --out")
+        rundir = cls.check_free(path)
         try:
             rundir.path.mkdir(parents=True, exist_ok=True)
             with rundir.file("config").open("w", encoding="utf-8") as file:
