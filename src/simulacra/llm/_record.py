@@ -29,9 +29,10 @@ not a power cut). A store on :meth:`~RecordingStore.hold` (a society run's)
 holds its writes until :meth:`~RecordingStore.commit`, one transaction per
 step: a call is durable once its step's commit returned, and the calls of a
 step a kill cut short are asked again by the resumed run. Writers that
-arrive while another commit is under way wait, and the first of them commits them all in one transaction (a group commit),
-with a few multi-row statements; a text the store has seen lately costs no
-statement and no compression.
+arrive while another commit is under way wait, and the first of them commits
+them all in one transaction (a group commit), with a few multi-row
+statements; a text the store has seen lately costs no statement and no
+compression.
 """
 
 from __future__ import annotations
