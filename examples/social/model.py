@@ -71,8 +71,10 @@ def build(*, agents: int, seed: SeedTree, llm: dict[str, Any], feed_size: int = 
     handles = [handle(i, agents) for i in range(agents)]
     people: list[SocialAgent] = []
     graph: dict[str, list[str]] = {}
-    for i, name in enumerate(handles):
-        rng = seed.child("agent", i).stream("persona")
+    settings = dict(llm)  # one dict for all: nobody changes it (a million agents, one copy)
+    # seed.child("agent", i).stream("persona") for each i, the shared part hashed once
+    streams = seed.child_streams("agent", range(agents), "persona")
+    for i, (name, rng) in enumerate(zip(handles, streams, strict=True)):
         persona = f"{rng.choice(ADJECTIVES)} {rng.choice(ROLES)}"
         interests = tuple(rng.sample(INTERESTS, 2 + rng.randrange(2)))
         chosen: set[int] = set()
@@ -81,5 +83,5 @@ def build(*, agents: int, seed: SeedTree, llm: dict[str, Any], feed_size: int = 
             if j != i:
                 chosen.add(j)
         graph[name] = [handles[j] for j in sorted(chosen)]
-        people.append(SocialAgent(name, persona=persona, interests=interests, llm=dict(llm)))
+        people.append(SocialAgent(name, persona=persona, interests=interests, llm=settings))
     return SocialWorld(handles, graph, feed_size=feed_size), people

@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import simulacra.rng
@@ -445,3 +445,28 @@ def test_config_error_is_value_error() -> None:
     """Callers catching ValueError also catch bad seeds."""
     with pytest.raises(ValueError, match="master_seed"):
         derive_seed(1.5)  # type: ignore[arg-type]
+
+
+_ELEMENT = st.integers(-2**70, 2**70) | st.text(max_size=6)
+
+
+@settings(max_examples=200, deadline=None)
+@given(master=st.integers(-2**70, 2**70) | st.text(max_size=6) | st.binary(max_size=6),
+       path=st.lists(_ELEMENT, max_size=3), label=_ELEMENT,
+       indices=st.lists(_ELEMENT, max_size=6), name=st.text(min_size=1, max_size=6))
+def test_child_streams_are_the_streams_of_each_child(
+        master: int | str | bytes, path: list[int | str], label: int | str,
+        indices: list[int | str], name: str) -> None:
+    node = SeedTree(master).child(*path)
+    fast = [r.random() for r in node.child_streams(label, indices, name)]
+    assert fast == [node.child(label, i).stream(name).random() for i in indices]
+
+
+def test_child_streams_check_their_arguments_at_once() -> None:
+    tree = SeedTree(1)
+    with pytest.raises(ConfigError, match="name"):
+        tree.child_streams("agent", range(3), "")
+    with pytest.raises(ConfigError, match="path"):
+        tree.child_streams(1.5, range(3), "persona")  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match=r"path\[1\]"):
+        list(tree.child_streams("agent", [0, True], "persona"))

@@ -363,6 +363,15 @@ def _rows(config: Any, run: Any) -> dict[str, Any]:
         rows["scenario"] = (f"{scenario['name']} ({scenario['sha256'][:12]}): "
                             f"{scenario['applied']} of {scenario['changes']} changes applied")
     rows["model calls"] = f"{llm.get('calls', 0)} ({sim.llm.provider}, {sim.llm.model})"
+    speed = llm.get("throughput") or {}
+    if speed:
+        made, served = speed.get("calls_made", 0), speed.get("served_from_recordings", 0)
+        rows["  made / from recordings"] = f"{made} / {served}"
+        rate = speed.get("per_s")
+        rows["agent-steps"] = (f"{speed.get('agent_steps', 0)}"
+                               + ("" if rate is None else
+                                  f" ({rate:,.0f}/s, {speed['us_per_agent_step']:,.1f} us each)"))
+        rows["  needing no call"] = f"{speed.get('no_call_share', 0.0):.1%}"
     rows["tokens"] = (f"{llm.get('prompt_tokens', 0)} prompt, "
                       f"{llm.get('completion_tokens', 0)} completion")
     if llm.get("cost"):

@@ -570,10 +570,13 @@ class _Tally:
     max_step_tokens: int = 0
     max_step_cost: float = 0.0
     steps: int = 0
+    #: Turns in which the agent asked the model nothing (live or recorded).
+    quiet: int = 0
 
-    def add(self, report: StepReport, cost: float) -> None:
+    def add(self, report: StepReport, cost: float, callers: int = 0) -> None:
         self.steps += 1
         self.turns += report.participants
+        self.quiet += max(0, report.participants - callers)
         self.failed += report.failed
         self.calls += report.llm_calls
         self.prompt_tokens += report.prompt_tokens
@@ -586,7 +589,7 @@ class _Tally:
 
     def merge(self, other: _Tally) -> None:
         for name in ("turns", "failed", "calls", "prompt_tokens", "completion_tokens", "wall_s",
-                     "cost", "steps"):
+                     "cost", "steps", "quiet"):
             setattr(self, name, getattr(self, name) + getattr(other, name))
         self.max_step_tokens = max(self.max_step_tokens, other.max_step_tokens)
         self.max_step_cost = max(self.max_step_cost, other.max_step_cost)
@@ -600,7 +603,8 @@ class _Tally:
                 "calls": self.calls, "prompt_tokens": self.prompt_tokens,
                 "completion_tokens": self.completion_tokens, "cost": round(self.cost, 9),
                 "max_step_tokens": self.max_step_tokens,
-                "max_step_cost": round(self.max_step_cost, 9), "wall_s": round(self.wall_s, 6)}
+                "max_step_cost": round(self.max_step_cost, 9), "wall_s": round(self.wall_s, 6),
+                "quiet": self.quiet}
 
     @classmethod
     def from_json(cls, data: object) -> _Tally:
@@ -608,7 +612,7 @@ class _Tally:
             return cls()
         out = cls()
         for name in ("steps", "turns", "failed", "calls", "prompt_tokens", "completion_tokens",
-                     "max_step_tokens"):
+                     "max_step_tokens", "quiet"):
             setattr(out, name, int(data.get(name, 0)))
         for name in ("cost", "max_step_cost", "wall_s"):
             setattr(out, name, float(data.get(name, 0.0)))
@@ -634,7 +638,7 @@ class _AgentMeter(ModelWrapper):
     than the calls already in flight).
     """
 
-    __slots__ = ("_lock", "completion", "inner", "limit", "per_agent", "prompt")
+    __slots__ = ("_lock", "callers", "completion", "inner", "limit", "per_agent", "prompt")
 
     def __init__(self, inner: LanguageModel,
                  limit: Callable[[int, int], str | None] | None = None) -> None:
@@ -645,8 +649,13 @@ class _AgentMeter(ModelWrapper):
         self.per_agent: dict[str, list[int]] = {}
         self.prompt = 0
         self.completion = 0
+        #: Agents that asked for a call since the runner last cleared it (a step).
+        self.callers: set[str] = set()
 
-    def _check(self) -> None:
+    def _check(self, site: CallSite | None) -> None:
+        agent = "" if site is None else site.agent
+        with self._lock:
+            self.callers.add(agent)
         if self.limit is not None:
             why = self.limit(self.prompt, self.completion)
             if why is not None:
@@ -664,12 +673,12 @@ class _AgentMeter(ModelWrapper):
         return completion
 
     def complete(self, request: CompletionRequest, *, site: CallSite | None = None) -> Completion:
-        self._check()
+        self._check(site)
         return self._count(site, self.inner.complete(request, site=site))
 
     async def acomplete(self, request: CompletionRequest, *,
                         site: CallSite | None = None) -> Completion:
-        self._check()
+        self._check(site)
         return self._count(site, await self.inner.acomplete(request, site=site))
 
 
@@ -968,7 +977,11 @@ def _execute(config: RunConfig, rundir: RunDirectory | None, model: LanguageMode
             if calllog is not None:
                 calllog.flush()
             cost = _price(config, report.prompt_tokens, report.completion_tokens)
-            tally.add(report, cost)
+            # The step's turns that asked the model nothing: its turns less the
+            # distinct agents that asked (one turn each a step on the round engine).
+            callers = len(meter.callers)
+            meter.callers.clear()
+            tally.add(report, cost, callers)
             if rundir is None:
                 session_events.extend(e for e in report.events if e.kind == "turn_failed")
             if rundir is not None:
@@ -1033,11 +1046,17 @@ def _execute(config: RunConfig, rundir: RunDirectory | None, model: LanguageMode
         if usage:
             # What the provider itself counted, this session (HTTP attempts, retries...).
             llm["provider_usage"] = usage
+        served = 0
         if recording is not None:
             # This session only: calls that reached the model (and were
             # recorded), and calls a resumed run served from the recordings.
             llm["recorded_this_session"] = recording.recorded
-            llm["served_from_recordings"] = recording.reused
+            llm["served_from_recordings"] = served = recording.reused
+        replayed = getattr(inner, "calls_served", None)  # a ReplayModel (simulacra replay)
+        if isinstance(replayed, int) and not isinstance(replayed, bool):
+            llm["served_from_recordings"] = served = served + replayed
+        session_calls = tally.calls
+        llm["throughput"] = _throughput(whole, session_calls, served)
         failures = _failure_summary(
             rundir.iter_events() if rundir is not None else session_events, whole.turns)
         if rundir is not None:
@@ -1073,6 +1092,27 @@ def _execute(config: RunConfig, rundir: RunDirectory | None, model: LanguageMode
             control._end(first + tally.steps)
     return SocietyRun(config, result, world, summary, None if rundir is None else rundir.path,
                       llm, failures, scenario_summary)
+
+
+def _throughput(whole: _Tally, session_calls: int, served: int) -> dict[str, Any]:
+    """The run's speed and how much of it needed the model (summary.json ``llm.throughput``).
+
+    ``agent_steps`` are turns taken (over every session); ``per_s`` and
+    ``us_per_agent_step`` are over the engine's wall clock (the steps
+    themselves: not the world's build, nor the files written at the end);
+    ``calls_made`` are this session's calls that reached a model,
+    ``served_from_recordings`` those a resume or a replay served from the
+    recordings; ``no_call_share`` the share of agent-steps that asked the model
+    nothing at all.
+    """
+    turns, wall = whole.turns, whole.wall_s
+    return {"agent_steps": turns,
+            "per_s": round(turns / wall, 1) if wall > 0 else None,
+            "us_per_agent_step": round(wall / turns * 1e6, 2) if turns else None,
+            "calls_made": max(0, session_calls - served),
+            "served_from_recordings": served,
+            "no_call_agent_steps": whole.quiet,
+            "no_call_share": round(whole.quiet / turns, 6) if turns else 0.0}
 
 
 def _spent(earlier: _Tally, session: _Tally) -> _Tally:
