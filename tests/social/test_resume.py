@@ -294,3 +294,40 @@ def test_a_damaged_newest_checkpoint_names_the_newest_valid_one(tmp_path: Path) 
         (whole / "action_events.jsonl").read_bytes()
     assert (cut / "checkpoints" / "superseded" / "checkpoint-000004.ckpt").is_file()
     assert _simulacra("run", "--resume", str(cut), "--from-checkpoint", "3").returncode != 0
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("checkpoint", [0, 2, 4])
+def test_idle_agents_are_not_copied_into_checkpoints_and_resume_all_the_same(
+        tmp_path: Path, checkpoint: int) -> None:
+    """At participation 0.25 a checkpoint holds only the agents that have taken a turn (the
+    first one none at all: the factory's state); resumed from any, the uncut run's logs."""
+    from simulacra.societies import run_society
+    from simulacra.societies._checkpoint import read_checkpoint
+
+    config = {"name": "sparse", "seed": 8,
+              "sim": {"steps": 6, "agents": 40,
+                      "world": {"factory": f"{HERE / '_crashing.py'}:build", "follows": 3},
+                      "engine": {"participation": 0.25, "mode": "threads", "concurrency": 4}},
+              "run": {"checkpoint_every": 2}}
+    whole = run_society(config, out=tmp_path / "whole")
+    files = sorted((tmp_path / "whole" / "checkpoints").iterdir())
+    assert [p.name for p in files] == [f"checkpoint-{s:06d}.ckpt" for s in (0, 2, 4)]
+    states = [read_checkpoint(p, "round") for p in files]
+    assert states[0]["engine"] == {"scheme": "simulacra.societies.as_built.v1"}
+    assert states[0]["llm_position"] == {}
+    acted = [set(s["engine"]["agents"]) for s in states[1:]]
+    assert 0 < len(acted[0]) < len(acted[1]) < 40  # only those that took a turn, growing
+    assert acted[0] <= acted[1]
+    assert set(states[2]["llm_position"]) == acted[1]
+
+    cut = tmp_path / "cut"
+    import shutil
+
+    shutil.copytree(tmp_path / "whole", cut)
+    for name in ("digest.txt", "summary.json"):
+        (cut / name).unlink()
+    resumed = resume_society(cut, from_checkpoint=checkpoint)
+    assert resumed.digest == whole.digest
+    assert ((cut / "action_events.jsonl").read_bytes()
+            == (tmp_path / "whole" / "action_events.jsonl").read_bytes())

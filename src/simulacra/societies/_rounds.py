@@ -246,7 +246,7 @@ class RoundEngine:
     __slots__ = ("_agents", "_concurrency", "_events", "_fail_fast", "_failed", "_fatal",
                  "_flows", "_hash", "_ids", "_meter", "_mode", "_on_step", "_on_turn",
                  "_participation", "_pool", "_resolution", "_scenario", "_seed", "_step",
-                 "_step_digests", "_world", "defer_digests")
+                 "_step_digests", "_touched", "_world", "defer_digests")
 
     def __init__(self, world: World, agents: Iterable[Actor], *,
                  model: LanguageModel | None = None,
@@ -300,6 +300,10 @@ class RoundEngine:
         #: reports the last (the society runner) digests the state once, at the
         #: end, instead of after every chunk: a walk over every agent.
         self.defer_digests = False
+        #: Agents that may have changed since they were built (took a turn, or
+        #: a scenario acted while they could be asked): the only ones whose
+        #: state a checkpoint holds. None: all of them.
+        self._touched: set[AgentId] | None = set()
 
     def use_scenario(self, scenario: SocietyScenario | None) -> None:
         """Apply *scenario*'s changes at the start of the steps they are due in.
@@ -511,11 +515,18 @@ class RoundEngine:
                                  _time.perf_counter() - start, calls, prompt, completion,
                                  self._world.probe(step)))
 
+    def _touch(self, batches: list[list[AgentId]]) -> None:
+        touched = self._touched
+        if touched is not None:
+            for batch in batches:
+                touched.update(batch)
+
     def _apply_scenario(self, step: int, out: list[ActionEvent]) -> None:
         """The scenario's changes due at this step, before anyone observes: events, in order."""
         scenario = self._scenario
         if scenario is None or scenario.next_time() > step:
             return
+        self._touched = None  # an interview may ask any agent: checkpoints hold them all
         meter = self._meter
         agents = self._agents
 
@@ -537,6 +548,7 @@ class RoundEngine:
         events: list[ActionEvent] = []
         failed = 0
         self._apply_scenario(step, events)
+        self._touch(batches)
         for flow, batch in enumerate(batches):
             outcomes = self._run_batch(batch, spec)
             failed += self._resolve(step, flow, batch, outcomes, events)
@@ -551,6 +563,7 @@ class RoundEngine:
             events: list[ActionEvent] = []
             failed = 0
             self._apply_scenario(step, events)
+            self._touch(batches)
             for flow, batch in enumerate(batches):
                 outcomes = await self._arun_batch(batch, spec)
                 failed += self._resolve(step, flow, batch, outcomes, events)
@@ -562,16 +575,24 @@ class RoundEngine:
         """Everything a resumed run needs, as data, between two steps.
 
         The step number and counters, the running digest (a hash chain over
-        steps), every agent's ``get_state()`` (with its model-call count: its
-        position in the LLM recordings) and the world's ``get_state()``. The
+        steps), the ``get_state()`` of every agent that has taken a turn (with
+        its model-call count: its position in the LLM recordings; an agent
+        that never acted is as the factory built it, and a resumed run builds
+        it so) and the world's ``get_state()``. The
         engine's draws (participation, seeded order) are keyed by step, so the
         step number is their state.
         """
+        touched = self._touched
+        agents = self._agents
+        chosen = agents if touched is None else {i: agents[i] for i in sorted(touched)}
         state = {"scheme": ROUNDS_SCHEME, "step": self._step, "events": self._events,
                  "failed": self._failed, "step_digests": list(self._step_digests),
                  "agents": {str(agent_id): agent.get_state()
-                            for agent_id, agent in self._agents.items()},
+                            for agent_id, agent in chosen.items()},
                  "world": self._world.get_state()}
+        if touched is not None:
+            # The others are as the factory built them, and a resume builds them so.
+            state["agents_touched_only"] = True
         if self._scenario is not None:
             state["scenario"] = self._scenario.state()
         return state
@@ -588,7 +609,9 @@ class RoundEngine:
             raise CheckpointError(
                 f"not a state of the round-based engine (expected scheme {ROUNDS_SCHEME!r})")
         by_key = {str(agent_id): agent_id for agent_id in self._agents}
-        if sorted(state["agents"]) != sorted(by_key):
+        partial = bool(state.get("agents_touched_only"))
+        saved = set(state["agents"])
+        if (not saved <= by_key.keys()) if partial else saved != by_key.keys():
             raise CheckpointError(
                 "the checkpoint's agents are not this engine's agents: "
                 f"{len(state['agents'])} saved, {len(by_key)} here")
@@ -601,6 +624,7 @@ class RoundEngine:
                       if self._step_digests else hashlib.sha256((ROUNDS_SCHEME + "\n").encode()))
         for key, agent_state in state["agents"].items():
             self._agents[by_key[key]].set_state(agent_state)
+        self._touched = {by_key[key] for key in saved} if partial else None
         self._world.set_state(state["world"])
         if self._scenario is not None:
             self._scenario.restore(state.get("scenario", 0))

@@ -27,7 +27,7 @@ import time as _time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol, TypeVar, final
+from typing import TYPE_CHECKING, Any, Final, Protocol, TypeVar, final
 
 from simulacra._util import ModelWrapper
 from simulacra.agents import ActionEvent, Actor, World
@@ -878,6 +878,16 @@ def _pick_checkpoint(probe: RunDirectory, files: list[Path], engine: str,
         raise
 
 
+#: The engine state of a checkpoint taken before the first step of a fresh run:
+#: the state the world factory builds, so nothing to restore.
+AS_BUILT: Final = {"scheme": "simulacra.societies.as_built.v1"}
+
+
+def is_as_built(state: object) -> bool:
+    """Whether a checkpoint's engine *state* is :data:`AS_BUILT` (restore nothing)."""
+    return isinstance(state, Mapping) and state.get("scheme") == AS_BUILT["scheme"]
+
+
 def _check_recordings(probe: RunDirectory, position: Mapping[str, int], step: int) -> None:
     """Refuse to resume when the recordings cannot serve the calls made before the checkpoint."""
     from simulacra.errors import CheckpointError, RecordingError  # noqa: PLC0415
@@ -998,7 +1008,7 @@ def _execute(config: RunConfig, rundir: RunDirectory | None, model: LanguageMode
                 raise ConfigError(f"the step engine {config.sim.engine.step.built_in!r} "
                                   "cannot take a scenario (it has no use_scenario())")
             use(schedule)
-        if resume is not None:
+        if resume is not None and not is_as_built(resume[1]):
             engine.restore(resume[1])
         if calllog is not None:
             calllog.context = getattr(engine, "call_context", None) or (
@@ -1247,10 +1257,17 @@ def _drive(engine: StepEngine, config: RunConfig, rundir: RunDirectory | None,
         if (rundir.checkpoints / f"checkpoint-{step:06d}.ckpt").exists():
             return  # written already, or the one this run resumed from: never twice
         start = clock()
+        # Before the first step of a fresh run the state is the factory's: a
+        # resume builds it again (as a replay does), so the checkpoint holds a
+        # marker, not a million agents. The calls made so far, per agent, for
+        # the agents that made any (a resume checks the recordings hold them).
+        fresh = step == 0 and first == 0
         write_checkpoint(rundir.checkpoints, step, engine_name, {
-            "step": step, "files": rundir.positions(), "engine": engine.state(),
+            "step": step, "files": rundir.positions(),
+            "engine": dict(AS_BUILT) if fresh else engine.state(),
             "accounting": accounting(),
-            "llm_position": {str(a.id): getattr(a, "calls", 0) for a in agents}})
+            "llm_position": {str(a.id): calls for a in agents
+                             if (calls := getattr(a, "calls", 0))}})
         cost = clock() - start
         since = clock()
         checkpoints["written"] += 1
