@@ -199,3 +199,29 @@ def test_a_factory_that_refuses_its_config_writes_nothing(
     # A second run into the same directory is refused before its world is built.
     assert main([*base, "sim.agents=3"]) == 2
     assert "already holds a run" in capsys.readouterr().err
+
+
+def test_a_society_too_big_for_its_memory_limit_is_refused_before_anything_is_written(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The preflight builds a 2,000-agent sample, scales it, and refuses in one line."""
+    out = tmp_path / "big"
+    code = main(["run", str(CONFIG), "--out", str(out), "--no-progress", "sim.steps=1",
+                 "sim.agents=1000000", "run.memory_limit_gb=0.05"])
+    assert code == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0, err
+    assert "sim.agents=1000000 needs about" in err
+    assert "run.memory_limit_gb=0.05" in err
+    assert not out.exists()
+
+
+def test_the_memory_estimate_grows_with_the_society() -> None:
+    from simulacra.societies import load_config
+    from simulacra.societies._run import memory_preflight
+
+    small = load_config(CONFIG, ["sim.agents=100000", "run.memory_limit_gb=1000"])
+    big = load_config(CONFIG, ["sim.agents=400000", "run.memory_limit_gb=1000"])
+    assert memory_preflight(load_config(CONFIG, ["sim.agents=50"])) is None
+    need_small, need_big = memory_preflight(small), memory_preflight(big)
+    assert need_small is not None and need_big is not None
+    assert 3.5 < need_big / need_small < 4.5

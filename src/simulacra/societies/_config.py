@@ -68,7 +68,7 @@ DEFAULTS: Final[Mapping[str, Any]] = {
     },
     "run": {"out": None, "record": True, "checkpoint_every": None,
             "checkpoint_every_time": None, "max_consecutive_provider_failures": 3,
-            "max_failed_fraction": 0.5, "preflight": True,
+            "max_failed_fraction": 0.5, "preflight": True, "memory_limit_gb": None,
             "budget": {"tokens": None, "cost": None}},
 }
 
@@ -166,6 +166,9 @@ def _schema() -> Any:
         max_failed_fraction: float = Field(default=0.5, ge=0.0, le=1.0)
         #: Check the provider (package, server, model) before step 0.
         preflight: bool = True
+        #: The most memory a big society (100,000 agents or more) may be
+        #: estimated to need before it is built; None: what the machine has free.
+        memory_limit_gb: float | None = Field(default=None, gt=0.0)
         budget: Budget = Field(default_factory=Budget)
 
     class Document(_Strict):
