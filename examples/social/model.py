@@ -3,7 +3,9 @@
 ``build(agents=50, seed=SeedTree, llm={...}, feed_size=8, follows=5)`` returns
 the world and its agents. Everything random is drawn from the seed tree, per
 agent (``seed.child("agent", i)``), so agent i is the same whatever the
-population size.
+population size. With ``sim.agents_memory.max_tokens`` set, the run passes
+``agents_memory={"max_tokens": N, "policy": P}`` too, and each agent gets its
+own :class:`simulacra.AgentMemory` of that budget.
 
 ``KNOBS`` are what a scenario may change during a run (``simulacra run
 config.yaml --scenario FILE``; see ``docs/scenarios.md``): inject a post,
@@ -12,9 +14,10 @@ resize the feeds, interview agents.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
-from simulacra import ConfigError, SeedTree
+from simulacra import AgentMemory, ConfigError, SeedTree
 from simulacra.scenarios import Knob, Knobs
 
 try:
@@ -61,7 +64,8 @@ def handle(i: int, agents: int) -> str:
 
 
 def build(*, agents: int, seed: SeedTree, llm: dict[str, Any], feed_size: int = 8,
-          follows: int = 5) -> tuple[SocialWorld, list[SocialAgent]]:
+          follows: int = 5, agents_memory: Mapping[str, Any] | None = None,
+          ) -> tuple[SocialWorld, list[SocialAgent]]:
     """The social world and its agents."""
     if agents < 2:
         raise ConfigError(f"sim.agents must be >= 2 for a social network, got {agents}")
@@ -83,5 +87,7 @@ def build(*, agents: int, seed: SeedTree, llm: dict[str, Any], feed_size: int = 
             if j != i:
                 chosen.add(j)
         graph[name] = [handles[j] for j in sorted(chosen)]
-        people.append(SocialAgent(name, persona=persona, interests=interests, llm=settings))
+        memory = None if agents_memory is None else AgentMemory(**agents_memory)
+        people.append(SocialAgent(name, persona=persona, interests=interests, llm=settings,
+                                  memory=memory))
     return SocialWorld(handles, graph, feed_size=feed_size), people

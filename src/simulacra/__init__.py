@@ -83,6 +83,7 @@ if TYPE_CHECKING:  # the type checker sees every name; at run time they load laz
     from .agents import ActionEvent as ActionEvent
     from .agents import ActionSpec as ActionSpec
     from .agents import Agent as Agent
+    from .agents import AgentMemory as AgentMemory
     from .agents import AgentSpec as AgentSpec
     from .agents import Context as Context
     from .agents import LLMAgent as LLMAgent
@@ -273,7 +274,7 @@ __all__ = [
     "ReplayMiss", "RecordingError", "RunStopped",
     # LLM agent societies: worlds, observe/act agents, the round-based engine, runs
     "World", "LLMAgent", "ActionSpec", "ActionEvent", "RoundEngine", "RoundResult", "StepReport",
-    "EventEngine", "EventResult", "WindowReport",
+    "AgentMemory", "EventEngine", "EventResult", "WindowReport",
     "RunConfig", "load_config", "run_society", "resume_society", "replay_run", "SocietyRun",
     "preflight_provider", "RunControl",
     "ReplayReport",
@@ -292,6 +293,7 @@ _LAZY: dict[str, str] = {
     "ActionEvent": ".agents",
     "ActionSpec": ".agents",
     "LLMAgent": ".agents",
+    "AgentMemory": ".agents",
     "World": ".agents",
     "ReplayReport": ".societies",
     "RoundEngine": ".societies",

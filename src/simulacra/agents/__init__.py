@@ -47,6 +47,10 @@ from ._digest import STATE_SCHEME as STATE_SCHEME
 from ._digest import MessageDigest as MessageDigest
 from ._digest import canonical_line as canonical_line
 from ._digest import state_digest as state_digest
+from ._memory import MEMORY_POLICIES as MEMORY_POLICIES
+from ._memory import MIN_ENTRY_TOKENS as MIN_ENTRY_TOKENS
+from ._memory import AgentMemory as AgentMemory
+from ._memory import min_memory_tokens as min_memory_tokens
 from ._phase import Action as Action
 from ._phase import Phase as Phase
 from ._phase import Sequence as Sequence
@@ -77,6 +81,8 @@ __all__ = [
     "type_name", "COPY_ADVICE", "PICKLE_ADVICE",
     # LLM agent societies: observe/act agents and worlds (game masters)
     "World", "LLMAgent", "Actor", "ActionSpec", "ActionEvent", "WORLD_SCHEME",
+    # a prompt memory held to a token budget
+    "AgentMemory", "min_memory_tokens", "MEMORY_POLICIES", "MIN_ENTRY_TOKENS",
 ]
 
 claim_public_module(__name__, globals())

@@ -65,6 +65,7 @@ DEFAULTS: Final[Mapping[str, Any]] = {
                         "noise_sigma": 0.1, "min_duration": 0.1},
             "pricing": {"prompt_per_mtok": 0.0, "completion_per_mtok": 0.0},
         },
+        "agents_memory": {"max_tokens": None, "policy": "drop_oldest"},
     },
     "run": {"out": None, "record": True, "checkpoint_every": None,
             "checkpoint_every_time": None, "max_consecutive_provider_failures": 3,
@@ -147,12 +148,24 @@ def _schema() -> Any:
         model_config = ConfigDict(extra="allow", frozen=True)
         factory: str | None = None
 
+    class AgentsMemory(_Strict):
+        #: Each agent's prompt memory budget in tokens; None: no memory (checked
+        #: in parse_config, whose message shows the value: pydantic's hides a "token").
+        max_tokens: Any = None
+        policy: Literal["drop_oldest", "summarise"] = "drop_oldest"
+
+        @field_validator("policy", mode="before")
+        @classmethod
+        def _spelling(cls, value: object) -> object:
+            return "summarise" if value == "summarize" else value
+
     class Sim(_Strict):
         steps: int = Field(default=5, ge=0)
         agents: int = Field(default=50, ge=1)
         world: World = Field(default_factory=World)
         engine: Engine = Field(default_factory=Engine)
         llm: LLM = Field(default_factory=LLM)
+        agents_memory: AgentsMemory = Field(default_factory=AgentsMemory)
 
     class Run(_Strict):
         out: str | None = None
@@ -345,10 +358,55 @@ def parse_config(data: object, source: str | None = None,
                 from_file.append(problem)
         parts = ([f"{label}: " + "; ".join(from_file)] if from_file else []) + from_line
         raise ConfigError("; ".join(parts)) from None
+    given = {str(item).partition("=")[0].strip() for item in overrides}
+    _check_agents_memory(doc.sim.agents_memory, label, given)
     dumped: dict[str, Any] = doc.model_dump(mode="json")
     if dumped.get("scenario") is None:
         dumped.pop("scenario", None)  # a run without one stores the config it always did
+    _agents_memory_to_factory(dumped)
     return RunConfig(doc, dumped, source)
+
+
+def _check_agents_memory(memory: Any, label: str, given: set[str]) -> None:
+    """``sim.agents_memory.max_tokens``: None, or a whole number of tokens that holds one entry.
+
+    Raises:
+        ConfigError: One line naming the key, the value and what it must be.
+    """
+    budget = memory.max_tokens
+    if budget is None:
+        return
+    from simulacra.agents import min_memory_tokens  # noqa: PLC0415
+
+    least = min_memory_tokens(memory.policy)
+    whole = isinstance(budget, int) and not isinstance(budget, bool)
+    if whole and budget >= least:
+        return
+    key = "sim.agents_memory.max_tokens"
+    problem = "is below one observation" if whole and budget > 0 else "is not a token budget"
+    room = ("one observation of 16 tokens (12 words)" if memory.policy == "drop_oldest" else
+            "one observation of 16 tokens (12 words) and the summary line's 16")
+    text = (f"{key}={budget!r} {problem}: expected a whole number of at least {least} tokens "
+            f"under policy {memory.policy} ({room}, counted as simulacra.llm.approx_tokens: "
+            "4/3 a word), or null for no memory")
+    if key in given or "sim.agents_memory" in given:
+        raise ConfigError(f"{text} (set on the command line)")
+    raise ConfigError(f"{label}: {text}")
+
+
+def _agents_memory_to_factory(dumped: dict[str, Any]) -> None:
+    """With a budget, the world factory gets ``agents_memory={"max_tokens", "policy"}``.
+
+    It reaches the factory as a world parameter, ``sim.world.agents_memory``
+    (derived here from ``sim.agents_memory``, whatever that key held). Without
+    a budget neither key is stored: the config is the one a run always stored.
+    """
+    sim = dumped["sim"]
+    memory = sim.pop("agents_memory")
+    sim["world"].pop("agents_memory", None)
+    if memory["max_tokens"] is not None:
+        sim["agents_memory"] = memory
+        sim["world"]["agents_memory"] = dict(memory)
 
 
 def load_config(path: str | os.PathLike[str] | None = None,
