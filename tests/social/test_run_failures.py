@@ -223,5 +223,6 @@ def test_the_memory_estimate_grows_with_the_society() -> None:
     big = load_config(CONFIG, ["sim.agents=400000", "run.memory_limit_gb=1000"])
     assert memory_preflight(load_config(CONFIG, ["sim.agents=50"])) is None
     need_small, need_big = memory_preflight(small), memory_preflight(big)
-    assert need_small is not None and need_big is not None
+    assert need_small is not None
+    assert need_big is not None
     assert 3.5 < need_big / need_small < 4.5

@@ -1,6 +1,8 @@
 """Societies: how a society of LLM agents advances, and everything its runs write (layer 5).
 
-Two engines: the round-based :class:`RoundEngine` (observe/act agents and a
+LLM agents as processes of a keyed kernel ``Sim`` (:class:`LLMRuntime`: an
+agent yields model calls, resource requests, timeouts and conditions on one
+clock). Two society engines: the round-based :class:`RoundEngine` (observe/act agents and a
 world, flow batches, deterministic resolution) and the event-driven
 :class:`EventEngine` (a virtual clock, wake-ups, simulated model latency).
 Around them: run configs (:func:`load_config`), :func:`run_society`,
@@ -28,7 +30,11 @@ from ._events import EventResult as EventResult
 from ._events import WindowReport as WindowReport
 from ._events_blocking import BlockingAgent as BlockingAgent
 from ._events_blocking import BlockingContext as BlockingContext
+from ._kernel_agents import KERNEL_AGENT_MODES as KERNEL_AGENT_MODES
+from ._kernel_agents import LLMContext as LLMContext
+from ._kernel_agents import LLMRuntime as LLMRuntime
 from ._provider import ProviderGuard as ProviderGuard
+from ._provider import check_server as check_server
 from ._provider import preflight as preflight_provider
 from ._rounds import MODES as MODES
 from ._rounds import RESOLUTIONS as RESOLUTIONS
@@ -56,10 +62,12 @@ from ._scenario import Interview as Interview
 
 __all__ = [
     "EventEngine", "EventResult", "WindowReport", "EVENT_MODES", "EVENTS_SCHEME",
-    "BlockingAgent", "BlockingContext", "RoundEngine", "RoundResult", "StepReport", "MODES",
+    "BlockingAgent", "BlockingContext", "LLMRuntime", "LLMContext", "KERNEL_AGENT_MODES",
+    "RoundEngine", "RoundResult", "StepReport", "MODES",
     "RESOLUTIONS", "ROUNDS_SCHEME", "RunConfig", "load_config", "parse_config",
     "apply_overrides", "DEFAULTS", "run_society", "resume_society", "replay_run",
-    "preflight_provider", "ProviderGuard", "SocietyRun", "ReplayReport", "RunControl",
+    "preflight_provider", "check_server",
+    "ProviderGuard", "SocietyRun", "ReplayReport", "RunControl",
     "build_model", "build_society", "load_factory", "register_step_engine", "step_engine_names",
     "StepEngine", "RunDirectory", "RUN_FILES", "default_run_dir", "Interview", "SCENARIO_FILE",
 ]

@@ -61,7 +61,7 @@ def preflight(config: RunConfig) -> None:
     if llm.provider != "openai_compatible":
         return
     try:
-        import httpx  # noqa: PLC0415  (an optional extra)
+        import httpx  # noqa: F401, PLC0415  (an optional extra)
     except ImportError:
         raise ProviderUnavailable(
             "sim.llm.provider 'openai_compatible' needs the httpx package, which is not "
@@ -70,22 +70,43 @@ def preflight(config: RunConfig) -> None:
         raise ConfigError("sim.llm.base_url is required when sim.llm.provider is "
                           "'openai_compatible' (e.g. http://localhost:8000/v1)")
 
-    url = llm.base_url.rstrip("/") + "/models"
+    check_server(llm.base_url, llm.model, api_key_env=llm.api_key_env,
+                 timeout=float(llm.timeout), names=("sim.llm.base_url", "sim.llm.model"))
+
+
+def check_server(base_url: str, model: str, *, api_key_env: str = "OPENAI_API_KEY",
+                 timeout: float = 10.0,
+                 names: tuple[str, str] = ("base_url", "model")) -> None:
+    """Check that the OpenAI-compatible server at *base_url* answers and lists *model*.
+
+    ``GET {base_url}/models``, the key (if any) from ``$api_key_env``. A
+    server without a model list (404, or not an OpenAI-style list) passes:
+    the first call will tell. *names* are how the caller's settings are
+    called in the messages.
+
+    Raises:
+        ProviderUnavailable: The server does not answer, refuses the
+            credentials, or does not list *model*.
+    """
+    import httpx  # noqa: PLC0415  (an optional extra)
+
+    url_name, model_name = names
+    url = base_url.rstrip("/") + "/models"
     headers = {}
-    key = os.environ.get(llm.api_key_env)
+    key = os.environ.get(api_key_env)
     if key:
         headers["Authorization"] = f"Bearer {key}"
     try:
-        response = httpx.get(url, headers=headers, timeout=min(float(llm.timeout), 10.0))
+        response = httpx.get(url, headers=headers, timeout=min(timeout, 10.0))
     except httpx.HTTPError as exc:
         raise ProviderUnavailable(
             f"preflight: GET {url} failed ({type(exc).__name__}: {exc}); is the server "
-            f"running at sim.llm.base_url={llm.base_url!r}?") from None
+            f"running at {url_name}={base_url!r}?") from None
     status = response.status_code
     if status in (401, 403):
         raise ProviderUnavailable(
             f"preflight: GET {url} answered HTTP {status}: the server refused the credentials "
-            f"(the key is read from ${llm.api_key_env}, which is "
+            f"(the key is read from ${api_key_env}, which is "
             f"{'set' if key else 'not set'})")
     if status == 404:
         return  # a server without a model list: the first call will tell
@@ -96,11 +117,11 @@ def preflight(config: RunConfig) -> None:
         listed = [str(item["id"]) for item in response.json()["data"]]
     except (ValueError, KeyError, TypeError):
         return  # not an OpenAI-style list: do not guess
-    if listed and llm.model not in listed:
+    if listed and model not in listed:
         shown = ", ".join(repr(m) for m in listed[:8]) + (", ..." if len(listed) > 8 else "")
         raise ProviderUnavailable(
-            f"preflight: the server at {llm.base_url} does not serve sim.llm.model="
-            f"{llm.model!r}; it serves {shown}")
+            f"preflight: the server at {base_url} does not serve {model_name}="
+            f"{model!r}; it serves {shown}")
 
 
 class ProviderGuard(ModelWrapper):

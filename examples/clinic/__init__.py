@@ -1,0 +1,1 @@
+"""The clinic of LLM patients (see __main__.py)."""

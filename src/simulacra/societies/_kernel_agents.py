@@ -1,0 +1,439 @@
+"""LLM agents as kernel processes: one clock for queues, timeouts and language models.
+
+An LLM agent here is a generator process of a keyed :class:`~simulacra.Sim`.
+Between model calls it may yield any kernel event -- a ``Resource`` request, a
+``Store`` get, ``sim.delay(...)``, a condition (``req | sim.delay(patience)``)
+-- and its model calls are kernel events too::
+
+    sim = Sim(seed=1, ordering="keyed", trace=True)
+    llm = LLMRuntime(sim, ScriptedModel(seed=1), mode="threads", concurrency=16)
+    doctors = Resource(sim, capacity=2)
+
+    def patient(sim, ctx):
+        reply = yield ctx.complete(CompletionRequest.chat("Wait or leave?"))
+        with doctors.request() as req:
+            yield req | sim.delay(30.0)
+
+    llm.spawn(patient, agent="ann")
+    sim.run()
+
+So a queueing model can hold LLM agents, and SimPy-style processes and LLM
+agents share one clock, one event queue and one trace.
+
+**A call is an event.** ``ctx.complete(request)`` returns an event that
+succeeds with the :class:`~simulacra.llm.Completion` at ``t0 + d``: ``t0`` is
+the virtual time of the call and ``d`` the latency model's simulated duration
+of that completion (never wall-clock time), at least ``min_duration``. The
+call site is ``(agent, n)`` -- the agent's n-th call -- so recordings and the
+scripted model answer it the same way in every run.
+
+**Why any concurrency gives the same trace.** The kernel orders events by
+``(time, key)``. The completion event's key is reserved at the call, from the
+calling process (``sim._next_key()``, exactly the key ``sim.delay`` would have
+taken), so it does not depend on when the reply arrived. In ``sequential``
+mode the call is made there and then. In ``threads`` and ``asyncio`` mode it
+is started on a pool, and a *harvest* event at ``t0 + min_duration`` waits
+for it and schedules the completion at ``t0 + d`` with the reserved key.
+Nothing that happens before ``t0 + min_duration`` can depend on the reply
+(``d >= min_duration``), so every call started inside that window runs at
+once in wall-clock time -- the kernel's lookahead -- and the harvest sorts
+before every model event at its instant (its key's priority is below the
+kernel's ``URGENT``), so a completion due at that very instant still takes
+its place among them by its own key. Harvests call no model code and write
+no trace record. The event order, hence the trace, is that of a run that
+makes one call at a time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures as cf
+import threading
+from collections.abc import Callable, Generator, Iterator
+from typing import TYPE_CHECKING, Any, Final, final
+
+from simulacra.core import Event, Process, Sim
+from simulacra.errors import ConfigError, ForeignEvent, NotAnEvent
+
+from ._rounds import _check_int, canonical_mode
+
+if TYPE_CHECKING:
+    from simulacra.llm import Completion, CompletionRequest, LanguageModel
+
+__all__ = ["KERNEL_AGENT_MODES", "LLMContext", "LLMRuntime"]
+
+#: Where model calls run in wall-clock time (the trace is the same in each).
+KERNEL_AGENT_MODES: Final = ("sequential", "threads", "asyncio")
+#: A harvest's key priority: before the kernel's URGENT (0) and NORMAL (1) events.
+_HARVEST: Final = -1
+
+
+def _describe(value: object) -> str:
+    if isinstance(value, Generator):
+        return (f"a generator ({getattr(value, '__name__', 'generator')}: did you mean "
+                "`yield from` or `sim.spawn(...)`?)")
+    text = repr(value)
+    if len(text) > 60:
+        text = text[:57] + "..."
+    return f"{text} (a {type(value).__name__})"
+
+
+@final
+class LLMContext:
+    """What an LLM agent process holds: its id, its Sim, and its model calls.
+
+    Attributes:
+        agent: The agent's id (a str): the process's name and the call site's agent.
+        calls: The model calls this agent has made so far (the next call's ``n``).
+    """
+
+    __slots__ = ("_runtime", "agent", "calls")
+
+    def __init__(self, runtime: LLMRuntime, agent: str) -> None:
+        self._runtime = runtime
+        self.agent = agent
+        self.calls = 0
+
+    @property
+    def sim(self) -> Sim:
+        """The Sim the agent lives in."""
+        return self._runtime.sim
+
+    def complete(self, request: CompletionRequest) -> Event[Completion]:
+        """Ask the model; return the event that succeeds with its completion.
+
+        The event fires at ``now + d``, ``d`` the latency model's simulated
+        duration of the call (at least ``min_duration``). If the model raises
+        (a provider error, a replay miss), the event fails with that exception
+        at ``now + min_duration``: it is thrown into the agent at its
+        ``yield``, where the agent may catch it.
+
+        Raises:
+            ConfigError: *request* is not a :class:`~simulacra.llm.CompletionRequest`.
+        """
+        return self._runtime._call(self, request)
+
+    def record(self, kind: str, payload: object = None) -> None:
+        """Write a model-level record ``(now, kind, agent, payload)`` to the Sim's trace."""
+        self._runtime.sim.record(kind, self.agent, payload)
+
+    def __repr__(self) -> str:
+        return f"<LLMContext {self.agent!r} calls={self.calls}>"
+
+
+@final
+class LLMRuntime:
+    """Runs LLM agents as processes of a keyed :class:`~simulacra.Sim`.
+
+    Args:
+        sim: The Sim; it must order ties by model identity
+            (``Sim(ordering="keyed")``), which is what makes the trace the same
+            at every *mode* and *concurrency*.
+        model: The language model every agent asks (a
+            :class:`~simulacra.llm.LanguageModel`: the scripted model, an
+            OpenAI-compatible client, a :class:`~simulacra.llm.RecordingModel`
+            or :class:`~simulacra.llm.ReplayModel`).
+        latency: The latency model (``duration(request, completion, rng)`` and
+            ``min_duration > 0``); default :class:`~simulacra.llm.LatencyModel`.
+        mode: ``"sequential"`` (calls made one at a time, in the run loop),
+            ``"threads"`` or ``"asyncio"`` (calls run concurrently inside the
+            lookahead window).
+        concurrency: Model calls in flight at once (threads and asyncio).
+
+    Use it as a context manager, or call :meth:`close` when done, to stop
+    its threads.
+
+    Raises:
+        ConfigError: A Sim that is not keyed, a bad mode, concurrency or
+            latency model, or a model without ``complete``.
+    """
+
+    __slots__ = (
+        "_calls",
+        "_completion_tokens",
+        "_concurrency",
+        "_contexts",
+        "_harvests",
+        "_latency",
+        "_lock",
+        "_loop",
+        "_loop_thread",
+        "_min",
+        "_mode",
+        "_model",
+        "_pool",
+        "_prompt_tokens",
+        "_seed",
+        "_semaphore",
+        "sim",
+    )
+
+    def __init__(self, sim: Sim, model: LanguageModel, *, latency: Any = None,
+                 mode: str = "sequential", concurrency: int = 16) -> None:
+        if not isinstance(sim, Sim):
+            raise ConfigError(f"LLMRuntime(sim=...): expected a simulacra Sim, got "
+                              f"{type(sim).__name__} {sim!r}")
+        if not sim._keyed:
+            raise ConfigError(
+                "LLMRuntime needs Sim(ordering='keyed'): its model calls complete at "
+                "keys reserved when they are made, so the trace is the same at every "
+                "mode and concurrency; this Sim orders ties fifo")
+        if not callable(getattr(model, "complete", None)):
+            raise ConfigError(f"LLMRuntime(model=...): expected a language model with "
+                              f"complete(request, site=...), got {type(model).__name__}")
+        mode = canonical_mode(mode)  # type: ignore[assignment]
+        if mode not in KERNEL_AGENT_MODES:
+            raise ConfigError(f"LLMRuntime(mode=...): expected one of "
+                              f"{', '.join(KERNEL_AGENT_MODES)}, got {mode!r}")
+        self._concurrency = _check_int("concurrency", concurrency, 1)
+        if latency is None:
+            from simulacra.llm import LatencyModel  # noqa: PLC0415  (lazy: layer-1 import)
+
+            latency = LatencyModel()
+        minimum = getattr(latency, "min_duration", None)
+        if not callable(getattr(latency, "duration", None)) or not (
+                isinstance(minimum, int | float) and minimum > 0):
+            raise ConfigError(
+                "LLMRuntime(latency=...): expected duration(request, completion, rng) and a "
+                f"min_duration > 0 (the lookahead), got {latency!r}")
+        self.sim = sim
+        self._model = model
+        self._latency = latency
+        self._min = float(minimum)
+        self._mode = mode
+        self._seed = sim.seed.child("simulacra.societies.kernel_agents")
+        self._contexts: dict[str, LLMContext] = {}
+        self._calls = self._prompt_tokens = self._completion_tokens = 0
+        self._harvests = 0
+        self._lock = threading.Lock()
+        self._pool: cf.ThreadPoolExecutor | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._loop_thread: threading.Thread | None = None
+        self._semaphore: asyncio.Semaphore | None = None
+
+    # -- agents -------------------------------------------------------------------------
+
+    @property
+    def mode(self) -> str:
+        """Where model calls run: sequential, threads or asyncio."""
+        return str(self._mode)
+
+    @property
+    def min_duration(self) -> float:
+        """The latency model's lower bound: the lookahead window of concurrent calls."""
+        return self._min
+
+    def context(self, agent: str) -> LLMContext:
+        """The context of *agent* (one per id: its call count goes on across processes)."""
+        given: object = agent
+        if not isinstance(given, str) or not given:
+            raise ConfigError(f"agent must be a non-empty str, got {agent!r}")
+        ctx = self._contexts.get(agent)
+        if ctx is None:
+            ctx = self._contexts[agent] = LLMContext(self, agent)
+        return ctx
+
+    def spawn(self, fn: Callable[..., Generator[Any, Any, Any]], /, *args: Any, agent: str,
+              **kwargs: Any) -> Process[Any]:
+        """Start ``fn(sim, ctx, *args, **kwargs)`` as the process of *agent*.
+
+        The process is named *agent* (so it is who the trace names, and its
+        keyed identity does not depend on spawn order). Everything it yields
+        is checked: a value that is not an event of this Sim stops the run
+        with one error naming the agent, the time, its calls so far and what
+        it yielded.
+
+        Raises:
+            ConfigError: *fn* is not callable, or *agent* is not a non-empty str.
+        """
+        if not callable(fn):
+            raise ConfigError(f"LLMRuntime.spawn: expected a generator function, got {fn!r}")
+        ctx = self.context(agent)
+        body = fn(self.sim, ctx, *args, **kwargs)
+        if not isinstance(body, Generator):
+            raise ConfigError(
+                f"LLMRuntime.spawn: {getattr(fn, '__name__', fn)!r} for agent {agent!r} "
+                f"returned {_describe(body)}; expected a generator (a function that yields "
+                "events)")
+        return self.sim.spawn(self._guard(ctx, body), name=agent)
+
+    def _guard(self, ctx: LLMContext, body: Generator[Any, Any, Any]) -> Generator[Any, Any, Any]:
+        """Forward *body*'s yields to the kernel, refusing anything that is not this Sim's event."""
+        sim = self.sim
+        value: Any = None
+        error: BaseException | None = None
+        while True:
+            try:
+                item = body.send(value) if error is None else body.throw(error)
+            except StopIteration as stop:
+                return stop.value
+            error = None
+            if not isinstance(item, Event) or item.sim is not sim:
+                what = ("an event of another Sim" if isinstance(item, Event)
+                        else _describe(item))
+                body.close()
+                kind = ForeignEvent if isinstance(item, Event) else NotAnEvent
+                bad = kind(
+                    f"agent {ctx.agent!r} at t={sim.now:g} (after {ctx.calls} model calls) "
+                    f"yielded {what}; expected an event of this Sim: ctx.complete(...), "
+                    "sim.delay(...), a resource or store request, a condition (a | b)")
+                raise bad
+            try:
+                value = yield item
+            except BaseException as exc:
+                if isinstance(exc, GeneratorExit):
+                    body.close()
+                    raise
+                error, value = exc, None
+
+    # -- calls ----------------------------------------------------------------------------
+
+    def _call(self, ctx: LLMContext, request: CompletionRequest) -> Event[Completion]:
+        from simulacra.llm import CallSite, CompletionRequest  # noqa: PLC0415
+
+        if not isinstance(request, CompletionRequest):
+            raise ConfigError(
+                f"agent {ctx.agent!r}: ctx.complete() takes a CompletionRequest "
+                f"(CompletionRequest.chat(...)), got {_describe(request)}")
+        sim = self.sim
+        site = CallSite(ctx.agent, ctx.calls)
+        ctx.calls += 1
+        key = sim._next_key()  # the key sim.delay() would take here: mode-independent
+        start = sim.now
+        done: Event[Completion] = sim.event()
+        # The trace record's callback is attached now, before the agent waits on
+        # the event, in every mode: callbacks and the waiter keep one order.
+        payload: dict[str, Any] = {"n": site.n, "request": request.key()}
+        callbacks = done.callbacks
+        assert callbacks is not None  # noqa: S101  (a fresh event)
+        callbacks.append(lambda _: sim.record("llm", site.agent, payload))
+        if self._mode == "sequential":
+            try:
+                outcome: tuple[bool, Any] = (True, self._model.complete(request, site=site))
+            except Exception as exc:
+                outcome = (False, exc)
+            self._finish(done, request, site, start=start, key=key, outcome=outcome,
+                         payload=payload)
+            return done
+        future = self._submit(request, site)
+        harvest: Event[None] = sim.event()
+        harvest._ok = True
+        harvest._value = None
+
+        def collect(_: Event[None]) -> None:
+            try:
+                result: tuple[bool, Any] = (True, future.result())
+            except Exception as exc:
+                result = (False, exc)
+            self._finish(done, request, site, start=start, key=key, outcome=result,
+                         payload=payload)
+
+        harvest_callbacks = harvest.callbacks
+        assert harvest_callbacks is not None  # noqa: S101  (a fresh event)
+        harvest_callbacks.append(collect)
+        self._harvests += 1
+        sim._schedule_keyed(harvest, start + self._min, (_HARVEST, "", self._harvests))
+        return done
+
+    def _finish(self, done: Event[Completion], request: CompletionRequest, site: Any, *,
+                start: float, key: tuple[Any, ...], outcome: tuple[bool, Any],
+                payload: dict[str, Any]) -> None:
+        ok, value = outcome
+        sim = self.sim
+        if ok:
+            completion: Completion = value
+            rng = self._seed.child(site.agent, site.n).stream("latency")
+            duration = max(self._min, float(self._latency.duration(request, completion, rng)))
+            with self._lock:
+                self._calls += 1
+                self._prompt_tokens += completion.prompt_tokens
+                self._completion_tokens += completion.completion_tokens
+            payload["latency"] = duration
+            payload["tokens"] = [completion.prompt_tokens, completion.completion_tokens]
+            done._ok = True
+            done._value = completion
+        else:
+            duration = self._min
+            payload["error"] = type(value).__name__
+            done._ok = False
+            done._value = value
+        sim._schedule_keyed(done, start + duration, key)
+
+    def _submit(self, request: CompletionRequest, site: Any) -> cf.Future[Completion]:
+        if self._mode == "threads":
+            if self._pool is None:
+                self._pool = cf.ThreadPoolExecutor(self._concurrency,
+                                                   thread_name_prefix="simulacra-llm")
+            return self._pool.submit(self._model.complete, request, site=site)
+        loop = self._event_loop()
+        return asyncio.run_coroutine_threadsafe(self._acall(request, site), loop)
+
+    def _event_loop(self) -> asyncio.AbstractEventLoop:
+        if self._loop is None:
+            loop = asyncio.new_event_loop()
+            ready = threading.Event()
+
+            def serve() -> None:
+                asyncio.set_event_loop(loop)
+                ready.set()
+                loop.run_forever()
+
+            thread = threading.Thread(target=serve, name="simulacra-llm-loop", daemon=True)
+            thread.start()
+            ready.wait()
+            self._loop, self._loop_thread = loop, thread
+        return self._loop
+
+    async def _acall(self, request: CompletionRequest, site: Any) -> Completion:
+        if self._semaphore is None:
+            self._semaphore = asyncio.Semaphore(self._concurrency)
+        async with self._semaphore:
+            acomplete = getattr(self._model, "acomplete", None)
+            if acomplete is None:
+                return await asyncio.to_thread(self._model.complete, request, site=site)
+            result: Completion = await acomplete(request, site=site)
+            return result
+
+    # -- accounting and cleanup --------------------------------------------------------------
+
+    @property
+    def calls(self) -> int:
+        """Model calls answered so far (a failed call is not counted)."""
+        return self._calls
+
+    @property
+    def tokens(self) -> tuple[int, int]:
+        """(prompt, completion) tokens of the calls answered so far."""
+        return self._prompt_tokens, self._completion_tokens
+
+    @property
+    def agents(self) -> Iterator[str]:
+        """The ids of the agents that have a context, in the order they got one."""
+        return iter(self._contexts)
+
+    def close(self) -> None:
+        """Stop the pool or event loop (calls still running are waited for, not lost)."""
+        pool, self._pool = self._pool, None
+        if pool is not None:
+            pool.shutdown(wait=True, cancel_futures=True)
+        loop, thread = self._loop, self._loop_thread
+        self._loop = self._loop_thread = None
+        if loop is not None and thread is not None:
+            # A model that keeps a client per event loop (OpenAICompatible, also
+            # behind wrappers) closes this loop's client before the loop goes.
+            release = getattr(self._model, "aclose_loop", None)
+            if callable(release):
+                asyncio.run_coroutine_threadsafe(release(), loop).result()
+            loop.call_soon_threadsafe(loop.stop)
+            thread.join()
+            loop.close()
+
+    def __enter__(self) -> LLMRuntime:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return (f"<LLMRuntime {self._mode} concurrency={self._concurrency} "
+                f"agents={len(self._contexts)} calls={self._calls}>")

@@ -1,0 +1,411 @@
+"""LLM agents as kernel processes (``LLMRuntime``): one clock for queues and models.
+
+The reference is the sequential run: every mode (threads, asyncio) and every
+concurrency must give its trace, record for record, on generated models that
+mix SimPy-style processes, resources, stores, conditions and model calls.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import subprocess
+import sys
+from pathlib import Path
+from types import ModuleType, SimpleNamespace
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from simulacra import ConfigError, Resource, Sim, Store
+from simulacra.errors import ForeignEvent, NotAnEvent, ProviderError, ReplayMiss
+from simulacra.llm import (
+    Completion,
+    CompletionRequest,
+    LatencyModel,
+    OpenAICompatible,
+    RecordingModel,
+    RecordingStore,
+    ReplayModel,
+    ScriptedModel,
+    ScriptedServer,
+)
+from simulacra.societies import LLMRuntime
+from simulacra.trace import digest, first_divergence
+
+ROOT = Path(__file__).resolve().parents[2]
+CLINIC = ROOT / "examples" / "clinic"
+MODES = [("sequential", 1), ("threads", 1), ("threads", 3), ("threads", 16), ("asyncio", 2),
+         ("asyncio", 16)]
+
+pytestmark = pytest.mark.timeout(300)
+
+
+def _load(name: str, path: Path) -> ModuleType:
+    if name in sys.modules:
+        return sys.modules[name]
+    spec = importlib.util.spec_from_file_location(name, path)
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="module")
+def clinic() -> ModuleType:
+    return _load("_example_clinic_model", CLINIC / "model.py")
+
+
+# -- generated models: SimPy-style processes and LLM agents in one Sim -------------------
+
+_OPS = st.one_of(
+    st.tuples(st.just("ask"), st.integers(0, 3)),
+    st.tuples(st.just("delay"), st.sampled_from([0.0, 0.05, 0.1, 0.25, 1.0])),
+    st.tuples(st.just("queue"), st.sampled_from([0.05, 0.1, 0.5, 2.0])),  # patience
+    st.tuples(st.just("put"), st.integers(0, 9)),
+    st.tuples(st.just("get"), st.sampled_from([0.1, 1.0])),
+)
+_MODELS = st.fixed_dictionaries({
+    "agents": st.lists(st.lists(_OPS, min_size=1, max_size=6), min_size=1, max_size=8),
+    "servers": st.integers(1, 3),
+    "plain": st.integers(0, 3),
+    "seed": st.integers(0, 2**16),
+    "min_duration": st.sampled_from([0.05, 0.1, 0.5]),
+})
+
+
+def _model(spec: dict[str, Any], mode: str, concurrency: int,
+           model: Any = None) -> tuple[list[Any], LLMRuntime]:
+    sim = Sim(seed=spec["seed"], ordering="keyed", trace=True)
+    desk = Resource(sim, capacity=spec["servers"])
+    mailbox: Store[int] = Store(sim)
+    latency = LatencyModel(min_duration=spec["min_duration"], noise_sigma=0.3)
+    llm = LLMRuntime(sim, model if model is not None else ScriptedModel(seed=spec["seed"]),
+                     latency=latency, mode=mode, concurrency=concurrency)
+
+    def agent(sim: Sim, ctx: Any, ops: list[tuple[str, Any]]) -> Any:
+        for op, arg in ops:
+            if op == "ask":
+                reply = yield ctx.complete(CompletionRequest.chat(
+                    f"{ctx.agent} asks question {arg} at {sim.now:.3f}", max_tokens=8 + arg))
+                ctx.record("heard", reply.text[:16])
+            elif op == "delay":
+                yield sim.delay(arg)
+            elif op == "queue":
+                with desk.request() as req:
+                    got = yield req | sim.delay(arg)
+                    if req in got:
+                        reply = yield ctx.complete(CompletionRequest.chat(f"served {ctx.agent}"))
+                        ctx.record("served", len(reply.text))
+                    else:
+                        req.cancel()
+                        ctx.record("reneged", None)
+            elif op == "put":
+                yield mailbox.put(arg)
+            else:
+                got = yield mailbox.get() | sim.delay(arg)
+                ctx.record("got", sorted(v for v in got.values() if v is not None))
+
+    def clerk(sim: Sim, index: int) -> Any:  # a SimPy-style process beside the agents
+        for _ in range(3):
+            with desk.request() as req:
+                yield req
+                yield sim.delay(0.1 * (index + 1))
+            yield mailbox.put(100 + index)
+
+    for index in range(spec["plain"]):
+        sim.spawn(clerk, index, name=f"clerk{index}")
+    for index, ops in enumerate(spec["agents"]):
+        llm.spawn(agent, ops, agent=f"a{index}")
+    try:
+        sim.run(until=200.0)
+    finally:
+        llm.close()
+    records = sim.trace_records
+    assert records is not None
+    return records, llm
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(spec=_MODELS)
+def test_generated_models_give_the_sequential_trace_in_every_mode(spec: dict[str, Any]) -> None:
+    reference, runtime = _model(spec, "sequential", 1)
+    assert any(kind == "llm" for _, kind, _, _ in reference) == (runtime.calls > 0)
+    for mode, concurrency in MODES[1:]:
+        records, other = _model(spec, mode, concurrency)
+        assert first_divergence(reference, records) is None, (mode, concurrency)
+        assert digest(records) == digest(reference)
+        assert other.calls == runtime.calls
+
+
+def test_a_call_takes_the_key_and_time_a_delay_of_its_latency_would() -> None:
+    """Sequentially, ctx.complete is sim.delay(d, completion): the same trace, bar 'llm' records."""
+    latency = LatencyModel(min_duration=0.2, noise_sigma=0.5)
+    model = ScriptedModel(seed=4)
+
+    def agent(sim: Sim, ask: Any, name: str) -> Any:
+        for turn in range(3):
+            reply = yield ask(CompletionRequest.chat(f"{name} {turn}"), name, turn)
+            sim.record("said", name, reply.text)
+            yield sim.delay(0.1 * turn)
+
+    def with_runtime() -> list[Any]:
+        sim = Sim(seed=1, ordering="keyed", trace=True)
+        llm = LLMRuntime(sim, model, latency=latency)
+        for name in ("x", "y", "z"):
+            llm.spawn(lambda sim, ctx, name=name: agent(
+                sim, lambda request, *_: ctx.complete(request), name), agent=name)
+        sim.run()
+        assert sim.trace_records is not None
+        return [r for r in sim.trace_records if r[1] != "llm"]
+
+    def with_delays() -> list[Any]:
+        from simulacra.llm import CallSite
+
+        sim = Sim(seed=1, ordering="keyed", trace=True)
+        seed = sim.seed.child("simulacra.societies.kernel_agents")
+
+        def ask(request: CompletionRequest, name: str, turn: int) -> Any:
+            completion = model.complete(request, site=CallSite(name, turn))
+            rng = seed.child(name, turn).stream("latency")
+            return sim.delay(latency.duration(request, completion, rng), completion)
+
+        for name in ("x", "y", "z"):
+            sim.spawn(agent, ask, name, name=name)
+        sim.run()
+        assert sim.trace_records is not None
+        return list(sim.trace_records)
+
+    ours, oracle = with_runtime(), with_delays()
+    assert first_divergence(ours, oracle) is None
+    assert len(ours) > 20
+
+
+# -- the clinic example ------------------------------------------------------------------
+
+@settings(max_examples=12, deadline=None)
+@given(patients=st.integers(1, 30), doctors=st.integers(1, 3), seed=st.integers(0, 999),
+       check_every=st.sampled_from([1.0, 5.0, 12.5]))
+def test_the_clinic_is_the_same_at_every_mode_and_concurrency(
+        clinic: ModuleType, patients: int, doctors: int, seed: int, check_every: float) -> None:
+    params = clinic.params_from(patients=patients, doctors=doctors, seed=seed,
+                                check_every=check_every)
+    reference = clinic.run(params)
+    assert reference["served"] + reference["reneged"] == patients
+    for mode, concurrency in MODES[1:]:
+        assert clinic.run(params, mode=mode, concurrency=concurrency) == reference
+
+
+def test_clinic_patients_renege_and_talk(clinic: ModuleType) -> None:
+    result = clinic.run(clinic.params_from(patients=60, doctors=2, seed=3))
+    assert result["reneged"] > 0
+    assert result["served"] > 0
+    assert result["remarks"] > 0
+    assert result["model_calls"] >= result["reneged"]
+
+
+def test_recorded_then_replayed_with_no_call(clinic: ModuleType, tmp_path: Path) -> None:
+    params = clinic.params_from(patients=25, seed=7)
+    store = RecordingStore(tmp_path / "clinic.sqlite")
+    recording = RecordingModel(clinic.scripted_model(params.seed), store)
+    first = clinic.run(params, model=recording, mode="threads", concurrency=8)
+    store.close()
+    assert recording.recorded == first["model_calls"] > 0
+
+    readonly = RecordingStore(tmp_path / "clinic.sqlite", readonly=True)
+    replay = ReplayModel(readonly)
+    again = clinic.run(params, model=replay, mode="sequential")
+    readonly.close()
+    assert again == first
+    assert replay.calls_served == first["model_calls"]
+    # Another seed asks other questions: the replay refuses instead of inventing.
+    readonly = RecordingStore(tmp_path / "clinic.sqlite", readonly=True)
+    with pytest.raises(ReplayMiss):
+        clinic.run(clinic.params_from(patients=25, seed=8), model=ReplayModel(readonly))
+    readonly.close()
+
+
+def test_the_clinic_against_a_real_openai_compatible_server(clinic: ModuleType) -> None:
+    """Over HTTP on 127.0.0.1: the server's own scripted model answers the JSON schema."""
+    params = clinic.params_from(patients=12, seed=2)
+    with ScriptedServer(clinic.scripted_model(params.seed), latency=(0.0, 0.01)) as server:
+        results = []
+        for mode in ("sequential", "threads", "asyncio"):
+            model = OpenAICompatible(server.base_url, "scripted", max_retries=0)
+            try:
+                results.append(clinic.run(params, model=model, mode=mode, concurrency=8))
+            finally:
+                model.close()
+    assert results[0] == results[1] == results[2]
+    # The server's replies are the scripted model's: the same decisions as in process (the
+    # trace differs in what HTTP adds to a completion: its id and metadata).
+    local = clinic.run(params)
+    assert {key: results[0][key] for key in ("served", "reneged", "remarks", "board")} == {
+        key: local[key] for key in ("served", "reneged", "remarks", "board")}
+
+
+def _script(*args: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src"), "COLUMNS": "80"}
+    return subprocess.run([sys.executable, str(CLINIC), *args], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=120, check=False)
+
+
+def test_the_clinic_script_prints_the_same_digest_in_every_mode(tmp_path: Path) -> None:
+    digests = set()
+    for mode in ("sequential", "threads", "asyncio"):
+        done = _script("--mode", mode, "--concurrency", "4", "--patients", "30")
+        assert done.returncode == 0, done.stderr
+        assert max(len(line) for line in done.stdout.splitlines()) <= 80
+        digests.update(line.split()[-1] for line in done.stdout.splitlines()
+                       if line.strip().startswith("digest"))
+    assert len(digests) == 1
+    record = tmp_path / "rec.sqlite"
+    assert _script("--record", str(record), "--patients", "30").returncode == 0
+    replayed = _script("--replay", str(record), "--patients", "30")
+    assert replayed.returncode == 0, replayed.stderr
+    assert digests == {line.split()[-1] for line in replayed.stdout.splitlines()
+                       if line.strip().startswith("digest")}
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["--patients", "0"], "patients must be an int >= 1, got 0"),
+    (["--replay", "/nonexistent/rec.sqlite"], "no such recordings file"),
+    (["--base-url", "http://127.0.0.1:9/v1"], "--base-url needs --model"),
+])
+def test_the_clinic_script_refuses_bad_input_in_one_line(args: list[str], message: str) -> None:
+    done = _script(*args)
+    assert done.returncode == 2
+    assert message in done.stderr
+    assert done.stderr.strip().count("\n") == 0, done.stderr
+
+
+def test_a_closed_port_fails_the_clinic_in_one_line() -> None:
+    import socket
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    done = _script("--base-url", f"http://127.0.0.1:{port}/v1", "--model", "m",
+                   "--patients", "3")
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert done.stderr.startswith("error: ")
+    assert done.stderr.strip().count("\n") == 0, done.stderr
+
+
+# -- what an agent may yield, and bad input -----------------------------------------------
+
+def _one(body: Any, mode: str = "sequential") -> Sim:
+    sim = Sim(seed=0, ordering="keyed")
+    with LLMRuntime(sim, ScriptedModel(), mode=mode) as llm:
+        llm.spawn(body, agent="ann")
+        sim.run()
+    return sim
+
+
+@pytest.mark.parametrize("mode", ["sequential", "threads"])
+def test_yielding_a_non_event_names_the_agent_the_step_and_the_value(mode: str) -> None:
+    def body(sim: Sim, ctx: Any) -> Any:
+        yield ctx.complete(CompletionRequest.chat("hi"))
+        yield ctx.complete(CompletionRequest.chat("again"))
+        yield 5
+
+    with pytest.raises(NotAnEvent) as caught:
+        _one(body, mode)
+    text = str(caught.value)
+    assert "agent 'ann'" in text
+    assert "after 2 model calls" in text
+    assert "yielded 5 (a int)" in text
+
+
+def test_yielding_a_generator_suggests_yield_from() -> None:
+    def helper(sim: Sim) -> Any:
+        yield sim.delay(1)
+
+    def body(sim: Sim, ctx: Any) -> Any:
+        yield helper(sim)
+
+    with pytest.raises(NotAnEvent, match="yield from"):
+        _one(body)
+
+
+def test_yielding_an_event_of_another_sim_is_refused() -> None:
+    other = Sim(ordering="keyed")
+
+    def body(sim: Sim, ctx: Any) -> Any:
+        yield sim.delay(1.5)
+        yield other.delay(1)
+
+    with pytest.raises(ForeignEvent, match=r"agent 'ann' at t=1.5 .*another Sim"):
+        _one(body)
+
+
+def test_bad_arguments_are_config_errors() -> None:
+    with pytest.raises(ConfigError, match="ordering='keyed'"):
+        LLMRuntime(Sim(), ScriptedModel())
+    keyed = Sim(ordering="keyed")
+    with pytest.raises(ConfigError, match="mode"):
+        LLMRuntime(keyed, ScriptedModel(), mode="processes")
+    with pytest.raises(ConfigError, match="concurrency"):
+        LLMRuntime(keyed, ScriptedModel(), concurrency=0)
+    with pytest.raises(ConfigError, match="min_duration"):
+        LLMRuntime(keyed, ScriptedModel(), latency=SimpleNamespace(
+            min_duration=0.0, duration=lambda *_: 1.0))
+    with pytest.raises(ConfigError, match="language model"):
+        LLMRuntime(keyed, object())  # type: ignore[arg-type]
+    llm = LLMRuntime(keyed, ScriptedModel())
+    with pytest.raises(ConfigError, match="expected a generator"):
+        llm.spawn(lambda sim, ctx: 3, agent="bob")
+    with pytest.raises(ConfigError, match="non-empty str"):
+        llm.spawn(lambda sim, ctx: iter(()), agent="")
+
+    def asks_a_string(sim: Sim, ctx: Any) -> Any:
+        yield ctx.complete("hello")
+
+    llm.spawn(asks_a_string, agent="cat")
+    with pytest.raises(ConfigError, match=r"agent 'cat'.*CompletionRequest"):
+        keyed.run()
+
+
+class _Flaky:
+    """A model that fails every third call with a provider error (deterministically, by site)."""
+
+    def __init__(self) -> None:
+        self.inner = ScriptedModel(seed=1)
+
+    def complete(self, request: CompletionRequest, *, site: Any = None) -> Completion:
+        if site is not None and site.n % 3 == 2:
+            raise ProviderError(f"overloaded at {site}")
+        return self.inner.complete(request, site=site)
+
+
+@pytest.mark.parametrize(("mode", "concurrency"), MODES)
+def test_a_failed_call_is_thrown_into_the_agent_at_the_same_point_in_every_mode(
+        mode: str, concurrency: int) -> None:
+    def body(sim: Sim, ctx: Any) -> Any:
+        for turn in range(5):
+            try:
+                yield ctx.complete(CompletionRequest.chat(f"{ctx.agent} {turn}"))
+            except ProviderError:
+                ctx.record("gave up", turn)
+
+    def run() -> list[Any]:
+        sim = Sim(seed=0, ordering="keyed", trace=True)
+        with LLMRuntime(sim, _Flaky(), mode=mode, concurrency=concurrency) as llm:
+            for name in ("a", "b", "c"):
+                llm.spawn(body, agent=name)
+            sim.run()
+        assert sim.trace_records is not None
+        return list(sim.trace_records)
+
+    records = run()
+    assert sum(1 for r in records if r[1] == "gave up") == 3
+    sim = Sim(seed=0, ordering="keyed", trace=True)
+    with LLMRuntime(sim, _Flaky()) as llm:
+        for name in ("a", "b", "c"):
+            llm.spawn(body, agent=name)
+        sim.run()
+    assert first_divergence(records, sim.trace_records) is None
