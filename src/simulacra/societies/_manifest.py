@@ -23,7 +23,7 @@ import platform
 import sys
 from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
 from simulacra.agents import canonical_line
 from simulacra.errors import ConfigError
@@ -35,6 +35,9 @@ __all__ = ["MANIFEST_SCHEME", "factory_file", "finish_manifest", "portable_facto
            "start_manifest"]
 
 MANIFEST_SCHEME = "simulacra.manifest.v1"
+#: The run-directory formats this release reads: every run written since the
+#: manifest exists is v1 (tests/social/data/runs_v1 holds two, replayed by the tests).
+READABLE_SCHEMES: Final = (MANIFEST_SCHEME,)
 
 
 def _sha256_file(path: Path) -> str | None:
@@ -135,7 +138,19 @@ def read_manifest(path: Path) -> dict[str, Any]:
         raise ConfigError(f"{path}: not a readable manifest ({exc})") from None
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: not a manifest (a JSON object)")
+    scheme = data.get("scheme", MANIFEST_SCHEME)
+    if scheme not in READABLE_SCHEMES:
+        raise ConfigError(
+            f"{path}: run directory format {scheme!r}; simulacra {_version()} reads "
+            f"{', '.join(repr(s) for s in READABLE_SCHEMES)} (a run written by a newer "
+            "release: replay it with that release)")
     return data
+
+
+def _version() -> str:
+    from simulacra._version import __version__  # noqa: PLC0415
+
+    return str(__version__)
 
 
 def portable_factory(run_dir: Path, ref: str | None) -> str | None:

@@ -1,0 +1,85 @@
+"""The factory ``config.yaml`` names: seeded personas, interests and a follow graph.
+
+``build(agents=50, seed=SeedTree, llm={...}, feed_size=8, follows=5)`` returns
+the world and its agents. Everything random is drawn from the seed tree, per
+agent (``seed.child("agent", i)``), so agent i is the same whatever the
+population size.
+
+``KNOBS`` are what a scenario may change during a run (``simulacra run
+config.yaml --scenario FILE``; see ``docs/scenarios.md``): inject a post,
+resize the feeds, interview agents.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from simulacra import ConfigError, SeedTree
+from simulacra.scenarios import Knob, Knobs
+
+try:
+    from .agents import SocialAgent
+    from .world import SocialWorld
+except ImportError:  # loaded with this directory on sys.path
+    from world import SocialWorld  # type: ignore[no-redef]
+
+    from agents import SocialAgent  # type: ignore[no-redef]
+
+__all__ = ["INTERESTS", "KNOBS", "build"]
+
+#: What a scenario may change during a run. Times are steps on the round engine
+#: (a change at 2 acts before step 2's turns) and virtual time on the event-driven one.
+KNOBS = Knobs(
+    Knob("post", "str", "", action=True,
+         doc="inject a post with this text, by the system account (every agent follows it); "
+             "'@handle: text' posts it as that agent; @mentions notify as usual"),
+    Knob("feed_size", "int", 8, low=1, high=100, unit="posts",
+         doc="how many posts each agent's feed shows"),
+    Knob("interview", "str", "", action=True,
+         doc="ask agents a question, 'handle,handle: question' ('*: question' asks everyone); "
+             "their answers are recorded and nothing in the network changes"),
+)
+
+NAMES = ("ada", "ben", "cleo", "dev", "eli", "fay", "gus", "hana", "ivo", "june", "kai", "lea",
+         "milo", "nia", "otto", "pia", "quin", "rosa", "sam", "tara", "uma", "vik", "wren",
+         "xavi", "yara", "zoe")
+ADJECTIVES = ("curious", "grumpy", "cheerful", "thoughtful", "sarcastic", "earnest", "restless",
+              "patient", "witty", "shy", "bold", "nerdy")
+ROLES = ("baker", "nurse", "student", "retired teacher", "software engineer", "gardener",
+         "bus driver", "journalist", "musician", "chess coach", "carpenter", "biologist",
+         "barista", "startup founder", "librarian", "cyclist")
+INTERESTS = ("bread", "chess", "climate", "jazz", "football", "sci-fi", "gardening", "cats",
+             "coffee", "hiking", "photography", "startups", "poetry", "cooking", "astronomy",
+             "local politics", "board games", "running", "history", "open source", "film",
+             "birdwatching", "vinyl", "cycling")
+
+
+def handle(i: int, agents: int) -> str:
+    """Agent i's handle: a name and a zero-padded number (``ada007``), so ids sort by i."""
+    width = len(str(max(agents - 1, 0)))
+    return f"{NAMES[i % len(NAMES)]}{i:0{width}d}"
+
+
+def build(*, agents: int, seed: SeedTree, llm: dict[str, Any], feed_size: int = 8,
+          follows: int = 5) -> tuple[SocialWorld, list[SocialAgent]]:
+    """The social world and its agents."""
+    if agents < 2:
+        raise ConfigError(f"sim.agents must be >= 2 for a social network, got {agents}")
+    if feed_size < 1 or follows < 0:
+        raise ConfigError(f"sim.world.feed_size must be >= 1 and sim.world.follows >= 0, "
+                          f"got {feed_size} and {follows}")
+    handles = [handle(i, agents) for i in range(agents)]
+    people: list[SocialAgent] = []
+    graph: dict[str, list[str]] = {}
+    for i, name in enumerate(handles):
+        rng = seed.child("agent", i).stream("persona")
+        persona = f"{rng.choice(ADJECTIVES)} {rng.choice(ROLES)}"
+        interests = tuple(rng.sample(INTERESTS, 2 + rng.randrange(2)))
+        chosen: set[int] = set()
+        while len(chosen) < min(follows, agents - 1):
+            j = rng.randrange(agents)
+            if j != i:
+                chosen.add(j)
+        graph[name] = [handles[j] for j in sorted(chosen)]
+        people.append(SocialAgent(name, persona=persona, interests=interests, llm=dict(llm)))
+    return SocialWorld(handles, graph, feed_size=feed_size), people

@@ -1,0 +1,301 @@
+"""The game master of the social network: it owns the feed and resolves actions into it.
+
+State (plain data, so it digests and checkpoints): the posts, who wrote and
+liked each one, who follows whom, and per-agent inboxes of posts that mention
+them or reply to them. Actions (from :mod:`agents`):
+
+* ``post``: a new post; ``@name`` mentions of real agents are recorded;
+* ``reply``: a post that answers another (``target``);
+* ``like``: a like of another agent's post (liking twice is a no-op);
+* ``follow``: follow the author of post ``target`` (or ``@name`` in the text);
+* ``idle``: nothing.
+
+Scenarios (``model.KNOBS``) change it through :meth:`SocialWorld.change`: a
+post injected by an agent or by the ``system`` account (which every agent
+follows), the size of the feeds, and interviews of agents, which change
+nothing here.
+
+Every resolved action becomes events: :meth:`SocialWorld.decide` works out
+what happens without changing anything, :meth:`SocialWorld.apply` changes the
+state from the event alone, so replaying ``action_events.jsonl`` into a fresh
+world rebuilds it.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from simulacra import InvalidAction
+from simulacra.agents import ActionEvent, AgentId, World
+from simulacra.societies import Interview
+
+__all__ = ["SYSTEM", "SocialAction", "SocialObservation", "SocialWorld"]
+
+_MENTION = re.compile(r"@(\w(?:[\w.-]*\w)?)")
+#: ``@handle: text`` at the start of an injected post: posted as that agent.
+_AUTHOR = re.compile(r"^@(\w(?:[\w.-]*\w)?):\s*(.*)$", re.DOTALL)
+#: The account of posts a scenario injects without an author; every agent follows it.
+SYSTEM = "system"
+
+
+@dataclass(frozen=True, slots=True)
+class SocialAction:
+    """One agent's choice: ``kind`` is post, reply, like, follow or idle."""
+
+    kind: str
+    text: str = ""
+    target: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class SocialObservation:
+    """What one agent sees: who it is, whom it may mention, its feed and its mentions."""
+
+    handle: str
+    agents: tuple[str, ...]
+    feed: tuple[tuple[int, str, str, int | None], ...]
+    mentions: tuple[int, ...]
+
+
+class SocialWorld(World):
+    """A Twitter/Mastodon-style feed of posts, replies, likes and follows.
+
+    Args:
+        handles: Every agent's handle (its id).
+        follows: ``{handle: [handles it follows]}`` at the start.
+        feed_size: Posts in each agent's feed.
+    """
+
+    def __init__(self, handles: Sequence[str], follows: Mapping[str, Sequence[str]],
+                 feed_size: int = 8) -> None:
+        super().__init__()
+        self.handles = sorted(handles)
+        self.feed_size = feed_size
+        #: Posts by id: [author, text, reply_to, step, mentions, likes, chain].
+        self.posts: list[list[Any]] = []
+        self.follows: dict[str, list[str]] = {h: sorted(follows.get(h, ())) for h in self.handles}
+        self.by_author: dict[str, list[int]] = {h: [] for h in self.handles}
+        #: Posts that mention an agent or reply to one of its posts.
+        self.inbox: dict[str, list[int]] = {h: [] for h in self.handles}
+        #: Posts an agent has replied to.
+        self.answered: dict[str, list[int]] = {h: [] for h in self.handles}
+        self.counts: dict[str, int] = {"post": 0, "reply": 0, "like": 0, "follow": 0,
+                                       "idle": 0, "mention": 0, "turn_failed": 0}
+        #: Per agent: [likes received, replies received, mentions received].
+        self.received: dict[str, list[int]] = {h: [0, 0, 0] for h in self.handles}
+        self._known = frozenset(self.handles)
+
+    _NOT_STATE = World._NOT_STATE | {"_known"}
+
+    # -- observing ---------------------------------------------------------------
+
+    def observation_for(self, agent_id: AgentId, snapshot: Any = None) -> SocialObservation:
+        """The agent's feed: recent posts of those it follows, its mentions, the newest posts.
+
+        *snapshot* is the number of posts at the start of the batch: later
+        posts are not seen (the engine resolves none while observations are
+        built, so this only matters for callers that interleave).
+        """
+        me = str(agent_id)
+        limit = len(self.posts) if snapshot is None else int(snapshot)
+        posts = self.posts
+        inbox = [i for i in self.inbox[me] if i < limit][-3:]
+        done = self.answered[me]
+        mentions = tuple(i for i in inbox if i not in done)
+        picked = set(inbox)
+        for other in self.follows[me]:
+            picked.update(i for i in self.by_author[other][-2:] if i < limit)
+        picked.update(range(max(0, limit - 3), limit))
+        # Posts of the system account (a scenario's): everyone follows it.
+        picked.update(i for i in self.by_author.get(SYSTEM, ())[-2:] if i < limit)
+        feed = tuple((i, posts[i][0], posts[i][1], posts[i][2])
+                     for i in sorted(picked)[-self.feed_size:])
+        authors = {author for _, author, _, _ in feed}
+        # Whom it may mention: not itself, and not the system account (no agent).
+        agents = tuple(sorted((authors | set(self.follows[me])) - {me, SYSTEM})[:8])
+        return SocialObservation(me, agents, feed, tuple(m for m in mentions if m in
+                                                          {f[0] for f in feed}))
+
+    def snapshot(self) -> int:
+        """The number of posts now."""
+        return len(self.posts)
+
+    # -- resolving -----------------------------------------------------------------
+
+    def _mentions(self, author: str, text: str) -> list[str]:
+        seen: list[str] = []
+        for name in _MENTION.findall(text):
+            if name in self._known and name != author and name not in seen:
+                seen.append(name)
+        return seen
+
+    def _target(self, action: SocialAction, who: str) -> list[Any]:
+        target = action.target
+        if target is None or not 0 <= target < len(self.posts):
+            raise InvalidAction(f"{action.kind} by @{who}: no post #{target}")
+        return self.posts[target]
+
+    def decide(self, agent_id: AgentId, action: Any, step: int,
+               time: float) -> list[tuple[str, dict[str, Any], tuple[str, ...]]]:
+        """The events of *action*; raises InvalidAction for one the feed cannot take."""
+        who = str(agent_id)
+        if not isinstance(action, SocialAction):
+            raise InvalidAction(f"@{who} returned {type(action).__name__}, not a SocialAction")
+        kind = action.kind
+        if kind in ("post", "reply"):
+            text = " ".join(action.text.split())[:280]
+            if not text:
+                raise InvalidAction(f"{kind} by @{who} has no text")
+            mentions = self._mentions(who, text)
+            data: dict[str, Any] = {"post": len(self.posts), "text": text, "mentions": mentions}
+            triggers = list(mentions)
+            if kind == "reply":
+                parent = self._target(action, who)
+                data["reply_to"] = action.target
+                if parent[0] != who and parent[0] not in triggers:
+                    triggers.append(parent[0])
+            return [(kind, data, tuple(triggers))]
+        if kind == "like":
+            post = self._target(action, who)
+            if post[0] == who or who in post[5]:
+                return [("idle", {"reason": f"cannot like #{action.target} again"}, ())]
+            return [("like", {"post": action.target, "author": post[0]}, ())]
+        if kind == "follow":
+            names = self._mentions(who, action.text)
+            whom = names[0] if names else self._target(action, who)[0]
+            if whom == who or whom in self.follows[who]:
+                return [("idle", {"reason": f"already follows @{whom}"}, ())]
+            return [("follow", {"whom": whom}, ())]
+        if kind == "idle":
+            return [("idle", {}, ())]
+        raise InvalidAction(f"@{who} chose the unknown action {kind!r}")
+
+    # -- scenarios (model.KNOBS) ------------------------------------------------------
+
+    def knob_values(self) -> dict[str, Any]:
+        """The knobs that hold a value, as they are now."""
+        return {"feed_size": self.feed_size}
+
+    def change(self, knob: str, value: Any, *, step: int,
+               time: float) -> list[tuple[str, str, dict[str, Any], tuple[str, ...]] | Interview]:
+        """What a scenario's change of *knob* makes happen; changes nothing (like decide)."""
+        if knob == "feed_size":
+            return [("scenario", "knob", {"knob": knob, "from": self.feed_size, "to": value}, ())]
+        if knob == "post":
+            author, text = SYSTEM, " ".join(str(value).split())
+            match = _AUTHOR.match(text)
+            if match is not None:
+                author, text = match.group(1), match.group(2)
+                if author not in self._known:
+                    raise InvalidAction(f"no agent @{author} to post as (handles look like "
+                                        f"{self.handles[0]})")
+            if not text:
+                raise InvalidAction("the post has no text")
+            text = text[:280]
+            mentions = self._mentions(author, text)
+            return [(author, "post", {"post": len(self.posts), "text": text,
+                                      "mentions": mentions, "injected": True},
+                     tuple(mentions))]
+        if knob == "interview":
+            who, sep, question = str(value).partition(":")
+            question = " ".join(question.split())
+            if not sep or not question:
+                raise InvalidAction("an interview is 'handle,handle: question' (or '*: question' "
+                                    f"for every agent), got {value!r}")
+            names = [n.strip().lstrip("@") for n in who.split(",") if n.strip()]
+            if names == ["*"]:
+                names = list(self.handles)
+            unknown = [n for n in names if n not in self._known]
+            if unknown or not names:
+                raise InvalidAction(f"no agent @{unknown[0] if unknown else ''} to interview "
+                                    f"(handles look like {self.handles[0]})")
+            return [Interview(tuple(dict.fromkeys(names)), question)]
+        raise InvalidAction(f"the social world has no knob {knob!r}")
+
+    def apply(self, event: ActionEvent) -> None:
+        """Change the feed as *event* says."""
+        super().apply(event)
+        kind, data, who = event.kind, event.data, event.agent
+        self.counts[kind] = self.counts.get(kind, 0) + 1
+        if kind in ("post", "reply"):
+            post_id: int = data["post"]
+            reply_to = data.get("reply_to")
+            mentions: list[str] = data["mentions"]
+            chain = 1 if mentions else 0
+            if reply_to is not None:
+                parent = self.posts[reply_to]
+                if who in parent[4]:  # answering a mention: the chain grows
+                    chain = parent[6] + 1
+                    self.answered[who].append(reply_to)
+                if parent[0] != who and parent[0] in self.inbox:
+                    self.inbox[parent[0]].append(post_id)
+                    self.received[parent[0]][1] += 1
+            self.posts.append([who, data["text"], reply_to, event.step, mentions, [], chain])
+            self.by_author.setdefault(who, []).append(post_id)  # the system account too
+            for name in mentions:
+                if reply_to is None or self.posts[reply_to][0] != name:
+                    self.inbox[name].append(post_id)
+                self.received[name][2] += 1
+            self.counts["mention"] += len(mentions)
+        elif kind == "like":
+            self.posts[data["post"]][5].append(who)
+            if data["author"] in self.received:
+                self.received[data["author"]][0] += 1
+        elif kind == "follow":
+            follows = self.follows[who]
+            follows.append(data["whom"])
+            follows.sort()
+        elif kind == "knob" and data.get("knob") == "feed_size":
+            self.feed_size = int(data["to"])
+
+    # -- reporting -----------------------------------------------------------------
+
+    def engagement(self, handle: str) -> int:
+        """Replies received x2 + likes received + mentions received."""
+        likes, replies, mentions = self.received[handle]
+        return 2 * replies + likes + mentions
+
+    def probe(self, step: int) -> dict[str, Any]:
+        """Per-step telemetry: the size of the feed."""
+        return {"posts": len(self.posts), "likes": self.counts["like"],
+                "mentions": self.counts["mention"]}
+
+    def samples(self, limit: int = 3) -> list[list[str]]:
+        """The longest mention threads (up to *limit*), each as ``@author: text`` lines."""
+        ends = sorted(range(len(self.posts)), key=lambda i: (-self.posts[i][6], i))
+        threads: list[list[str]] = []
+        used: set[int] = set()
+        for end in ends:
+            if len(threads) >= limit or self.posts[end][6] < 2:
+                break
+            chain: list[int] = []
+            post: int | None = end
+            while post is not None and len(chain) < 6:
+                chain.append(post)
+                post = self.posts[post][2]
+            if used.intersection(chain):
+                continue  # a part of a thread already shown
+            used.update(chain)
+            threads.append([f"@{self.posts[i][0]}: {self.posts[i][1]}" for i in reversed(chain)])
+        return threads
+
+    def summary(self) -> dict[str, Any]:
+        """Posts, replies, likes, follows, mentions, mention chains, the most engaged agents."""
+        chains = [post[6] for post in self.posts]
+        top = sorted(self.handles, key=lambda h: (-self.engagement(h), h))[:5]
+        return {
+            "agents": len(self.handles),
+            "posts": self.counts["post"],
+            "replies": self.counts["reply"],
+            "likes": self.counts["like"],
+            "follows": self.counts["follow"],
+            "mentions": self.counts["mention"],
+            "mention chains": sum(1 for c in chains if c >= 2),
+            "longest mention chain": max(chains, default=0),
+            "idle turns": self.counts["idle"],
+            "failed turns": self.counts["turn_failed"],
+            "most engaged": ", ".join(f"@{h} ({self.engagement(h)})" for h in top),
+        }

@@ -1,0 +1,47 @@
+"""Run directories written before societies moved onto the kernel replay to their digest.
+
+``data/runs_v1`` holds two runs written by the code at 0202a26 (see its README). A run
+directory of a format this release does not read is refused in one line that names it.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from simulacra.cli import main
+
+DATA = Path(__file__).parent / "data" / "runs_v1"
+
+
+@pytest.fixture
+def runs(tmp_path: Path) -> Path:
+    copy = tmp_path / "runs_v1"
+    shutil.copytree(DATA, copy)
+    return copy
+
+
+@pytest.mark.parametrize("engine", ["round", "async_event"])
+def test_a_v1_run_directory_replays_to_its_digest(
+        runs: Path, engine: str, capsys: pytest.CaptureFixture[str]) -> None:
+    written = (runs / engine / "digest.txt").read_text().split()[0]
+    assert main(["replay", str(runs / engine)]) == 0
+    out = capsys.readouterr().out
+    assert f"digest matches: {written}" in out
+    assert ", 0 model calls" in out
+
+
+def test_a_run_directory_of_an_unknown_format_is_refused_in_one_line(
+        runs: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    manifest = runs / "round" / "manifest.json"
+    data = json.loads(manifest.read_text())
+    data["scheme"] = "simulacra.manifest.v9"
+    manifest.write_text(json.dumps(data))
+    assert main(["replay", str(runs / "round")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0, err
+    assert "run directory format 'simulacra.manifest.v9'" in err
+    assert "'simulacra.manifest.v1'" in err
