@@ -275,3 +275,19 @@ def params_from(**overrides: Any) -> Params:
         raise ConfigError(f"unknown clinic parameter {unknown[0]!r}; expected one of "
                           f"{', '.join(sorted(known))}")
     return Params(**{**asdict(Params()), **overrides})
+
+
+def study(seed: int, patients: int = 40, doctors: int = 2, mode: str = "sequential",
+          concurrency: int = 8) -> dict[str, Any]:
+    """One replication for :class:`simulacra.Experiment` (the ``run`` convention).
+
+    ``Experiment.from_run("examples/clinic/model.py:study", config_grid(doctors=[2, 3]),
+    master_seed=1)`` runs the clinic per config and replication, on any backend,
+    with the same KPIs: the replication's seed drives the arrivals, the
+    consultations and the scripted patients alike.
+    """
+    result = run(params_from(patients=patients, doctors=doctors, seed=seed), mode=mode,
+                 concurrency=concurrency)
+    return {"served": result["served"], "reneged": result["reneged"],
+            "mean_wait": result["mean_wait"], "model_calls": result["model_calls"],
+            "digest": result["digest"]}

@@ -409,3 +409,22 @@ def test_a_failed_call_is_thrown_into_the_agent_at_the_same_point_in_every_mode(
             llm.spawn(body, agent=name)
         sim.run()
     assert first_divergence(records, sim.trace_records) is None
+
+
+def test_a_study_of_llm_agents_is_the_same_inline_on_threads_and_in_processes() -> None:
+    """LLM agents on the kernel are a model like any other: Experiment runs them anywhere."""
+    from simulacra import Experiment, config_grid
+
+    study = Experiment.from_run(f"{CLINIC / 'model.py'}:study",
+                                config_grid(doctors=[1, 3], mode=["sequential", "threads"],
+                                            patients=[15]),
+                                master_seed=11, common_random_numbers=True)
+    inline = study.run(replications=2, backend="inline", progress=False)
+    for backend in ("threaded", "process"):
+        other = study.run(replications=2, backend=backend, max_workers=2, progress=False)
+        assert [(r.config_index, r.replication, dict(r.kpis)) for r in other.records] == [
+            (r.config_index, r.replication, dict(r.kpis)) for r in inline.records]
+    # With common random numbers, configs that differ only in mode give the same run.
+    for doctors in (0, 2):
+        assert {key: inline[doctors, 0][key] for key in ("served", "reneged", "digest")} == {
+            key: inline[doctors + 1, 0][key] for key in ("served", "reneged", "digest")}
