@@ -428,3 +428,18 @@ def test_a_study_of_llm_agents_is_the_same_inline_on_threads_and_in_processes() 
     for doctors in (0, 2):
         assert {key: inline[doctors, 0][key] for key in ("served", "reneged", "digest")} == {
             key: inline[doctors + 1, 0][key] for key in ("served", "reneged", "digest")}
+
+
+def test_the_docs_example_runs_and_agents_leave_or_are_seen() -> None:
+    """docs/kernel-agents.md's Python block, run as written."""
+    import re
+
+    text = (ROOT / "docs" / "kernel-agents.md").read_text(encoding="utf-8")
+    block = re.search(r"```python\n(.*?)```", text, re.DOTALL)
+    assert block is not None
+    scope: dict[str, Any] = {}
+    exec(compile(block.group(1), "docs/kernel-agents.md", "exec"), scope)  # noqa: S102
+    sim, llm = scope["sim"], scope["llm"]
+    assert llm.calls > 0
+    kinds = {kind for _, kind, _, _ in sim.trace_records}
+    assert {"llm", "resume", "spawn"} <= kinds
