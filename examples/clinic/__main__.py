@@ -103,6 +103,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (SimError, OSError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        kept = f"; the completions recorded so far are in {args.record}" if args.record else ""
+        print(f"clinic: interrupted (Ctrl-C){kept}", file=sys.stderr)
+        return 130
     print(f"clinic: {params.patients} patients, {params.doctors} doctors, seed {params.seed} "
           f"({args.mode})")
     rows = [

@@ -443,3 +443,27 @@ def test_the_docs_example_runs_and_agents_leave_or_are_seen() -> None:
     assert llm.calls > 0
     kinds = {kind for _, kind, _, _ in sim.trace_records}
     assert {"llm", "resume", "spawn"} <= kinds
+
+
+def test_ctrl_c_stops_the_clinic_in_one_line_and_keeps_the_recordings(tmp_path: Path) -> None:
+    import signal
+    import sqlite3
+    import time
+
+    record = tmp_path / "rec.sqlite"
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+    proc = subprocess.Popen(
+        [sys.executable, str(CLINIC), "--patients", "400000", "--record", str(record)],
+        cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and not (record.exists() and record.stat().st_size > 0):
+        time.sleep(0.1)
+    time.sleep(1.0)  # well into the run
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, out + err
+    assert err.strip().count("\n") == 0, err
+    assert "interrupted (Ctrl-C)" in err
+    with sqlite3.connect(record) as db:
+        assert db.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+        assert db.execute("SELECT COUNT(*) FROM completions").fetchone()[0] > 0
