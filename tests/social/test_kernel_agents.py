@@ -167,11 +167,11 @@ def test_a_call_takes_the_key_and_time_a_delay_of_its_latency_would() -> None:
         from simulacra.llm import CallSite
 
         sim = Sim(seed=1, ordering="keyed", trace=True)
-        seed = sim.seed.child("simulacra.societies.kernel_agents")
+        draws = LLMRuntime(sim, model, latency=latency)._latency_rng  # the same noise
 
         def ask(request: CompletionRequest, name: str, turn: int) -> Any:
             completion = model.complete(request, site=CallSite(name, turn))
-            rng = seed.child(name, turn).stream("latency")
+            rng = draws(name, turn)
             return sim.delay(latency.duration(request, completion, rng), completion)
 
         for name in ("x", "y", "z"):
@@ -467,3 +467,30 @@ def test_ctrl_c_stops_the_clinic_in_one_line_and_keeps_the_recordings(tmp_path: 
     with sqlite3.connect(record) as db:
         assert db.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
         assert db.execute("SELECT COUNT(*) FROM completions").fetchone()[0] > 0
+
+
+@given(state=st.integers(0, 2**64 - 1))
+@settings(max_examples=50, deadline=None)
+def test_latency_streams_are_pure_functions_of_their_state(state: int) -> None:
+    from simulacra.societies._kernel_agents import _Draws
+
+    one, two = _Draws(state), _Draws(state)
+    first = [one.random() for _ in range(20)] + [one.lognormvariate(0.0, 0.5), one.randrange(7)]
+    assert first == [two.random() for _ in range(20)] + [
+        two.lognormvariate(0.0, 0.5), two.randrange(7)]
+    assert all(0.0 <= x < 1.0 for x in first[:20])
+    with pytest.raises(TypeError, match="seeded by the runtime"):
+        one.seed(1)
+
+
+def test_latency_draws_are_uniform_enough() -> None:
+    from simulacra.societies._kernel_agents import _Draws
+
+    draws = _Draws(12345)
+    values = [draws.random() for _ in range(20_000)]
+    assert abs(sum(values) / len(values) - 0.5) < 0.01
+    buckets = [0] * 10
+    for value in values:
+        buckets[int(value * 10)] += 1
+    assert min(buckets) > 1_800
+    assert max(buckets) < 2_200

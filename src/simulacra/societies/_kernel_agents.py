@@ -48,10 +48,13 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures as cf
+import hashlib
+import random
 import threading
 from collections.abc import Callable, Generator, Iterator
 from typing import TYPE_CHECKING, Any, Final, final
 
+import simulacra.llm as _llm
 from simulacra.core import Event, Process, Sim
 from simulacra.errors import ConfigError, ForeignEvent, NotAnEvent
 
@@ -66,6 +69,45 @@ __all__ = ["KERNEL_AGENT_MODES", "LLMContext", "LLMRuntime"]
 KERNEL_AGENT_MODES: Final = ("sequential", "threads", "asyncio")
 #: A harvest's key priority: before the kernel's URGENT (0) and NORMAL (1) events.
 _HARVEST: Final = -1
+
+
+_MASK64: Final = (1 << 64) - 1
+_TWO_POW_53: Final = 2.0 ** -53
+
+
+def _mix64(x: int) -> int:
+    """SplitMix64's finaliser: a bijective 64-bit mix (Steele, Lea and Flood, 2014)."""
+    x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & _MASK64
+    x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & _MASK64
+    return x ^ (x >> 31)
+
+
+class _Draws(random.Random):
+    """A ``random.Random`` whose draws are SplitMix64 of a counter: no state to seed.
+
+    Seeding a Mersenne Twister costs more than the few draws a latency model
+    makes per call; this stream starts in O(1). ``random()`` and
+    ``getrandbits()`` are replaced, so every method of ``random.Random``
+    (``lognormvariate``, ``gauss``, ``randrange``...) draws from the counter.
+    """
+
+    def __init__(self, state: int) -> None:  # no super().__init__: nothing to seed
+        self._state = state
+        self.gauss_next = None
+
+    def random(self) -> float:
+        self._state = (self._state + 0x9E3779B97F4A7C15) & _MASK64
+        return (_mix64(self._state) >> 11) * _TWO_POW_53
+
+    def getrandbits(self, k: int) -> int:
+        bits, have = 0, 0
+        while have < k:
+            self._state = (self._state + 0x9E3779B97F4A7C15) & _MASK64
+            bits, have = (bits << 64) | _mix64(self._state), have + 64
+        return bits >> (have - k)
+
+    def seed(self, *args: Any, **kwargs: Any) -> None:
+        raise TypeError("a latency stream is seeded by the runtime, not reseeded")
 
 
 def _describe(value: object) -> str:
@@ -87,12 +129,16 @@ class LLMContext:
         calls: The model calls this agent has made so far (the next call's ``n``).
     """
 
-    __slots__ = ("_runtime", "agent", "calls")
+    __slots__ = ("_runtime", "_salt", "agent", "calls")
 
     def __init__(self, runtime: LLMRuntime, agent: str) -> None:
         self._runtime = runtime
         self.agent = agent
         self.calls = 0
+        #: The seed of this agent's latency draws: a keyed BLAKE2b of the Sim's
+        #: seed and the agent id; call n draws from Random(mix64(salt ^ n)).
+        self._salt = int.from_bytes(hashlib.blake2b(
+            agent.encode(), key=runtime._key, digest_size=8, person=b"latency").digest(), "big")
 
     @property
     def sim(self) -> Sim:
@@ -154,6 +200,7 @@ class LLMRuntime:
         "_concurrency",
         "_contexts",
         "_harvests",
+        "_key",
         "_latency",
         "_lock",
         "_loop",
@@ -163,7 +210,6 @@ class LLMRuntime:
         "_model",
         "_pool",
         "_prompt_tokens",
-        "_seed",
         "_semaphore",
         "sim",
     )
@@ -201,7 +247,7 @@ class LLMRuntime:
         self._latency = latency
         self._min = float(minimum)
         self._mode = mode
-        self._seed = sim.seed.child("simulacra.societies.kernel_agents")
+        self._key = sim.seed.child("simulacra.societies.kernel_agents").seed.to_bytes(16, "big")
         self._contexts: dict[str, LLMContext] = {}
         self._calls = self._prompt_tokens = self._completion_tokens = 0
         self._harvests = 0
@@ -289,14 +335,12 @@ class LLMRuntime:
     # -- calls ----------------------------------------------------------------------------
 
     def _call(self, ctx: LLMContext, request: CompletionRequest) -> Event[Completion]:
-        from simulacra.llm import CallSite, CompletionRequest  # noqa: PLC0415
-
-        if not isinstance(request, CompletionRequest):
+        if not isinstance(request, _llm.CompletionRequest):
             raise ConfigError(
                 f"agent {ctx.agent!r}: ctx.complete() takes a CompletionRequest "
                 f"(CompletionRequest.chat(...)), got {_describe(request)}")
         sim = self.sim
-        site = CallSite(ctx.agent, ctx.calls)
+        site = _llm.CallSite(ctx.agent, ctx.calls)
         ctx.calls += 1
         key = sim._next_key()  # the key sim.delay() would take here: mode-independent
         start = sim.now
@@ -342,7 +386,7 @@ class LLMRuntime:
         sim = self.sim
         if ok:
             completion: Completion = value
-            rng = self._seed.child(site.agent, site.n).stream("latency")
+            rng = self._latency_rng(site.agent, site.n)
             duration = max(self._min, float(self._latency.duration(request, completion, rng)))
             with self._lock:
                 self._calls += 1
@@ -358,6 +402,10 @@ class LLMRuntime:
             done._ok = False
             done._value = value
         sim._schedule_keyed(done, start + duration, key)
+
+    def _latency_rng(self, agent: str, n: int) -> random.Random:
+        """The stream call *n* of *agent* draws its latency noise from (a pure function)."""
+        return _Draws(_mix64(self.context(agent)._salt ^ n))
 
     def _submit(self, request: CompletionRequest, site: Any) -> cf.Future[Completion]:
         if self._mode == "threads":
