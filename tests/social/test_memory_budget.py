@@ -52,9 +52,6 @@ class Spy:
                         site: CallSite | None = None) -> Completion:
         return self.complete(request, site=site)
 
-    def close(self) -> None:
-        self.inner.close()
-
 
 def _split(prompt: str) -> tuple[list[str], str]:
     """The MEMORY section's lines, and the prompt without it."""
