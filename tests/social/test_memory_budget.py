@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from simulacra.errors import ConfigError
 from simulacra.llm import (
     CallSite,
     Completion,
@@ -116,8 +117,9 @@ def test_without_a_budget_the_prompt_has_no_memory_and_the_config_is_unchanged()
 
     budgeted = load_config(CONFIG, ["sim.agents_memory.max_tokens=64"])
     assert budgeted.data["sim"]["agents_memory"] == {"max_tokens": 64, "policy": "drop_oldest"}
-    assert budgeted.data["sim"]["world"]["agents_memory"] == {"max_tokens": 64,
-                                                              "policy": "drop_oldest"}
+    assert "agents_memory" not in budgeted.data["sim"]["world"]
+    _, agents = build_society(budgeted)
+    assert all("memory" in agent.get_state() for agent in agents)
     assert budgeted.with_overrides(["run.record=false"]).data["sim"] == budgeted.data["sim"]
 
 
@@ -245,3 +247,20 @@ def test_a_budget_in_a_file_is_named_with_the_file(tmp_path: Path) -> None:
                                           r"below one observation: expected .* at least 16"):
         load_config(config)
 
+
+
+def test_a_budget_for_a_factory_that_takes_no_memory_is_refused_in_one_line(
+        tmp_path: Path) -> None:
+    factory = tmp_path / "plain.py"
+    factory.write_text(
+        "from simulacra.agents import World\n"
+        "def build(agents, seed, llm, feed_size=8, follows=5):\n"
+        "    return World(), []\n", encoding="utf-8")
+    config = load_config(CONFIG, [f"sim.world.factory={factory}:build",
+                                  "sim.agents_memory.max_tokens=64"])
+    with pytest.raises(ConfigError) as caught:
+        build_society(config)
+    text = str(caught.value)
+    assert "\n" not in text
+    assert "sim.agents_memory.max_tokens=64 is set" in text
+    assert "takes no agents_memory parameter" in text

@@ -395,18 +395,14 @@ def _check_agents_memory(memory: Any, label: str, given: set[str]) -> None:
 
 
 def _agents_memory_to_factory(dumped: dict[str, Any]) -> None:
-    """With a budget, the world factory gets ``agents_memory={"max_tokens", "policy"}``.
+    """Without a budget, ``sim.agents_memory`` is not stored: the config a run always stored.
 
-    It reaches the factory as a world parameter, ``sim.world.agents_memory``
-    (derived here from ``sim.agents_memory``, whatever that key held). Without
-    a budget neither key is stored: the config is the one a run always stored.
+    With one, :func:`~simulacra.societies.build_society` hands the factory
+    ``agents_memory={"max_tokens", "policy"}``.
     """
     sim = dumped["sim"]
-    memory = sim.pop("agents_memory")
-    sim["world"].pop("agents_memory", None)
-    if memory["max_tokens"] is not None:
-        sim["agents_memory"] = memory
-        sim["world"]["agents_memory"] = dict(memory)
+    if sim["agents_memory"]["max_tokens"] is None:
+        sim.pop("agents_memory")
 
 
 def load_config(path: str | os.PathLike[str] | None = None,

@@ -255,9 +255,17 @@ def build_society(config: RunConfig) -> tuple[World, list[Actor]]:
            "max_tokens": sim.llm.max_tokens}
     kwargs = {"agents": sim.agents, "seed": as_seed_tree(config.seed).child("world"), "llm": llm,
               **params}
+    memory = sim.agents_memory
+    if memory.max_tokens is not None:
+        kwargs["agents_memory"] = {"max_tokens": memory.max_tokens, "policy": memory.policy}
     try:
         inspect.signature(factory).bind(**kwargs)
     except TypeError as exc:
+        if memory.max_tokens is not None and "agents_memory" in str(exc):
+            raise ConfigError(
+                f"sim.agents_memory.max_tokens={memory.max_tokens} is set, but sim.world.factory "
+                f"{sim.world.factory!r} takes no agents_memory parameter (the agents' memory "
+                "is the factory's to build: see docs/social.md, Bounded memory)") from None
         unknown = [f"sim.world.{k}" for k in params]
         raise ConfigError(f"sim.world.factory {sim.world.factory!r} cannot take "
                           f"{', '.join(unknown) or 'its arguments'}: {exc}") from None
