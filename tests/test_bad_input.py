@@ -12,6 +12,7 @@ import asyncio
 import math
 import pickle
 import threading
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -583,3 +584,18 @@ def test_self_interrupt(sim: Sim) -> None:
     exc = run_process_and_catch(sim, body, "narcissus")
     check_error(exc, SelfInterrupt, "narcissus", "itself")
     assert isinstance(exc, RuntimeError)
+
+
+def test_a_token_budget_typo_shows_its_value_and_a_credential_never_does(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    from simulacra.cli import main as cli
+
+    config = str(Path(__file__).resolve().parents[1] / "examples" / "social" / "config.yaml")
+    assert cli(["run", config, "--no-progress", "sim.agents_memory.max_token=300"]) == 2
+    err = capsys.readouterr().err
+    assert "(got 300)" in err
+    assert "did you mean sim.agents_memory.max_tokens" in err
+    assert cli(["run", config, "--no-progress", "sim.llm.api_key=sk-secret-123"]) == 2
+    err = capsys.readouterr().err
+    assert "sk-secret-123" not in err
+    assert "its value is not shown" in err

@@ -71,7 +71,9 @@ def describe_error(error: Mapping[str, Any],
     else:
         message = str(error["msg"]).replace("Input should", "should")
     last = str(error["loc"][-1]).lower() if error["loc"] else ""
-    if any(word in last for word in ("key", "token", "secret", "password")):
+    counts_tokens = last.endswith(("tokens", "_token")) and ("max" in last or "budget" in last)
+    if not counts_tokens and any(word in last for word in ("key", "token", "secret",
+                                                           "password")):
         # Never echo what may be a credential (a key put in the config by mistake).
         return f"{where} {message} (its value is not shown; credentials belong in the " \
                "environment: sim.llm.api_key_env names the variable)"
