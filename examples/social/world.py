@@ -102,24 +102,40 @@ class SocialWorld(World):
         built, so this only matters for callers that interleave).
         """
         me = str(agent_id)
-        limit = len(self.posts) if snapshot is None else int(snapshot)
         posts = self.posts
-        inbox = [i for i in self.inbox[me] if i < limit][-3:]
-        done = self.answered[me]
-        mentions = tuple(i for i in inbox if i not in done)
-        picked = set(inbox)
-        for other in self.follows[me]:
-            picked.update(i for i in self.by_author[other][-2:] if i < limit)
+        limit = len(posts) if snapshot is None else int(snapshot)
+        by_author = self.by_author
+        follows = self.follows[me]
+        if limit >= len(posts):  # every post is seen (the engines' case): nothing to filter
+            inbox = self.inbox[me][-3:]
+            picked = set(inbox)
+            for other in follows:
+                picked.update(by_author[other][-2:])
+            # Posts of the system account (a scenario's): everyone follows it.
+            system = by_author.get(SYSTEM)
+            if system:
+                picked.update(system[-2:])
+        else:
+            inbox = [i for i in self.inbox[me] if i < limit][-3:]
+            picked = set(inbox)
+            for other in follows:
+                picked.update(i for i in by_author[other][-2:] if i < limit)
+            picked.update(i for i in by_author.get(SYSTEM, ())[-2:] if i < limit)
         picked.update(range(max(0, limit - 3), limit))
-        # Posts of the system account (a scenario's): everyone follows it.
-        picked.update(i for i in self.by_author.get(SYSTEM, ())[-2:] if i < limit)
-        feed = tuple((i, posts[i][0], posts[i][1], posts[i][2])
-                     for i in sorted(picked)[-self.feed_size:])
-        authors = {author for _, author, _, _ in feed}
+        done = self.answered[me]
+        mentions = [i for i in inbox if i not in done]
+        shown = sorted(picked)[-self.feed_size:]
+        feed = tuple([(i, *posts[i][:3]) for i in shown])  # (id, author, text, reply_to)
+        authors = {post[0] for post in map(posts.__getitem__, shown)}
+        authors.update(follows)
+        authors.discard(me)
+        authors.discard(SYSTEM)
         # Whom it may mention: not itself, and not the system account (no agent).
-        agents = tuple(sorted((authors | set(self.follows[me])) - {me, SYSTEM})[:8])
-        return SocialObservation(me, agents, feed, tuple(m for m in mentions if m in
-                                                          {f[0] for f in feed}))
+        agents = tuple(sorted(authors)[:8])
+        if mentions:
+            ids = set(shown)
+            mentions = [m for m in mentions if m in ids]
+        return SocialObservation(me, agents, feed, tuple(mentions))
 
     def snapshot(self) -> int:
         """The number of posts now."""

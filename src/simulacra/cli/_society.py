@@ -25,6 +25,7 @@ import contextlib
 import signal
 import sys
 import threading
+import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -38,6 +39,8 @@ EXIT_BUDGET = 3
 EXIT_INTERRUPTED = 130
 
 CONFIG_SUFFIXES = (".yaml", ".yml")
+#: The progress bar moves for turns at most this often (seconds); a step moves it too.
+_TURN_S = 0.1
 
 
 def is_config_target(target: str) -> bool:
@@ -60,6 +63,9 @@ class _Progress:
         self._task: Any = None
         self._lock = threading.Lock()
         self._done = 0
+        #: Turns not yet shown, and when the bar last moved for turns.
+        self._pending = 0
+        self._moved = 0.0
         #: "turns" counts turns; "steps" or "windows" counts steps (report.step + 1).
         self._windows = unit != "turns"
         self._started = False
@@ -89,14 +95,24 @@ class _Progress:
                 self._bar.start()
 
     def turn(self) -> None:
+        # Called after every turn, from the workers: counted here, and the bar moved at
+        # most every _TURN_S seconds (redrawing it for each of a million turns took
+        # longer than the turns).
         if self._bar is not None and not self._windows:
+            with self._lock:
+                self._pending += 1
+                now = time.monotonic()
+                if now - self._moved < _TURN_S:
+                    return
+                pending, self._pending, self._moved = self._pending, 0, now
             self._start()
-            self._bar.advance(self._task)
+            self._bar.advance(self._task, pending)
 
     def step(self, report: Any) -> None:
         if self._bar is not None:
             self._start()
             with self._lock:
+                self._pending = 0  # the step's turns, counted whole below
                 self._done = report.step + 1 if self._windows else (
                     self._done + report.participants)
             self._bar.update(self._task, completed=self._done,

@@ -14,8 +14,9 @@ call row of ``completions`` holds the raw 32-byte request key, the call site,
 the id of its completion's blob and the request, as the ids of the blobs of
 its settings (all but the messages) and of its messages. A society run's
 requests share their settings and their system prompt (and equal replies are
-one blob), so a call costs a fraction of its JSON (about 0.8 KB a scripted call of the social demo,
-against 4.6 KB in v1; ``bench/recording_size.py``).
+one blob), so a call costs a fraction of its JSON (about 0.8 KB a scripted call of the
+social demo, against 4.6 KB in v1; ``bench/recording_size.py``). A held store (a society
+run's) deflates only texts of 4 KB or more: about 1.5 KB a scripted call, written faster.
 
 A file of the earlier layout (``simulacra.llm.recordings.v1``) is upgraded in
 place when it is opened for writing (one transaction, then ``VACUUM``); opened
@@ -38,7 +39,6 @@ compression.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import hashlib
 import json
 import os
@@ -67,6 +67,7 @@ from ._types import (
     CompletionRequest,
     LanguageModel,
     canonical_json,
+    message_json,
 )
 
 __all__ = ["STORE_FORMAT", "RecordingModel", "RecordingStore", "ReplayModel"]
@@ -108,6 +109,11 @@ CREATE TABLE IF NOT EXISTS failures (
 _RAW, _DEFLATE = 0, 1
 #: Shorter texts are stored as they are (deflate would not pay for its header).
 _MIN_DEFLATE = 24
+#: A held store (a society run's, see RecordingStore.hold) keeps texts shorter than this as
+#: they are: deflating one costs about 8 us whatever its length (zlib builds its trees for
+#: each), more than everything else a scripted call's recording costs; longer ones (a real
+#: model's prompts) are deflated. Either codec is read by every v2 reader.
+_HELD_RAW = 4096
 #: The preset dictionary of codec 1: the JSON a store holds (field names, the
 #: request scheme, the social prompt convention, scripted replies), most common
 #: last. FROZEN: files depend on these exact bytes; another dictionary is
@@ -237,10 +243,6 @@ def _request_blobs(request: Mapping[str, Any]) -> list[_Blob]:
     settings = {k: v for k, v in request.items() if k != "messages"}
     return [_Blob(_encode(settings)), *(_Blob(_encode(m)) for m in request.get("messages", ()))]
 
-
-#: The fields of a request that its settings blob holds (all but the messages).
-_SETTINGS = tuple(f.name for f in dataclasses.fields(CompletionRequest)
-                  if f.compare and f.name != "messages")
 
 #: Rows an upgrade from v1 reads and writes at a time, and the blob ids it remembers.
 _MIGRATION_BATCH, _MIGRATION_KNOWN = 512, 100_000
@@ -473,7 +475,7 @@ class RecordingStore:
         #: before costs no statement and no compression).
         self._known: dict[bytes, int] = {}
         #: Blobs of request settings and messages seen lately (see _request_blobs).
-        self._settings: dict[tuple[Any, ...], _Blob] = {}
+        self._settings: dict[str, _Blob] = {}
         self._messages: dict[ChatMessage, _Blob] = {}
 
     def _open(self) -> None:
@@ -573,6 +575,11 @@ class RecordingStore:
         other read and by :meth:`close`. A process killed before the commit
         loses the held writes of that step only; a resumed run, which starts
         from a checkpoint of an earlier step, asks for those calls again.
+
+        Texts of fewer than 4,096 bytes that a held store writes are kept as they
+        are, not deflated (codec 0, which every reader of the format reads):
+        a scripted society run's file is about twice the size, and each call
+        costs some 20 us less to record.
         """
         self._held = True
 
@@ -734,9 +741,12 @@ class RecordingStore:
         if request is not None:
             blobs.extend(self._request_blobs(request))
         known = self._known
-        for blob in blobs:  # compressed here, outside the lock (zlib lets other threads run)
-            if blob.digest not in known:
-                blob.pack()
+        # Compressed here, outside the lock (zlib lets other threads run); a held store
+        # keeps short texts as they are (see hold()).
+        short = _HELD_RAW if self._held else 0
+        for blob in blobs:
+            if blob.packed is None and blob.digest not in known:
+                blob.packed = (_RAW, blob.data) if len(blob.data) < short else _pack(blob.data)
         self._keep(("call", raw, agent, n, blobs[0], blobs[1:] if request is not None else None))
 
     def _request_blobs(self, request: CompletionRequest) -> list[_Blob]:
@@ -746,13 +756,13 @@ class RecordingStore:
         requests share their settings and system prompt, and encoding and
         hashing those again is much of the cost of recording a request.
         """
-        setting = tuple((float, repr(v)) if isinstance(v, float) else v  # -0.0 is not 0.0
-                        for v in (getattr(request, name) for name in _SETTINGS))
+        # The canonical text of the settings (the request's, around its messages), as the
+        # request encoded it for its key: canonical_json of to_dict() less the messages.
+        head, tail = request._settings_json()
+        setting = head + tail
         settings = self._settings.get(setting)
         if settings is None:
-            data = request.to_dict()
-            del data["messages"]
-            settings = _Blob(_encode(data))
+            settings = _Blob((head[:-len(',"messages":[')] + tail[1:]).encode("utf-8"))
             if len(self._settings) >= self._CACHED:
                 self._settings.clear()
             self._settings[setting] = settings
@@ -760,7 +770,7 @@ class RecordingStore:
         for message in request.messages:
             blob = self._messages.get(message)
             if blob is None:
-                blob = _Blob(_encode(message.to_dict()))
+                blob = _Blob(message_json(message).encode("utf-8"))
                 if len(self._messages) >= self._CACHED:
                     self._messages.clear()
                 self._messages[message] = blob

@@ -130,6 +130,14 @@ def _seed_item_master(value: int | str | bytes) -> bytes:
     return _seed_item_int(operator.index(value))  # an int, or an int-like such as numpy.int64
 
 
+#: _seed_item_int(n) of the first call numbers (an agent's n-th call).
+_INT_ITEMS = tuple(_seed_item_int(n) for n in range(4096))
+
+
+def _int_item(n: int) -> bytes:
+    return _INT_ITEMS[n] if 0 <= n < 4096 else _seed_item_int(n)
+
+
 _METADATA: dict[str, str] = {}
 
 
@@ -221,10 +229,14 @@ class ScriptedModel:
     def rng_for(self, request: CompletionRequest, site: CallSite | None = None) -> random.Random:
         """Return the random stream that answers *request* at *site* (fresh each time)."""
         h = self._prefix.copy()
-        h.update(_seed_item_str(request.key()))
-        if site is not None:
-            h.update(_seed_item_str(site.agent))
-            h.update(_seed_item_int(site.n))
+        # _seed_item_str(key) [+ _seed_item_str(agent) + _seed_item_int(n)], in one update
+        key = request.key().encode("utf-8")
+        if site is None:
+            h.update(b"s" + len(key).to_bytes(8, "big") + key)
+        else:
+            agent = site.agent.encode("utf-8")
+            h.update(b"s" + len(key).to_bytes(8, "big") + key + b"s"
+                     + len(agent).to_bytes(8, "big") + agent + _int_item(site.n))
         return random.Random(int.from_bytes(h.digest()[:16], "big"))
 
     def complete(self, request: CompletionRequest, *, site: CallSite | None = None) -> Completion:
@@ -255,6 +267,7 @@ class ScriptedModel:
 # -- the social prompt convention ---------------------------------------------
 
 _NAME = r"\w(?:[\w.-]*\w)?"
+_NAME_RE = re.compile(_NAME)
 _SELF_RE = re.compile(rf"You are @({_NAME})")
 _INTERESTS_RE = re.compile(r"Interests:\s*(.*?)\.?\s*$")
 _FEED_RE = re.compile(r"^[ \t]*#(\d+) @([\w.-]+)(?: \(reply to #\d+\))?: ?(.*)$", re.M)
@@ -270,8 +283,19 @@ _WORD_RE = re.compile(r"[A-Za-z][A-Za-z'-]{3,}")
 FeedItem = tuple[int, str, str] | tuple[int, str, str, int | None] | Mapping[str, Any]
 
 
+#: Texts cleaned lately (a feed shows the same posts to many agents). Bounded.
+_CLEAN: dict[str, str] = {}
+
+
 def _clean_line(text: str) -> str:
-    return " ".join(str(text).split())
+    if type(text) is not str:
+        return " ".join(str(text).split())
+    clean = _CLEAN.get(text)
+    if clean is None:
+        if len(_CLEAN) >= 16384:
+            _CLEAN.clear()
+        clean = _CLEAN[text] = " ".join(text.split())
+    return clean
 
 
 def social_prompt(
@@ -305,14 +329,21 @@ def social_prompt(
             Line breaks in texts become spaces.
         mentions: Ids of feed posts that mention this agent.
     """
-    if not re.fullmatch(_NAME, str(name)):
+    if not _NAME_RE.fullmatch(str(name)):
         raise ConfigError(f"name must be a handle like 'alice' (no '@'), got {name!r}")
-    interest_text = ", ".join(_clean_line(i) for i in interests)
+    cleaned = [_clean_line(i) for i in interests]
+    interest_text = ", ".join(cleaned)
+    clean_persona = _clean_line(persona)
+    agents_line = "AGENTS: " + " ".join([f"@{a}" for a in agents])
     lines = [
-        f"You are @{name}. Persona: {_clean_line(persona)}. Interests: {interest_text}.",
-        "AGENTS: " + " ".join(f"@{a}" for a in agents),
+        f"You are @{name}. Persona: {clean_persona}. Interests: {interest_text}.",
+        agents_line,
         "FEED:",
     ]
+    # What _parse_social will read back, worked out here while it is cheap to (see _PARSED);
+    # None when a part might read back otherwise than it was given.
+    posts: list[_Post] | None = ([] if "Interests:" not in clean_persona and "\n" not in agents_line
+                                 and not any("," in i for i in cleaned) else None)
     for item in feed:
         if isinstance(item, Mapping):
             post_id, author, text = item["id"], item["author"], item["text"]
@@ -320,12 +351,31 @@ def social_prompt(
         else:
             post_id, author, text = item[0], item[1], item[2]
             reply_to = item[3] if len(item) > 3 else None
-        parent = "" if reply_to is None else f" (reply to #{int(reply_to)})"
-        lines.append(f"#{int(post_id)} @{author}{parent}: {_clean_line(text)}")
-    ids = " ".join(f"#{int(m)}" for m in mentions)
+        parent = None if reply_to is None else int(reply_to)
+        number = int(post_id)
+        body = _clean_line(text)
+        if parent is None:
+            lines.append(f"#{number} @{author}: {body}")
+        else:
+            lines.append(f"#{number} @{author} (reply to #{parent}): {body}")
+            if parent < 0:
+                posts = None
+        if posts is not None:
+            if number >= 0 and type(author) is str and _is_author(author):
+                posts.append((number, author, body))
+            else:
+                posts = None
+    numbers = [int(m) for m in mentions]
+    ids = " ".join([f"#{m}" for m in numbers])
     lines.append(f"MENTIONS: {ids or 'none'}")
     lines.append(SOCIAL_TASK)
-    return "\n".join(lines)
+    prompt = "\n".join(lines)
+    if posts is not None and all(m >= 0 for m in numbers):
+        if len(_PARSED) >= _PARSED_MAX:
+            _PARSED.clear()
+        _PARSED[prompt] = _Social(str(name), tuple(i for i in cleaned if i),
+                                  agents_line[len("AGENTS:"):], posts, tuple(numbers))
+    return prompt
 
 
 _Post = tuple[int, str, str]  # (id, author, text): plain tuples, built in C by findall
@@ -358,8 +408,37 @@ def _section(text: str, header: str) -> str:
     return text[start:end]
 
 
+#: What _parse_social reads from a prompt that social_prompt wrote lately, worked out as it
+#: wrote it (parsing a prompt of a social demo's turn again cost a third of a scripted call).
+#: Taken (popped) by the first reading; bounded: cleared when full. A prompt that is not
+#: here (changed after it was written, or written elsewhere) is parsed, to the same result:
+#: social_prompt puts an entry only for parts that read back as given (tests check it).
+_PARSED: dict[str, _Social] = {}
+_PARSED_MAX = 2048
+_AUTHOR_RE = re.compile(r"[\w.-]+")
+_AUTHORS: dict[str, bool] = {}
+
+
+def _is_author(author: str) -> bool:
+    """Whether ``_FEED_RE`` reads *author* back whole (remembered: handles repeat)."""
+    ok = _AUTHORS.get(author)
+    if ok is None:
+        if len(_AUTHORS) >= 65536:
+            _AUTHORS.clear()
+        ok = _AUTHORS[author] = _AUTHOR_RE.fullmatch(author) is not None
+    return ok
+
+
 def _parse_social(text: str) -> _Social:
     """Read the social prompt convention; sections may come in any order, lines indented."""
+    known = _PARSED.pop(text, None)
+    if known is not None:
+        return known
+    return _read_social(text)
+
+
+def _read_social(text: str) -> _Social:
+    """:func:`_parse_social` without the entries of social_prompt: the text read."""
     name = ""
     interests: tuple[str, ...] = ()
     found = _SELF_RE.search(text)

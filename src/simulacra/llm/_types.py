@@ -13,7 +13,7 @@ import functools
 import hashlib
 import json
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeGuard, runtime_checkable
 from urllib.parse import quote, unquote
@@ -54,6 +54,34 @@ def canonical_json(value: Any) -> str:
         )
     except (TypeError, ValueError) as exc:
         raise ConfigError(f"value is not canonical JSON: {exc}") from None
+
+
+#: JSON text of a str as :func:`canonical_json` writes it (the C encoder's, ensure_ascii off).
+_encode_str: Callable[[str], str] = json.encoder.encode_basestring
+
+#: Canonical JSON of messages met lately (a request's key, then its recording, encode each
+#: message once). Bounded: cleared when full.
+_MESSAGE_JSON: dict[ChatMessage, str] = {}
+_MESSAGE_JSON_MAX = 4096
+
+
+def message_json(message: ChatMessage) -> str:
+    """``canonical_json(message.to_dict())``, built from its parts (and remembered a while).
+
+    The keys of a message sort as ``content``, ``name``, ``role``; each value is a
+    str, written by the same encoder as :func:`canonical_json`'s, so the text is
+    the same (tests check it with Hypothesis).
+    """
+    text = _MESSAGE_JSON.get(message)
+    if text is None:
+        name = message.name
+        text = ('{"content":' + _encode_str(message.content)
+                + ("" if name is None else ',"name":' + _encode_str(name))
+                + ',"role":' + _encode_str(message.role) + "}")
+        if len(_MESSAGE_JSON) >= _MESSAGE_JSON_MAX:
+            _MESSAGE_JSON.clear()
+        _MESSAGE_JSON[message] = text
+    return text
 
 
 def _canonical_json_text(text: object, field_name: str) -> str:
@@ -229,6 +257,11 @@ class CompletionRequest:
 
     def __post_init__(self) -> None:
         messages = self.messages
+        if (type(messages) is tuple and messages and type(self.tools) is tuple and not self.tools
+                and all(type(m) is ChatMessage for m in messages)):
+            self._check_settings()  # the common case: nothing to coerce
+            self._check_schema()
+            return
         if isinstance(messages, str | bytes | Mapping) or not isinstance(messages, Sequence):
             raise ConfigError(
                 "CompletionRequest.messages must be a sequence of ChatMessage, "
@@ -238,6 +271,18 @@ class CompletionRequest:
         if not coerced:
             raise ConfigError("CompletionRequest.messages must hold at least one message, got ()")
         object.__setattr__(self, "messages", coerced)
+        self._check_settings()
+        tools = self.tools
+        if isinstance(tools, str | bytes | Mapping) or not isinstance(tools, Sequence):
+            raise ConfigError(
+                "CompletionRequest.tools must be a sequence of ToolSpec, "
+                f"got {type(tools).__name__} {tools!r}"
+            )
+        object.__setattr__(self, "tools", tuple(_coerce_tool(t, i) for i, t in enumerate(tools)))
+        self._check_schema()
+
+    def _check_settings(self) -> None:
+        """Check (and coerce) the model, temperature, seed and max_tokens."""
         _check_str(self.model, "CompletionRequest.model", empty=False)
         temperature: object = self.temperature
         if not is_number(temperature) or temperature < 0:
@@ -256,13 +301,8 @@ class CompletionRequest:
                 "CompletionRequest.max_tokens must be an int >= 1 or None, "
                 f"got {type(self.max_tokens).__name__} {self.max_tokens!r}"
             )
-        tools = self.tools
-        if isinstance(tools, str | bytes | Mapping) or not isinstance(tools, Sequence):
-            raise ConfigError(
-                "CompletionRequest.tools must be a sequence of ToolSpec, "
-                f"got {type(tools).__name__} {tools!r}"
-            )
-        object.__setattr__(self, "tools", tuple(_coerce_tool(t, i) for i, t in enumerate(tools)))
+
+    def _check_schema(self) -> None:
         if self.response_schema_json is not None:
             object.__setattr__(
                 self,
@@ -316,8 +356,32 @@ class CompletionRequest:
         }
 
     def canonical(self) -> bytes:
-        """Return the canonical JSON encoding (UTF-8 bytes) of :meth:`to_dict`."""
-        return canonical_json(self.to_dict()).encode("utf-8")
+        """Return the canonical JSON encoding (UTF-8 bytes) of :meth:`to_dict`.
+
+        Built from parts: the settings (all but the messages) encoded once for
+        every request that shares them, and each message by :func:`message_json`.
+        The keys sort as ``max_tokens``, ``messages``, then the rest, so the text
+        is ``canonical_json(self.to_dict())`` exactly (tests check it).
+        """
+        head, tail = self._settings_json()
+        return (head + ",".join([message_json(m) for m in self.messages]) + tail).encode("utf-8")
+
+    def _settings_json(self) -> tuple[str, str]:
+        """The canonical text of the request around its messages' list: ``(head, tail)``."""
+        # -0.0 and 0.0 are equal, and so are 1 and 1.0 (a float here): repr tells them apart.
+        setting = (self.model, repr(self.temperature), self.seed, self.max_tokens, self.tools,
+                   self.response_schema_json)
+        found = _SETTINGS_JSON.get(setting)
+        if found is None:
+            data = self.to_dict()
+            del data["messages"]
+            rest = canonical_json(data)  # {"max_tokens":...,"model":...}: messages go between
+            cut = rest.index(',"model":')
+            found = (rest[:cut] + ',"messages":[', "]" + rest[cut:])
+            if len(_SETTINGS_JSON) >= 256:
+                _SETTINGS_JSON.clear()
+            _SETTINGS_JSON[setting] = found
+        return found
 
     def key(self) -> str:
         """Return the request's content address: the SHA-256 hex digest of :meth:`canonical`."""
@@ -354,6 +418,10 @@ class CompletionRequest:
             ),
             response_schema_json=None if schema is None else canonical_json(schema),
         )
+
+
+#: ``(head, tail)`` of the canonical text of requests, by their settings (see _settings_json).
+_SETTINGS_JSON: dict[tuple[Any, ...], tuple[str, str]] = {}
 
 
 @dataclass(frozen=True, slots=True)
@@ -418,7 +486,9 @@ class Completion:
     def __post_init__(self) -> None:
         _check_str(self.text, "Completion.text")
         calls = self.tool_calls
-        if isinstance(calls, str | bytes | Mapping) or not isinstance(calls, Sequence):
+        if type(calls) is tuple and not calls:
+            pass  # the common case: no tool calls
+        elif isinstance(calls, str | bytes | Mapping) or not isinstance(calls, Sequence):
             raise ConfigError(
                 "Completion.tool_calls must be a sequence of ToolCall, "
                 f"got {type(calls).__name__} {calls!r}"
@@ -463,8 +533,23 @@ class Completion:
         }
 
     def to_json(self) -> str:
-        """Return the canonical JSON text of the completion; :meth:`from_json` reverses it."""
-        return canonical_json(self.to_dict())
+        """Return the canonical JSON text of the completion; :meth:`from_json` reverses it.
+
+        ``canonical_json(self.to_dict())``, built from its parts: the keys in
+        sorted order, the metadata as its canonical text (which the canonical
+        encoding of its parsed value gives back unchanged). Tests check it.
+        """
+        encode = _encode_str
+        calls = ",".join([
+            '{"arguments_json":' + encode(c.arguments_json) + ',"id":' + encode(c.id)
+            + ',"name":' + encode(c.name) + "}" for c in self.tool_calls])
+        return ('{"completion_tokens":' + int.__repr__(self.completion_tokens)
+                + ',"finish_reason":' + encode(self.finish_reason)
+                + ',"metadata":' + self.metadata_json
+                + ',"model":' + encode(self.model)
+                + ',"prompt_tokens":' + int.__repr__(self.prompt_tokens)
+                + ',"text":' + encode(self.text)
+                + ',"tool_calls":[' + calls + "]}")
 
     @classmethod
     def from_json(cls, text: str | bytes) -> Completion:

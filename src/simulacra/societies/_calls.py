@@ -37,6 +37,7 @@ A resumed run appends to it (the line a kill cut short is dropped first).
 from __future__ import annotations
 
 import json
+import math
 import threading
 import time as _time
 from collections.abc import Callable
@@ -58,6 +59,17 @@ _FLUSH_S: Final = 0.5
 _PROMPT_CHARS: Final = 2000
 
 _ENCODE = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode
+_encode_str: Callable[[str], str] = json.encoder.encode_basestring
+
+
+def _num(value: object) -> str:
+    """*value* as _ENCODE writes it: an int or a finite float straight, anything else encoded."""
+    if type(value) is int:
+        return int.__repr__(value)
+    if type(value) is float and math.isfinite(value):
+        return float.__repr__(value)
+    return _ENCODE(value)
+
 
 #: ``context(agent) -> (turn, step, t)`` of the call an agent is making now.
 Context = Callable[[str], tuple[int, int, float]]
@@ -127,7 +139,9 @@ class CallLog:
             return 0, 0, 0.0
 
     def _write(self, record: dict[str, Any]) -> None:
-        line = _ENCODE(record) + "\n"
+        self._write_line(_ENCODE(record) + "\n")
+
+    def _write_line(self, line: str) -> None:
         with self._lock:
             file = self._file
             if file is None:
@@ -154,8 +168,21 @@ class CallLog:
     def done(self, request: CompletionRequest, site: CallSite | None, completion: Completion,
              wall: float, started: float) -> None:
         """Write the line of a call that returned *completion* after *wall* seconds."""
-        record = self._head(site, wall, started)
         simulated = self.simulated
+        if simulated is None and site is not None:
+            # The common line, written straight (the same JSON as _ENCODE of the dict below).
+            turn, step, t = self._where(site)
+            prompt, done = completion.prompt_tokens, completion.completion_tokens
+            took = _num(round(wall, 6))
+            self._write_line(
+                f'{{"agent":{_encode_str(site.agent)},"n":{_num(site.n)},"turn":{_num(turn)},'
+                f'"step":{_num(step)},"t":{_num(t)},"latency_s":{took},"wall_s":{took},'
+                f'"at":{_num(round(started - self._start, 6))},"prompt_tokens":{_num(prompt)},'
+                f'"completion_tokens":{_num(done)},'
+                f'"cost":{_num(round(self.price(prompt, done), 12))},"ok":true,'
+                f'"key":{_encode_str(request.key())},"session":{_num(self.session)}}}\n')
+            return
+        record = self._head(site, wall, started)
         if simulated is not None and site is not None:
             try:
                 record["latency_s"] = round(float(simulated(request, completion, site)), 9)
