@@ -678,11 +678,51 @@ def index_agents(agents: Iterable[Actor]) -> dict[AgentId, Actor]:
     return {agent_id: by_id[agent_id] for agent_id in sorted(by_id)}
 
 
+#: A string between two agents' records in one encoded chunk (see _lines): the C encoder
+#: writes it as ``"\\u0000simulacra.split"``.
+_SPLIT: Final = "\x00simulacra.split"
+_SPLIT_TEXT: Final = "," + _FAST(_SPLIT) + ","
+#: Agents' records encoded in one call of the C encoder.
+_CHUNK: Final = 512
+
+
+def _lines(values: list[Any]) -> bytes:
+    """``b"".join(_line(v) for v in values)``, with one call of the encoder for all of them.
+
+    The list of *values* with a marker between any two is encoded at once, and
+    the text cut at the markers: the C encoder writes a list as its items'
+    texts joined by commas, so each part is the item's own text. A value that
+    holds the marker itself would be cut into more parts than there are
+    values; then (or when a value is not plain JSON) each is encoded alone.
+    """
+    spaced: list[Any] = [_SPLIT] * (2 * len(values) - 1)
+    spaced[::2] = values
+    try:
+        parts = _FAST(spaced)[1:-1].split(_SPLIT_TEXT)
+    except (TypeError, ValueError):
+        parts = []
+    if len(parts) != len(values):
+        return b"".join(_line(value) for value in values)
+    parts.append("")
+    return "\n".join(parts).encode("utf-8", "surrogatepass")
+
+
 def agents_digest(scheme: str, agents: Mapping[AgentId, Actor]) -> str:
-    """SHA-256 over every agent's ``get_state()``, in the order of *agents* (id order)."""
+    """SHA-256 over every agent's ``get_state()``, in the order of *agents* (id order).
+
+    Each agent's record is the canonical line of ``[id, class name, state]``;
+    they are encoded a chunk at a time (:func:`_lines`: the same bytes, a
+    million agents in a few seconds).
+    """
     h = hashlib.sha256((scheme + ":agents\n").encode("ascii"))
+    chunk: list[Any] = []
     for agent_id, agent in agents.items():
-        h.update(_line([agent_id, type(agent).__qualname__, agent.get_state()]))
+        chunk.append([agent_id, type(agent).__qualname__, agent.get_state()])
+        if len(chunk) == _CHUNK:
+            h.update(_lines(chunk))
+            chunk = []
+    if chunk:
+        h.update(_lines(chunk))
     return h.hexdigest()
 
 
