@@ -3,11 +3,13 @@
 Where the round-based engine moves every agent once per step, this engine
 moves each agent when it *wakes*:
 
-* a priority queue holds wake-ups and resolutions, ordered by
-  ``(time, tiebreak)``. The tiebreak is a keyed hash of the run's seed and the
-  entry's identity (``wake`` or ``resolve``, the agent, its n-th such entry),
-  never of insertion order, so the order does not depend on when an entry was
-  pushed;
+* the kernel's queue holds wake-ups and resolutions: the engine owns a keyed
+  :class:`~simulacra.Sim`, each entry is one of its events, ordered by
+  ``(time, tiebreak)`` (the event's key is ``(NORMAL, "", tiebreak, ...)``).
+  The tiebreak is a keyed hash of the run's seed and the entry's identity
+  (``wake`` or ``resolve``, the agent, its n-th such entry), never of
+  insertion order, so the order does not depend on when an entry was pushed.
+  A turn is a kernel process that waits on its resolution event;
 * an agent that wakes at ``t`` observes the **live** world at ``t`` (every
   resolution before ``t`` applied), and calls ``act()``. Its model calls take
   *simulated* time, drawn from a latency model (never wall-clock time); its
@@ -23,7 +25,10 @@ moves each agent when it *wakes*:
 ``min_duration``. So while the earliest turn in flight woke at ``t0``, nothing
 can resolve before ``t0 + min_duration``, and every wake-up before that horizon
 can observe and start its model call at once -- in wall-clock parallel, on
-threads or on asyncio -- while resolutions still apply in timestamp order.
+threads or on asyncio -- while resolutions still apply in timestamp order. On
+the kernel this is a *harvest* event at ``wake + min_duration`` that waits for
+the turn's call and schedules its resolution with the resolution's key; a
+harvest sorts before every entry at its instant.
 The queue order never depends on which call finishes first, so the run is
 bit-identical to one that makes one call at a time (``lookahead=False``).
 """
@@ -34,10 +39,8 @@ import asyncio
 import concurrent.futures as cf
 import functools
 import hashlib
-import heapq
 import json
 import math
-import queue
 import random
 import threading
 import time as _time
@@ -48,6 +51,7 @@ from typing import TYPE_CHECKING, Any, Final, final
 from simulacra._util import did_you_mean
 from simulacra.agents import ActionEvent, ActionSpec, Actor, AgentId, LLMAgent, World
 from simulacra.agents import canonical_line as _canonical_line
+from simulacra.core import NORMAL, Sim
 from simulacra.errors import AgentActionError, CheckpointError, ConfigError, InvalidAction
 from simulacra.rng import SeedTree, as_seed_tree
 
@@ -69,6 +73,12 @@ EVENT_MODES: Final = ("sequential", "threads", "asyncio")
 
 _WAKE: Final = 0
 _RESOLVE: Final = 1
+#: Key priorities on the kernel's queue, at one instant: harvests of calls in
+#: flight first (they schedule resolutions), then scenario changes, then the
+#: engine's entries (the kernel's NORMAL, which its own events also use).
+_HARVEST: Final = -1
+_CHANGE: Final = 0
+_NORMAL: Final = NORMAL
 _TWO_POW_53: Final = 2.0 ** -53
 #: Distinct 64-bit constants separating the counter-based draws by purpose.
 _PURPOSES: Final = {"first": 0x9E3779B97F4A7C15, "wake": 0xD1B54A32D192ED03}
@@ -372,8 +382,14 @@ class EventEngine:
         self._calls = 0
         self._prompt_tokens = 0
         self._completion_tokens = 0
-        # The queue: (time, tiebreak, kind, agent key, n, payload).
-        self._queue: list[tuple[float, int, int, str, int, Any]] = []
+        # The queue is the kernel's: every entry (time, tiebreak, kind, agent key, n,
+        # payload) is an event of this keyed Sim, keyed (NORMAL, "", tiebreak, kind,
+        # agent key, n). _entries holds the entries not yet processed, by identity.
+        self._sim = Sim(ordering="keyed")
+        self._entries: dict[tuple[int, str, int], tuple[float, int, int, str, int, Any]] = {}
+        self._runner: _Runner | None = None
+        self._harvests = 0
+        self._scenario_at: float | None = None
         #: Wake-ups of agents that had used up max_turns, for the next run().
         self._parked: list[tuple[float, int, int, str, int, Any]] = []
         self._now = 0.0
@@ -458,8 +474,119 @@ class EventEngine:
         return -math.log(1.0 - self._uniform(purpose, agent, n)) * self._wake_interval
 
     def _push(self, when: float, kind: int, agent: str, n: int, payload: Any) -> None:
-        heapq.heappush(self._queue, (when, self._tiebreak(kind, agent, n), kind, agent, n,
-                                     payload))
+        self._schedule((when, self._tiebreak(kind, agent, n), kind, agent, n, payload))
+
+    def _schedule(self, entry: tuple[float, int, int, str, int, Any]) -> None:
+        """Put *entry* on the kernel's queue: a wake-up event, or a turn's resolution."""
+        when, tiebreak, kind, agent, n, _ = entry
+        sim = self._sim
+        self._entries[kind, agent, n] = entry
+        event = sim.event()
+        event._ok = True
+        event._value = entry
+        if kind == _WAKE:
+            callbacks = event.callbacks
+            assert callbacks is not None  # noqa: S101  (a fresh event)
+            callbacks.append(self._on_wake)
+        else:  # a resolution read back from a checkpoint: its turn's process waits on it
+            sim.spawn(self._turn(event), name=f"turn {agent} {n}")
+        sim._schedule_keyed(event, when, (_NORMAL, "", tiebreak, kind, agent, n))
+
+    def _schedule_harvest(self, when: float, callback: Callable[..., None]) -> None:
+        """Call *callback* at *when*, before every entry at that time."""
+        event = self._sim.event()
+        event._ok = True
+        event._value = None
+        callbacks = event.callbacks
+        assert callbacks is not None  # noqa: S101  (a fresh event)
+        callbacks.append(callback)
+        self._harvests += 1
+        self._sim._schedule_keyed(event, when, (_HARVEST, "", self._harvests))
+
+    def _schedule_act(self, flight: _Flight, when: float, outcome: tuple[bool, Any, float]
+                      ) -> None:
+        """Schedule a turn's resolution: its act event, keyed as the resolve entry."""
+        spec = flight.spec
+        key = self._book[flight.agent].key
+        entry = (when, self._tiebreak(_RESOLVE, key, spec.step), _RESOLVE, key, spec.step,
+                 (spec, outcome, flight.chain))
+        self._entries[_RESOLVE, key, spec.step] = entry
+        act = flight.act
+        act._ok = True
+        act._value = entry
+        self._sim._schedule_keyed(act, when, (_NORMAL, "", entry[1], _RESOLVE, key, spec.step))
+
+    def _end_turn(self, act: Any) -> None:
+        """End a turn's process with no resolution (a blocking agent's function returned)."""
+        act._ok = True
+        act._value = None
+        self._harvests += 1
+        self._sim._schedule_keyed(act, self._sim.now, (_HARVEST, "r", self._harvests))
+
+    def _turn(self, act: Any) -> Any:
+        """A turn, as a process of the kernel: wait for the resolution, then resolve."""
+        entry = yield act
+        if entry is None:
+            return
+        when, _, _, key, n, (spec, outcome, chain) = entry
+        del self._entries[_RESOLVE, key, n]
+        self._now = when
+        window = self._window(when)
+        if len(self._entries) >= window.queue_max:
+            window.queue_max = len(self._entries) + 1
+        self._resolve(self._by_key[key], when, spec, outcome, chain)
+        self._flush_windows(final=False)
+
+    def _on_wake(self, event: Any) -> None:
+        """A wake-up entry's time has come: start the agent's turn (or coalesce, or park)."""
+        entry = event._value
+        when, _, kind, key, n, payload = entry
+        del self._entries[kind, key, n]
+        self._now = when
+        agent_id = self._by_key[key]
+        window = self._window(when)
+        if len(self._entries) >= window.queue_max:
+            window.queue_max = len(self._entries) + 1
+        reason, chain = payload
+        book = self._book[agent_id]
+        if book.busy:  # coalesce: it wakes again when its turn resolves
+            if book.pending is None or chain > book.pending[1]:
+                book.pending = (reason, chain)
+            return
+        runner = self._runner
+        assert runner is not None  # noqa: S101  (entries run inside run())
+        if not runner.admissible(agent_id):
+            self._parked.append(entry)  # woken again by a later run() with more turns
+            return
+        spec = self._start_turn(agent_id, when, reason)
+        window.wakes += 1
+        # The turn's causal chain: one longer than the event that woke it.
+        runner.start(agent_id, when, spec, chain + 1)
+
+    def _schedule_scenario(self) -> None:
+        """Put the scenario's next change on the queue (before every entry at its time)."""
+        scenario = self._scenario
+        if scenario is None:
+            return
+        at = scenario.next_time()
+        if not math.isfinite(at) or self._scenario_at == at:
+            return
+        self._scenario_at = at
+        self._harvests += 1
+        event = self._sim.event()
+        event._ok = True
+        event._value = None
+        callbacks = event.callbacks
+        assert callbacks is not None  # noqa: S101  (a fresh event)
+        callbacks.append(self._on_scenario)
+        self._sim._schedule_keyed(event, max(at, self._sim.now),
+                                  (_CHANGE, "", self._harvests))
+
+    def _on_scenario(self, _: object) -> None:
+        self._scenario_at = None
+        runner = self._runner
+        self._apply_scenario(math.inf, None if runner is None else runner.pool)
+        self._schedule_scenario()
 
     def _wake(self, agent_id: AgentId, when: float, reason: str, chain: int) -> None:
         book = self._book[agent_id]
@@ -517,19 +644,23 @@ class EventEngine:
         start = _time.perf_counter()
         calls_before = self._calls
         parked, self._parked = self._parked, []
+        now = self._sim.now
         for entry in parked:  # agents that used up an earlier max_turns
             if limit is None or self._book[self._by_key[entry[3]]].turns < limit:
-                heapq.heappush(self._queue, entry)
+                # Woken again now if its time has passed (the clock never goes back).
+                self._schedule((max(entry[0], now), *entry[1:]))
             else:
                 self._parked.append(entry)
         if not self._started:
             self._started = True
             for agent_id in self._ids:
                 self._wake(agent_id, self._pause("first", self._book[agent_id].key, 0), "wake", 0)
-        runner = _Runner(self, limit, horizon)
+        self._schedule_scenario()
+        runner = self._runner = _Runner(self, limit, horizon)
         try:
             runner.loop()
         finally:
+            self._runner = None
             runner.close()
         self._flush_windows(final=True)
         return self._result(_time.perf_counter() - start, self._calls - calls_before)
@@ -716,7 +847,8 @@ class EventEngine:
         """
         return {
             "scheme": EVENTS_SCHEME, "now": self._now, "started": self._started,
-            "queue": list(self._queue), "parked": list(self._parked),
+            "queue": sorted(self._entries.values(), key=lambda entry: entry[:5]),
+            "parked": list(self._parked),
             "book": {book.key: (book.turns, book.wakes, book.busy, book.pending, book.resolved)
                      for book in self._book.values()},
             "agents": {str(agent_id): agent.get_state()
@@ -748,8 +880,12 @@ class EventEngine:
                 f"{len(state['agents'])} saved, {len(self._by_key)} here")
         self._now = state["now"]
         self._started = state["started"]
-        self._queue = list(state["queue"])
-        heapq.heapify(self._queue)
+        self._sim = Sim(ordering="keyed", start=state["now"])
+        self._entries = {}
+        self._harvests = 0
+        self._scenario_at = None
+        for entry in state["queue"]:
+            self._schedule(tuple(entry))
         self._parked = list(state["parked"])
         for key, (turns, wakes, busy, pending, resolved) in state["book"].items():
             book = self._book[self._by_key[key]]
@@ -795,24 +931,39 @@ class EventEngine:
                 f"{self._turns} turns>")
 
 
-class _Runner:
-    """One call of :meth:`EventEngine.run`: the apply loop and the calls in flight.
+class _Flight:
+    """A turn in flight: started at *when*, its outcome not yet scheduled."""
 
-    Finished calls announce themselves on a queue (a future's done callback),
-    so collecting them costs nothing per loop turn; the wake times of the
-    calls in flight sit in a heap, so the lookahead horizon is read in O(1).
+    __slots__ = ("act", "agent", "chain", "future", "op", "outcome", "spec", "when")
+
+    def __init__(self, agent: AgentId, when: float, spec: ActionSpec, chain: int,
+                 act: Any) -> None:
+        self.agent = agent
+        self.when = when
+        self.spec = spec
+        self.chain = chain
+        self.act = act              # the kernel event the turn's process waits on
+        self.future: cf.Future[Any] | None = None
+        self.outcome: Any = None    # (ok, action, duration), once known without a future
+        self.op: Any = None         # a blocking agent's last op: ("call", ...), ("act", ...)
+
+
+class _Runner:
+    """One call of :meth:`EventEngine.run`: the kernel's run loop and the calls in flight.
+
+    Every entry of the engine is a kernel event of the engine's keyed
+    :class:`~simulacra.Sim`: a wake-up is an event whose callback starts the
+    turn, and a turn is a process that waits on its *act* event, scheduled
+    with the resolution's key once its outcome is known. A turn's model call
+    starts on the pool at once; a *harvest* event at ``wake + min_duration``
+    waits for it (nothing can resolve earlier) and schedules the act event.
     """
 
     def __init__(self, engine: EventEngine, limit: int | None, until: float) -> None:
         self.engine = engine
         self.limit = limit
         self.until = until
-        # agent id -> (wake time, spec, chain, future or None when done inline)
-        self.flight: dict[AgentId, tuple[float, ActionSpec, int, cf.Future[Any] | None]] = {}
-        #: (wake time, agent key) of the calls in flight; stale entries are skipped.
-        self.times: list[tuple[float, str]] = []
-        #: (agent id, outcome) of finished calls, in the order they finished.
-        self.done: queue.SimpleQueue[tuple[AgentId, Any]] = queue.SimpleQueue()
+        self.flight: dict[AgentId, _Flight] = {}
         self.pool: cf.ThreadPoolExecutor | None = None
         self.loop_thread: threading.Thread | None = None
         self.aloop: asyncio.AbstractEventLoop | None = None
@@ -827,9 +978,9 @@ class _Runner:
             self.loop_thread.start()
 
     def close(self) -> None:
-        for _, _, _, future in self.flight.values():
-            if future is not None:
-                future.cancel()
+        for flight in self.flight.values():
+            if flight.future is not None:
+                flight.future.cancel()
         if self.pool is not None:
             self.pool.shutdown(wait=True, cancel_futures=True)
         if self.aloop is not None:
@@ -846,18 +997,88 @@ class _Runner:
                 self.loop_thread.join()
             self.aloop.close()
 
-    def _submit(self, agent_id: AgentId, spec: ActionSpec) -> cf.Future[Any] | None:
+    # -- starting and finishing turns ------------------------------------------------------
+
+    def start(self, agent_id: AgentId, when: float, spec: ActionSpec, chain: int) -> None:
+        """Start the turn woken at *when*: its process, then its call (on the pool)."""
         engine = self.engine
-        if self.pool is not None:
-            future: cf.Future[Any] = self.pool.submit(engine._act, agent_id, spec)
+        flights = self.flight
+        while len(flights) >= engine._concurrency:
+            # At the cap: wait for the earliest turn in flight, as a full pool would.
+            oldest = next(iter(flights))
+            self.finish(oldest, flights[oldest])
+        act = engine._sim.event()
+        engine._sim.spawn(engine._turn(act), name=f"turn {engine._book[agent_id].key} "
+                                                     f"{spec.step}")
+        flight = self.flight[agent_id] = _Flight(agent_id, when, spec, chain, act)
+        engine._peak = max(engine._peak, len(self.flight))
+        window = engine._window(when)
+        window.in_flight_max = max(window.in_flight_max, len(self.flight))
+        blocking = engine._blocking.get(agent_id)
+        if blocking is not None:
+            stream = functools.partial(engine._stream, "agent", engine._book[agent_id].key)
+            self._step_blocking(agent_id, flight, functools.partial(
+                blocking.wake, engine._observed, when, spec.step, stream))
+        elif self.pool is not None:
+            flight.future = self.pool.submit(engine._act, agent_id, spec)
         elif self.aloop is not None:
-            future = asyncio.run_coroutine_threadsafe(self._gated(agent_id, spec), self.aloop)
+            flight.future = asyncio.run_coroutine_threadsafe(self._gated(agent_id, spec),
+                                                             self.aloop)
         else:
-            self.done.put((agent_id, engine._act(agent_id, spec)))
-            return None
-        done = self.done
-        future.add_done_callback(lambda f: done.put((agent_id, f)))
-        return future
+            flight.outcome = engine._act(agent_id, spec)
+        if not engine._lookahead or flight.future is None:
+            self.finish(agent_id, flight)  # known now (or one turn at a time, to its end)
+        else:
+            engine._schedule_harvest(when + engine._min, functools.partial(
+                self._harvest, agent_id, flight))
+
+    def _harvest(self, agent_id: AgentId, flight: _Flight, _: object = None) -> None:
+        if self.flight.get(agent_id) is flight:
+            self.finish(agent_id, flight)
+
+    def finish(self, agent_id: AgentId, flight: _Flight) -> None:
+        """Wait for the turn's outcome; schedule its resolution (its act event)."""
+        engine = self.engine
+        blocking = engine._blocking.get(agent_id)
+        if blocking is not None:
+            while flight.op is not None and flight.op[0] == "call":
+                request, site, completion = self._wait(flight)
+                if not isinstance(completion, BaseException):
+                    with engine._lock:
+                        engine._prompt_tokens += completion.prompt_tokens
+                        engine._completion_tokens += completion.completion_tokens
+                    rng = engine._stream("latency", site.agent, site.n)
+                    blocking.extra += engine._latency.duration(request, completion, rng)
+                self._step_blocking(agent_id, flight,
+                                    functools.partial(blocking.deliver, completion))
+            del self.flight[agent_id]
+            kind, value = flight.op
+            duration = max(engine._min, blocking.extra)
+            if kind == "act":
+                engine._schedule_act(flight, flight.when + duration, (True, value, duration))
+            elif kind == "failed":
+                engine._schedule_act(flight, flight.when + duration, (False, value, duration))
+            else:  # the function returned: the agent is retired, with no turn to resolve
+                book = engine._book[agent_id]
+                book.busy = False
+                book.pending = None
+                engine._end_turn(flight.act)
+            return
+        outcome = self._wait(flight) if flight.future is not None else flight.outcome
+        del self.flight[agent_id]
+        engine._schedule_act(flight, flight.when + outcome[2], outcome)
+
+    def finish_all(self) -> None:
+        """At the end of a run: every turn in flight gets its resolution scheduled."""
+        for agent_id in sorted(self.flight, key=lambda a: self.engine._book[a].key):
+            self.finish(agent_id, self.flight[agent_id])
+
+    @staticmethod
+    def _wait(flight: _Flight) -> Any:
+        future, flight.future = flight.future, None
+        if future is None:
+            return flight.outcome
+        return future.result()
 
     async def _gated(self, agent_id: AgentId, spec: ActionSpec) -> tuple[bool, Any, float]:
         if self.gate is None:
@@ -865,80 +1086,25 @@ class _Runner:
         async with self.gate:
             return await self.engine._aact(agent_id, spec)
 
-    def _horizon(self) -> float:
-        """Nothing unknown can resolve before this time (the lookahead)."""
-        times = self.times
-        flight = self.flight
-        by_key = self.engine._by_key
-        while times:
-            when, key = times[0]
-            entry = flight.get(by_key[key])
-            if entry is not None and entry[0] == when:
-                return when + self.engine._min
-            heapq.heappop(times)
-        return math.inf
+    # -- blocking agents -----------------------------------------------------------------
 
-    def _harvest(self, *, block: bool) -> None:
-        """Turn finished calls into resolve entries; with *block*, wait for at least one."""
-        done = self.done
-        if block:
-            items = [done.get()]
-        elif done.empty():
-            return
-        else:
-            items = []
-        while not done.empty():
-            items.append(done.get_nowait())
-        engine = self.engine
-        for agent_id, finished in items:
-            outcome = finished.result() if isinstance(finished, cf.Future) else finished
-            blocking = engine._blocking.get(agent_id)
-            if blocking is not None:  # a model call of a blocking agent: continue it
-                request, site, completion = outcome
-                if not isinstance(completion, BaseException):
-                    with engine._lock:
-                        engine._prompt_tokens += completion.prompt_tokens
-                        engine._completion_tokens += completion.completion_tokens
-                    rng = engine._stream("latency", site.agent, site.n)
-                    blocking.extra += engine._latency.duration(request, completion, rng)
-                self._step_blocking(agent_id, functools.partial(blocking.deliver, completion))
-                continue
-            when, spec, chain, _ = self.flight.pop(agent_id)
-            engine._push(when + outcome[2], _RESOLVE, engine._book[agent_id].key, spec.step,
-                         (spec, outcome, chain))
-
-    def _step_blocking(self, agent_id: AgentId, step: Callable[[], Any]) -> None:
-        """Run a blocking agent to its next blocking call, and do what it asks."""
-        engine = self.engine
-        agent = engine._blocking[agent_id]
-        failure: Exception | None = None
+    def _step_blocking(self, agent_id: AgentId, flight: _Flight,
+                       step: Callable[[], Any]) -> None:
+        """Run a blocking agent to its next blocking call; start that call."""
+        agent = self.engine._blocking[agent_id]
         try:
             kind, value = step()
         except Exception as exc:  # its function raised: the turn fails, the agent retires
-            kind, value, failure = "failed", None, exc
-        when, spec, chain, _ = self.flight[agent_id]
+            kind, value = "failed", exc
+        flight.op = (kind, value)
         if kind == "call":
             from simulacra.llm import CallSite  # noqa: PLC0415  (lazy: layer-1 import)
 
             site = CallSite(str(agent_id), agent.calls)
             agent.calls += 1
-            future = self._submit_call(agent_id, value, site)
-            self.flight[agent_id] = (when, spec, chain, future)
-            return
-        del self.flight[agent_id]
-        book = engine._book[agent_id]
-        duration = max(engine._min, agent.extra)
-        if kind == "act":
-            engine._push(when + duration, _RESOLVE, book.key, spec.step,
-                         (spec, (True, value, duration), chain))
-        elif kind == "failed":
-            engine._push(when + duration, _RESOLVE, book.key, spec.step,
-                         (spec, (False, failure, duration), chain))
-        else:  # the function returned: the agent is retired, with no turn to resolve
-            book.busy = False
-            book.pending = None
+            self._submit_call(flight, value, site)
 
-    def _submit_call(self, agent_id: AgentId, request: Any, site: Any) -> cf.Future[Any] | None:
+    def _submit_call(self, flight: _Flight, request: Any, site: Any) -> None:
         model = self.engine._model
 
         def call() -> tuple[Any, Any, Any]:
@@ -960,96 +1126,27 @@ class _Runner:
         with self.engine._lock:
             self.engine._calls += 1
         if self.pool is not None:
-            future: cf.Future[Any] = self.pool.submit(call)
+            flight.future = self.pool.submit(call)
         elif self.aloop is not None:
-            future = asyncio.run_coroutine_threadsafe(acall(), self.aloop)
+            flight.future = asyncio.run_coroutine_threadsafe(acall(), self.aloop)
         else:
-            self.done.put((agent_id, call()))
-            return None
-        done = self.done
-        future.add_done_callback(lambda f: done.put((agent_id, f)))
-        return future
+            flight.future, flight.outcome = None, call()
 
-    def _admissible(self, agent_id: AgentId) -> bool:
+    def admissible(self, agent_id: AgentId) -> bool:
         return self.limit is None or self.engine._book[agent_id].turns < self.limit
 
     def loop(self) -> None:
-        engine = self.engine
-        queue_ = engine._queue
-        lookahead = engine._lookahead
-        cap = engine._concurrency
-        flight = self.flight
-        by_key = engine._by_key
-        books = engine._book
+        """Process the kernel's events up to *until*; then schedule what is in flight."""
+        sim = self.engine._sim
         until = self.until
-        scenario = engine._scenario
+        step = sim.step
+        peek = sim.peek
         while True:
-            if flight:
-                self._harvest(block=False)
-            if scenario is not None:
-                at = scenario.next_time()
-                if at <= until and (not queue_ or at <= queue_[0][0]):
-                    # A change goes before every entry at its time, once nothing in
-                    # flight can resolve before it (the lookahead's rule).
-                    if flight and at >= self._horizon():
-                        self._harvest(block=True)
-                        continue
-                    engine._apply_scenario(until, self.pool)
-                    continue
-            if not queue_:
-                if not flight:
-                    return
-                self._harvest(block=True)
-                continue
-            head = queue_[0]
-            if head[0] > until:  # stop here; what is in flight resolves later
-                if not flight:
-                    return
-                self._harvest(block=True)
-                continue
-            if flight and (head[0] >= self._horizon() or (head[2] == _WAKE
-                                                          and len(flight) >= cap)):
-                self._harvest(block=True)
-                continue
-            entry = heapq.heappop(queue_)
-            when, _, kind, key, _, payload = entry
-            engine._now = when
-            agent_id = by_key[key]
-            window = engine._window(when)
-            if len(queue_) >= window.queue_max:
-                window.queue_max = len(queue_) + 1
-            if kind == _RESOLVE:
-                spec, outcome, chain = payload
-                engine._resolve(agent_id, when, spec, outcome, chain)
-                engine._flush_windows(final=False)
-                continue
-            reason, chain = payload
-            book = books[agent_id]
-            if book.busy:  # coalesce: it wakes again when its turn resolves
-                if book.pending is None or chain > book.pending[1]:
-                    book.pending = (reason, chain)
-                continue
-            if self.limit is not None and book.turns >= self.limit:
-                engine._parked.append(entry)  # woken again by a later run() with more turns
-                continue
-            spec = engine._start_turn(agent_id, when, reason)
-            window.wakes += 1
-            # The turn's causal chain: one longer than the event that woke it.
-            flight[agent_id] = (when, spec, chain + 1, None)
-            heapq.heappush(self.times, (when, key))
-            blocking = engine._blocking.get(agent_id)
-            if blocking is not None:
-                stream = functools.partial(engine._stream, "agent", key)
-                self._step_blocking(agent_id, functools.partial(
-                    blocking.wake, engine._observed, when, spec.step, stream))
-            else:
-                future = self._submit(agent_id, spec)
-                if future is not None:
-                    flight[agent_id] = (when, spec, chain + 1, future)
-            engine._peak = max(engine._peak, len(flight))
-            window.in_flight_max = max(window.in_flight_max, len(flight))
-            while not lookahead and flight:  # one turn at a time, to its end
-                self._harvest(block=True)
+            when = peek()
+            if when > until or when == math.inf:
+                break
+            step()
+        self.finish_all()
 
 
 # -- the run-config seam: ``sim.engine.step.built_in: async_event`` --------------------------
