@@ -24,7 +24,8 @@ def runs(tmp_path: Path) -> Path:
     return copy
 
 
-@pytest.mark.parametrize("engine", ["round", "async_event"])
+@pytest.mark.parametrize("engine", ["round", "async_event", "event_scenario",
+                                    "event_asyncio_reactive", "event_max_turns"])
 def test_a_v1_run_directory_replays_to_its_digest(
         runs: Path, engine: str, capsys: pytest.CaptureFixture[str]) -> None:
     written = (runs / engine / "digest.txt").read_text().split()[0]
