@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
+import sqlite3
 import sys
 import time
 from collections.abc import Sequence
@@ -47,16 +48,21 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python examples/clinic",
         description="A walk-in clinic whose patients are LLM agents on the kernel's clock.")
-    parser.add_argument("--patients", type=int, default=defaults.patients)
-    parser.add_argument("--doctors", type=int, default=defaults.doctors)
-    parser.add_argument("--seed", type=int, default=defaults.seed)
+    parser.add_argument("--patients", type=int, default=defaults.patients,
+                        help=f"patients who arrive (default {defaults.patients})")
+    parser.add_argument("--doctors", type=int, default=defaults.doctors,
+                        help=f"doctors seeing patients at once (default {defaults.doctors})")
+    parser.add_argument("--seed", type=int, default=defaults.seed,
+                        help=f"the master seed (default {defaults.seed})")
     parser.add_argument("--mode", choices=KERNEL_AGENT_MODES, default="sequential",
                         help="where model calls run (the result is the same)")
     parser.add_argument("--concurrency", type=int, default=16,
                         help="model calls in flight at once (threads, asyncio)")
     parser.add_argument("--base-url", help="an OpenAI-compatible server, e.g. "
                         "http://127.0.0.1:8080/v1 (default: the scripted model)")
-    parser.add_argument("--model", default=None, help="the server's model name")
+    parser.add_argument("--model", default=None,
+                        help="the server's model name (with --base-url; it must be listed at "
+                        "/v1/models)")
     parser.add_argument("--record", type=Path, help="keep every completion in this file")
     parser.add_argument("--replay", type=Path, help="answer every call from this file")
     return parser
@@ -65,9 +71,16 @@ def _parser() -> argparse.ArgumentParser:
 def _model(args: argparse.Namespace, params: Params) -> tuple[Any, RecordingStore | None]:
     if args.replay is not None and (args.record is not None or args.base_url):
         raise SimError("--replay answers from a file: it takes no --record or --base-url")
+    if args.model and not args.base_url:
+        raise SimError("--model names a server's model: give --base-url too (the scripted "
+                       "model needs no name)")
     if args.replay is not None:
+        if args.replay.is_dir():
+            raise SimError(f"--replay {args.replay}: a directory, not a recordings file")
         if not args.replay.is_file():
             raise SimError(f"--replay {args.replay}: no such recordings file")
+        if args.replay.stat().st_size == 0:
+            raise SimError(f"--replay {args.replay}: the file is empty (no recordings)")
         store = RecordingStore(args.replay, readonly=True)
         return ReplayModel(store), store
     if args.base_url:
@@ -76,7 +89,7 @@ def _model(args: argparse.Namespace, params: Params) -> tuple[Any, RecordingStor
         if importlib.util.find_spec("httpx") is None:
             raise SimError("--base-url needs the httpx package: python -m pip install '.[llm]'")
         # Before the first patient: a run whose calls all fail is not a clinic that ran.
-        check_server(args.base_url, args.model, names=("--base-url", "--model"))
+        check_server(args.base_url, args.model, names=("--base-url", "--model"), strict=True)
         inner: Any = OpenAICompatible(args.base_url, args.model, max_retries=2)
     else:
         inner = scripted_model(params.seed)
@@ -100,8 +113,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             if store is not None:
                 store.close()
         wall = time.perf_counter() - started
-    except (SimError, OSError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
+    except (SimError, OSError, sqlite3.DatabaseError) as exc:
+        what = f"{args.replay or args.record}: damaged recordings file ({exc})" if isinstance(
+            exc, sqlite3.DatabaseError) else str(exc)
+        print(f"error: {what}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         kept = f"; the completions recorded so far are in {args.record}" if args.record else ""

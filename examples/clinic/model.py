@@ -34,6 +34,7 @@ from simulacra.llm import (
     Completion,
     CompletionRequest,
     LanguageModel,
+    LatencyModel,
     ScriptedModel,
     ScriptedRule,
     default_rules,
@@ -54,6 +55,10 @@ SCHEMA: dict[str, Any] = {
     "required": ["decision", "say"],
 }
 _SCHEMA_JSON = json.dumps(SCHEMA, sort_keys=True, separators=(",", ":"))
+#: The clinic's clock counts minutes, and LatencyModel's numbers are in the Sim's
+#: unit: a reply takes 2-10 s of a patient's time (0.03-0.17 min), never under 1 s.
+LATENCY = LatencyModel(base=0.5 / 60, prefill_per_token=0.002 / 60,
+                       decode_per_token=0.03 / 60, noise_sigma=0.2, min_duration=1.0 / 60)
 _MARKER = "CLINIC WAITING ROOM"
 
 
@@ -246,7 +251,7 @@ def run(params: Params | None = None, *, model: LanguageModel | None = None,
     sim = Sim(seed=params.seed, ordering="keyed", trace=True)
     clinic = Clinic(sim, params, Resource(sim, capacity=params.doctors))
     with LLMRuntime(sim, model if model is not None else scripted_model(params.seed),
-                    mode=mode, concurrency=concurrency) as llm:
+                    latency=LATENCY, mode=mode, concurrency=concurrency) as llm:
         sim.spawn(arrivals, clinic, llm, name="door")
         sim.spawn(nurse, clinic, name="nurse")
         sim.run()

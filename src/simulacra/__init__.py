@@ -190,6 +190,8 @@ if TYPE_CHECKING:  # the type checker sees every name; at run time they load laz
     from .scenarios import load_scenario as load_scenario
     from .scenarios import load_scenarios as load_scenarios
     from .societies import EventEngine as EventEngine
+    from .societies import LLMContext as LLMContext
+    from .societies import LLMRuntime as LLMRuntime
     from .societies import EventResult as EventResult
     from .societies import ReplayReport as ReplayReport
     from .societies import RoundEngine as RoundEngine
@@ -274,7 +276,7 @@ __all__ = [
     "ReplayMiss", "RecordingError", "RunStopped",
     # LLM agent societies: worlds, observe/act agents, the round-based engine, runs
     "World", "LLMAgent", "ActionSpec", "ActionEvent", "RoundEngine", "RoundResult", "StepReport",
-    "AgentMemory", "EventEngine", "EventResult", "WindowReport",
+    "AgentMemory", "EventEngine", "EventResult", "WindowReport", "LLMRuntime", "LLMContext",
     "RunConfig", "load_config", "run_society", "resume_society", "replay_run", "SocietyRun",
     "preflight_provider", "RunControl",
     "ReplayReport",
@@ -298,6 +300,8 @@ _LAZY: dict[str, str] = {
     "ReplayReport": ".societies",
     "RoundEngine": ".societies",
     "EventEngine": ".societies",
+    "LLMRuntime": ".societies",
+    "LLMContext": ".societies",
     "EventResult": ".societies",
     "WindowReport": ".societies",
     "RoundResult": ".societies",

@@ -494,3 +494,164 @@ def test_latency_draws_are_uniform_enough() -> None:
         buckets[int(value * 10)] += 1
     assert min(buckets) > 1_800
     assert max(buckets) < 2_200
+
+
+# -- found by a stranger ------------------------------------------------------------------
+
+def test_an_agent_may_have_several_processes_spawned_at_once() -> None:
+    def visit(sim: Sim, ctx: Any, room: str) -> Any:
+        reply = yield ctx.complete(CompletionRequest.chat(f"{ctx.agent} in {room}"))
+        ctx.record("visited", [room, reply.text[:8]])
+
+    traces = []
+    for mode, concurrency in MODES:
+        sim = Sim(seed=2, ordering="keyed", trace=True)
+        with LLMRuntime(sim, ScriptedModel(seed=2), mode=mode, concurrency=concurrency) as llm:
+            names = [llm.spawn(visit, room, agent="ann").who for room in ("a", "b", "c")]
+            sim.run()
+        assert names == ["ann", "ann#2", "ann#3"]
+        assert llm.context("ann").calls == 3
+        traces.append(sim.trace_records)
+    assert all(first_divergence(traces[0], other) is None for other in traces[1:])
+    sim = Sim(ordering="keyed")
+    llm = LLMRuntime(sim, ScriptedModel())
+    llm.spawn(visit, "a", agent="bob")
+    llm.spawn(visit, "b", agent="bob")
+    with pytest.raises(ConfigError, match="'bob#2' exists already"):
+        llm.spawn(visit, "c", agent="bob#2")
+
+
+@pytest.mark.parametrize("mode", ["sequential", "threads", "asyncio"])
+def test_a_closed_runtime_stops_a_run_with_one_error_in_every_mode(mode: str) -> None:
+    def asker(sim: Sim, ctx: Any) -> Any:
+        for turn in range(5):
+            yield sim.delay(1.0)
+            yield ctx.complete(CompletionRequest.chat(f"turn {turn}"))
+
+    sim = Sim(seed=0, ordering="keyed")
+    with LLMRuntime(sim, ScriptedModel(), mode=mode) as llm:
+        llm.spawn(asker, agent="ann")
+        sim.run(until=1.05)  # the first call is in flight (or scheduled) now
+    with pytest.raises(ConfigError, match="LLMRuntime was closed"):
+        sim.run(until=20)
+
+
+def test_closing_an_asyncio_runtime_leaves_no_pending_task() -> None:
+    script = """
+import time
+from simulacra import Sim
+from simulacra.llm import CompletionRequest, ScriptedModel
+from simulacra.societies import LLMRuntime
+
+class Slow:
+    inner = ScriptedModel()
+    def complete(self, request, *, site=None):
+        return self.inner.complete(request, site=site)
+    async def acomplete(self, request, *, site=None):
+        import asyncio
+        await asyncio.sleep(5)
+        return self.inner.complete(request, site=site)
+
+def asker(sim, ctx):
+    yield ctx.complete(CompletionRequest.chat(ctx.agent))
+
+sim = Sim(ordering="keyed")
+with LLMRuntime(sim, Slow(), mode="asyncio", concurrency=4) as llm:
+    for i in range(20):
+        llm.spawn(asker, agent=f"a{i}")
+    sim.run(until=0.01)
+print("closed")
+"""
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+    done = subprocess.run([sys.executable, "-W", "error::RuntimeWarning", "-c", script],
+                          env=env, capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "closed"
+    assert "Task was destroyed" not in done.stderr
+    assert "never awaited" not in done.stderr
+
+
+@pytest.mark.parametrize("mode", ["sequential", "threads"])
+def test_a_model_that_returns_no_completion_is_named(mode: str) -> None:
+    class Words:
+        def complete(self, request: CompletionRequest, *, site: Any = None) -> str:
+            return "leave"
+
+    def asker(sim: Sim, ctx: Any) -> Any:
+        yield ctx.complete(CompletionRequest.chat("stay?"))
+
+    sim = Sim(ordering="keyed")
+    with LLMRuntime(sim, Words(), mode=mode) as llm:  # type: ignore[arg-type]
+        llm.spawn(asker, agent="ann")
+        with pytest.raises(ConfigError, match=r"agent 'ann', call 0: the model Words returned "
+                                              r"'leave' \(a str\)"):
+            sim.run()
+    with pytest.raises(ConfigError, match="got the class ScriptedModel; pass an instance"):
+        LLMRuntime(Sim(ordering="keyed"), ScriptedModel)  # type: ignore[arg-type]
+
+
+def test_calls_read_the_same_in_every_mode_at_any_cut() -> None:
+    def asker(sim: Sim, ctx: Any) -> Any:
+        for turn in range(4):
+            yield ctx.complete(CompletionRequest.chat(f"{ctx.agent} {turn}"))
+            yield sim.delay(0.05)
+
+    counts = set()
+    for mode, concurrency in MODES:
+        sim = Sim(seed=5, ordering="keyed")
+        seen = []
+        with LLMRuntime(sim, ScriptedModel(seed=5), mode=mode, concurrency=concurrency) as llm:
+            for index in range(6):
+                llm.spawn(asker, agent=f"a{index}")
+            for cut in (0.05, 0.3, 0.7, 1.5, 100.0):
+                sim.run(until=cut)
+                seen.append((llm.calls, llm.tokens))
+        counts.add(tuple(seen))
+    assert len(counts) == 1
+    assert next(iter(counts))[-1][0] == 24
+
+
+def test_the_clinic_refuses_a_server_that_is_not_openai_compatible(tmp_path: Path) -> None:
+    import http.server
+    import threading
+
+    (tmp_path / "index.html").write_text("<html><body>hello</body></html>\n")
+    handler = lambda *a: http.server.SimpleHTTPRequestHandler(  # noqa: E731
+        *a, directory=str(tmp_path))
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        done = _script("--base-url", f"http://127.0.0.1:{server.server_port}/v1",
+                       "--model", "m", "--patients", "3")
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert done.stderr.strip().count("\n") == 0, done.stderr
+    assert "without an OpenAI-style model list" in done.stderr
+
+
+def test_the_clinic_refuses_a_model_name_without_a_server_and_damaged_recordings(
+        tmp_path: Path) -> None:
+    done = _script("--model", "foo")
+    assert done.returncode == 2
+    assert "--model names a server's model" in done.stderr
+    record = tmp_path / "rec.sqlite"
+    assert _script("--record", str(record), "--patients", "60").returncode == 0
+    data = bytearray(record.read_bytes())
+    for offset in range(4096, len(data), 4096):  # every page but the header: garbage
+        data[offset:offset + 64] = os.urandom(64)
+    record.write_bytes(bytes(data))
+    done = _script("--replay", str(record), "--patients", "60")
+    assert done.returncode in (0, 2), done.stderr
+    if done.returncode == 2:
+        assert done.stderr.startswith("error: ")
+        assert done.stderr.strip().count("\n") == 0, done.stderr
+    empty = tmp_path / "empty.sqlite"
+    empty.write_bytes(b"")
+    done = _script("--replay", str(empty))
+    assert done.returncode == 2
+    assert "the file is empty" in done.stderr
+    done = _script("--replay", str(tmp_path))
+    assert "a directory, not a recordings file" in done.stderr

@@ -626,7 +626,8 @@ class OpenAICompatible:
                     ),
                 )
         reason = f"HTTP {status} {response.reason_phrase}".rstrip()
-        snippet = response.text[:300]
+        # One line: an error page (HTML) would otherwise spill over many.
+        snippet = " ".join(response.text[:300].split())
         retryable = status == 429 or status >= 500
         if not retryable:
             return (

@@ -48,6 +48,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures as cf
+import functools
 import hashlib
 import random
 import threading
@@ -120,6 +121,13 @@ def _describe(value: object) -> str:
     return f"{text} (a {type(value).__name__})"
 
 
+async def _drain() -> None:
+    """Wait for every other task of the running loop to finish (they were cancelled)."""
+    current = asyncio.current_task()
+    tasks = [task for task in asyncio.all_tasks() if task is not current]
+    await asyncio.gather(*tasks, return_exceptions=True)
+
+
 @final
 class LLMContext:
     """What an LLM agent process holds: its id, its Sim, and its model calls.
@@ -129,12 +137,13 @@ class LLMContext:
         calls: The model calls this agent has made so far (the next call's ``n``).
     """
 
-    __slots__ = ("_runtime", "_salt", "agent", "calls")
+    __slots__ = ("_processes", "_runtime", "_salt", "agent", "calls")
 
     def __init__(self, runtime: LLMRuntime, agent: str) -> None:
         self._runtime = runtime
         self.agent = agent
         self.calls = 0
+        self._processes = 0
         #: The seed of this agent's latency draws: a keyed BLAKE2b of the Sim's
         #: seed and the agent id; call n draws from Random(mix64(salt ^ n)).
         self._salt = int.from_bytes(hashlib.blake2b(
@@ -196,18 +205,20 @@ class LLMRuntime:
 
     __slots__ = (
         "_calls",
+        "_closed",
         "_completion_tokens",
         "_concurrency",
         "_contexts",
         "_harvests",
+        "_inflight",
         "_key",
         "_latency",
-        "_lock",
         "_loop",
         "_loop_thread",
         "_min",
         "_mode",
         "_model",
+        "_names",
         "_pool",
         "_prompt_tokens",
         "_semaphore",
@@ -224,6 +235,9 @@ class LLMRuntime:
                 "LLMRuntime needs Sim(ordering='keyed'): its model calls complete at "
                 "keys reserved when they are made, so the trace is the same at every "
                 "mode and concurrency; this Sim orders ties fifo")
+        if isinstance(model, type):
+            raise ConfigError(f"LLMRuntime(model=...): got the class {model.__name__}; pass an "
+                              f"instance ({model.__name__}(...))")
         if not callable(getattr(model, "complete", None)):
             raise ConfigError(f"LLMRuntime(model=...): expected a language model with "
                               f"complete(request, site=...), got {type(model).__name__}")
@@ -251,7 +265,9 @@ class LLMRuntime:
         self._contexts: dict[str, LLMContext] = {}
         self._calls = self._prompt_tokens = self._completion_tokens = 0
         self._harvests = 0
-        self._lock = threading.Lock()
+        self._closed = False
+        self._names: set[str] = set()
+        self._inflight: set[cf.Future[Any]] = set()
         self._pool: cf.ThreadPoolExecutor | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._loop_thread: threading.Thread | None = None
@@ -284,7 +300,8 @@ class LLMRuntime:
         """Start ``fn(sim, ctx, *args, **kwargs)`` as the process of *agent*.
 
         The process is named *agent* (so it is who the trace names, and its
-        keyed identity does not depend on spawn order). Everything it yields
+        keyed identity does not depend on spawn order); an agent's second and
+        later processes are named ``agent#2``, ``agent#3``... Everything it yields
         is checked: a value that is not an event of this Sim stops the run
         with one error naming the agent, the time, its calls so far and what
         it yielded.
@@ -301,7 +318,17 @@ class LLMRuntime:
                 f"LLMRuntime.spawn: {getattr(fn, '__name__', fn)!r} for agent {agent!r} "
                 f"returned {_describe(body)}; expected a generator (a function that yields "
                 "events)")
-        return self.sim.spawn(self._guard(ctx, body), name=agent)
+        ctx._processes += 1
+        # The agent's first process is named after it; later ones agent#2, agent#3...
+        # (keyed order needs a name per process).
+        name = agent if ctx._processes == 1 else f"{agent}#{ctx._processes}"
+        if name in self._names:
+            body.close()
+            raise ConfigError(
+                f"LLMRuntime.spawn: a process named {name!r} exists already (agent {agent!r}'s "
+                f"process #{ctx._processes} takes that name); choose agent ids without '#'")
+        self._names.add(name)
+        return self.sim.spawn(self._guard(ctx, body), name=name)
 
     def _guard(self, ctx: LLMContext, body: Generator[Any, Any, Any]) -> Generator[Any, Any, Any]:
         """Forward *body*'s yields to the kernel, refusing anything that is not this Sim's event."""
@@ -335,6 +362,10 @@ class LLMRuntime:
     # -- calls ----------------------------------------------------------------------------
 
     def _call(self, ctx: LLMContext, request: CompletionRequest) -> Event[Completion]:
+        if self._closed:
+            raise ConfigError(
+                f"agent {ctx.agent!r}: ctx.complete() after the LLMRuntime was closed; run the "
+                "Sim inside `with LLMRuntime(...):`")
         if not isinstance(request, _llm.CompletionRequest):
             raise ConfigError(
                 f"agent {ctx.agent!r}: ctx.complete() takes a CompletionRequest "
@@ -350,7 +381,7 @@ class LLMRuntime:
         payload: dict[str, Any] = {"n": site.n, "request": request.key()}
         callbacks = done.callbacks
         assert callbacks is not None  # noqa: S101  (a fresh event)
-        callbacks.append(lambda _: sim.record("llm", site.agent, payload))
+        callbacks.append(functools.partial(self._delivered, site.agent, payload))
         if self._mode == "sequential":
             try:
                 outcome: tuple[bool, Any] = (True, self._model.complete(request, site=site))
@@ -360,14 +391,20 @@ class LLMRuntime:
                          payload=payload)
             return done
         future = self._submit(request, site)
+        self._inflight.add(future)
+        future.add_done_callback(self._inflight.discard)
         harvest: Event[None] = sim.event()
         harvest._ok = True
         harvest._value = None
 
         def collect(_: Event[None]) -> None:
+            if future.cancelled() or (self._closed and not future.done()):
+                raise ConfigError(
+                    f"agent {ctx.agent!r}: its model call {site.n} was in flight when the "
+                    "LLMRuntime was closed; run the Sim inside `with LLMRuntime(...):`")
             try:
                 result: tuple[bool, Any] = (True, future.result())
-            except Exception as exc:
+            except Exception as exc:  # delivered into the agent
                 result = (False, exc)
             self._finish(done, request, site, start=start, key=key, outcome=result,
                          payload=payload)
@@ -386,12 +423,13 @@ class LLMRuntime:
         sim = self.sim
         if ok:
             completion: Completion = value
+            if not isinstance(completion, _llm.Completion):
+                raise ConfigError(
+                    f"agent {site.agent!r}, call {site.n}: the model "
+                    f"{type(self._model).__name__} returned {_describe(completion)}; expected "
+                    "a simulacra.llm.Completion")
             rng = self._latency_rng(site.agent, site.n)
             duration = max(self._min, float(self._latency.duration(request, completion, rng)))
-            with self._lock:
-                self._calls += 1
-                self._prompt_tokens += completion.prompt_tokens
-                self._completion_tokens += completion.completion_tokens
             payload["latency"] = duration
             payload["tokens"] = [completion.prompt_tokens, completion.completion_tokens]
             done._ok = True
@@ -402,6 +440,18 @@ class LLMRuntime:
             done._ok = False
             done._value = value
         sim._schedule_keyed(done, start + duration, key)
+
+    def _delivered(self, agent: str, payload: dict[str, Any], event: Event[Any]) -> None:
+        """A call's completion event is processed: count it, and write its trace record.
+
+        Counting here, in virtual time, makes :attr:`calls` the same in every mode.
+        """
+        if event._ok:
+            completion = event._value
+            self._calls += 1
+            self._prompt_tokens += completion.prompt_tokens
+            self._completion_tokens += completion.completion_tokens
+        self.sim.record("llm", agent, payload)
 
     def _latency_rng(self, agent: str, n: int) -> random.Random:
         """The stream call *n* of *agent* draws its latency noise from (a pure function)."""
@@ -446,7 +496,11 @@ class LLMRuntime:
 
     @property
     def calls(self) -> int:
-        """Model calls answered so far (a failed call is not counted)."""
+        """Model calls answered so far, counted when the agent gets the reply.
+
+        Counted in virtual time, so the count is the same in every mode; a
+        failed call is not counted.
+        """
         return self._calls
 
     @property
@@ -460,13 +514,23 @@ class LLMRuntime:
         return iter(self._contexts)
 
     def close(self) -> None:
-        """Stop the pool or event loop (calls still running are waited for, not lost)."""
+        """Stop the pool or event loop; no call can be made after it.
+
+        Calls not started yet are cancelled; on threads, calls running are
+        waited for; on asyncio they are cancelled. A Sim run on afterwards
+        stops with one error at the first call that was left in flight.
+        """
+        self._closed = True
         pool, self._pool = self._pool, None
         if pool is not None:
             pool.shutdown(wait=True, cancel_futures=True)
         loop, thread = self._loop, self._loop_thread
         self._loop = self._loop_thread = None
         if loop is not None and thread is not None:
+            for future in list(self._inflight):
+                future.cancel()
+            # Let the cancelled tasks finish on the loop, so none is destroyed pending.
+            asyncio.run_coroutine_threadsafe(_drain(), loop).result()
             # A model that keeps a client per event loop (OpenAICompatible, also
             # behind wrappers) closes this loop's client before the loop goes.
             release = getattr(self._model, "aclose_loop", None)

@@ -75,14 +75,14 @@ def preflight(config: RunConfig) -> None:
 
 
 def check_server(base_url: str, model: str, *, api_key_env: str = "OPENAI_API_KEY",
-                 timeout: float = 10.0,
-                 names: tuple[str, str] = ("base_url", "model")) -> None:
+                 timeout: float = 10.0, names: tuple[str, str] = ("base_url", "model"),
+                 strict: bool = False) -> None:
     """Check that the OpenAI-compatible server at *base_url* answers and lists *model*.
 
     ``GET {base_url}/models``, the key (if any) from ``$api_key_env``. A
-    server without a model list (404, or not an OpenAI-style list) passes:
-    the first call will tell. *names* are how the caller's settings are
-    called in the messages.
+    server without a model list (404, or not an OpenAI-style list) passes
+    unless *strict*: the first call will tell. *names* are how the caller's
+    settings are called in the messages.
 
     Raises:
         ProviderUnavailable: The server does not answer, refuses the
@@ -108,15 +108,25 @@ def check_server(base_url: str, model: str, *, api_key_env: str = "OPENAI_API_KE
             f"preflight: GET {url} answered HTTP {status}: the server refused the credentials "
             f"(the key is read from ${api_key_env}, which is "
             f"{'set' if key else 'not set'})")
+    not_openai = (f"preflight: GET {url} answered HTTP {status} without an OpenAI-style model "
+                  f"list: is {url_name}={base_url!r} an OpenAI-compatible server (vLLM, "
+                  "llama.cpp's server, Ollama)?")
     if status == 404:
+        if strict:
+            raise ProviderUnavailable(not_openai)
         return  # a server without a model list: the first call will tell
     if status != 200:
         raise ProviderUnavailable(f"preflight: GET {url} answered HTTP {status}: "
-                                  f"{response.text[:200]}")
+                                  f"{' '.join(response.text[:200].split())}")
     try:
         listed = [str(item["id"]) for item in response.json()["data"]]
     except (ValueError, KeyError, TypeError):
+        if strict:
+            raise ProviderUnavailable(not_openai) from None
         return  # not an OpenAI-style list: do not guess
+    if strict and not listed:
+        raise ProviderUnavailable(f"preflight: the server at {base_url} lists no model "
+                                  f"({url} answered an empty list)")
     if listed and model not in listed:
         shown = ", ".join(repr(m) for m in listed[:8]) + (", ..." if len(listed) > 8 else "")
         raise ProviderUnavailable(
