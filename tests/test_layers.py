@@ -35,7 +35,7 @@ TIERS: tuple[tuple[int, frozenset[str]], ...] = (
     (3, frozenset({"agents"})),
     (4, frozenset({"parallel"})),
     (5, frozenset({"backends", "societies"})),
-    (6, frozenset({"distributed", "testing"})),
+    (6, frozenset({"distributed"})),
     (7, frozenset({"cli", "report"})),
     (7, frozenset({"__main__"})),  # `python -m simulacra` runs the cli
 )
