@@ -56,7 +56,14 @@ from simulacra.errors import AgentActionError, CheckpointError, ConfigError, Inv
 from simulacra.rng import SeedTree, as_seed_tree
 
 from ._events_blocking import BlockingAgent
-from ._rounds import _check_int, agents_digest, canonical_mode, deprecated_count, index_agents
+from ._rounds import (
+    _check_int,
+    agents_digest,
+    canonical_mode,
+    check_latency,
+    deprecated_count,
+    index_agents,
+)
 from ._scenario import call_in_order, call_on_pool
 
 if TYPE_CHECKING:
@@ -326,18 +333,7 @@ class EventEngine:
         self._wake_interval = _check_float("wake_interval", wake_interval, positive=True)
         self._reaction = _check_float("reaction_delay", reaction_delay, positive=False)
         self._width = _check_float("window", window, positive=True)
-        if latency is None:
-            from simulacra.llm import LatencyModel  # noqa: PLC0415  (lazy: layer-1 import)
-
-            latency = LatencyModel()
-        minimum = getattr(latency, "min_duration", None)
-        if not callable(getattr(latency, "duration", None)) or not (
-                isinstance(minimum, int | float) and minimum > 0):
-            raise ConfigError(
-                "latency must have duration(request, completion, rng) and a min_duration > 0 "
-                f"(the lookahead), got {latency!r}")
-        self._latency = latency
-        self._min = float(minimum)
+        self._latency, self._min = check_latency(latency)
         self._world = world
         self._mode = mode
         for name, flag in (("lookahead", lookahead), ("fail_fast", fail_fast)):

@@ -59,7 +59,7 @@ import simulacra.llm as _llm
 from simulacra.core import Event, Process, Sim
 from simulacra.errors import ConfigError, ForeignEvent, NotAnEvent
 
-from ._rounds import _check_int, canonical_mode
+from ._rounds import _check_int, canonical_mode, check_latency
 
 if TYPE_CHECKING:
     from simulacra.llm import Completion, CompletionRequest, LanguageModel
@@ -246,20 +246,11 @@ class LLMRuntime:
             raise ConfigError(f"LLMRuntime(mode=...): expected one of "
                               f"{', '.join(KERNEL_AGENT_MODES)}, got {mode!r}")
         self._concurrency = _check_int("concurrency", concurrency, 1)
-        if latency is None:
-            from simulacra.llm import LatencyModel  # noqa: PLC0415  (lazy: layer-1 import)
-
-            latency = LatencyModel()
-        minimum = getattr(latency, "min_duration", None)
-        if not callable(getattr(latency, "duration", None)) or not (
-                isinstance(minimum, int | float) and minimum > 0):
-            raise ConfigError(
-                "LLMRuntime(latency=...): expected duration(request, completion, rng) and a "
-                f"min_duration > 0 (the lookahead), got {latency!r}")
+        latency, minimum = check_latency(latency, "LLMRuntime(latency=...)")
         self.sim = sim
         self._model = model
         self._latency = latency
-        self._min = float(minimum)
+        self._min = minimum
         self._mode = mode
         self._key = sim.seed.child("simulacra.societies.kernel_agents").seed.to_bytes(16, "big")
         self._contexts: dict[str, LLMContext] = {}
