@@ -41,3 +41,19 @@ def test_agents_digest_is_the_hash_of_each_agents_line() -> None:
     for agent_id, agent in agents.items():
         h.update(_line([agent_id, "_Agent", agent.get_state()]))
     assert agents_digest("scheme", agents) == h.hexdigest()
+
+
+def test_the_collector_is_paused_for_the_digests_and_left_as_it_was() -> None:
+    import gc
+
+    from simulacra.societies._rounds import gc_paused
+
+    was = gc.isenabled()
+    try:
+        for before in (True, False):
+            (gc.enable if before else gc.disable)()
+            with gc_paused():
+                assert not gc.isenabled()
+            assert gc.isenabled() is before
+    finally:
+        (gc.enable if was else gc.disable)()
