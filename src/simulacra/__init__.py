@@ -190,9 +190,9 @@ if TYPE_CHECKING:  # the type checker sees every name; at run time they load laz
     from .scenarios import load_scenario as load_scenario
     from .scenarios import load_scenarios as load_scenarios
     from .societies import EventEngine as EventEngine
+    from .societies import EventResult as EventResult
     from .societies import LLMContext as LLMContext
     from .societies import LLMRuntime as LLMRuntime
-    from .societies import EventResult as EventResult
     from .societies import ReplayReport as ReplayReport
     from .societies import RoundEngine as RoundEngine
     from .societies import RoundResult as RoundResult
