@@ -425,6 +425,7 @@ def _named_examples() -> set[str]:
 #: "{out}" is a fresh output directory.
 NEWCOMER_RUNS: dict[str, tuple[tuple[str, ...], str]] = {
     "bank.py": ((), "erlang_c_wait"),
+    "clinic": (("--patients", "25", "--mode", "threads"), "left without being seen"),
     "contagion": (("--banks", "40", "--seeds", "3", "--degree", "3"), "75-100%"),
     "llm_workflow": (("--plain", "--horizon", "200"), "p95_latency"),
     "llm_workflow/sweep.py": (("{out}", "--horizon", "60", "--no-plot"),
@@ -446,6 +447,8 @@ RUN_ELSEWHERE = {
     # A module that docs/scenarios.md names for its knobs, not a script.
     "ride_hailing/model.py": "tests/test_ride_hailing_scenarios.py",
     "social/model.py": "tests/social/test_social_scenarios_example.py",
+    # The social demo's agents, named by docs/social.md as an example of AgentMemory.
+    "social/agents.py": "tests/social/test_memory_budget.py",
 }
 
 
