@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -226,3 +227,46 @@ def test_the_memory_estimate_grows_with_the_society() -> None:
     assert need_small is not None
     assert need_big is not None
     assert 3.5 < need_big / need_small < 4.5
+
+
+@pytest.mark.parametrize("mode", ["threads", "asyncio"])
+def test_after_the_provider_trips_no_checkpoint_is_written_and_the_named_one_resumes(
+        tmp_path: Path, mode: str) -> None:
+    """Found by a stranger: a checkpoint written after the guard tripped held calls it
+    refused, which no recording served, so the checkpoint the stop named could not resume."""
+    # Windows much shorter than a call: the turn whose call trips the guard resolves
+    # (and stops the run) some steps after the step in which it was made.
+    extra = ("run.checkpoint_every=1", "sim.agents=12", "sim.steps=40",
+             "sim.engine.step.options.window=0.1", "sim.engine.concurrency=8",
+             f"sim.engine.mode={mode}")
+
+    def config(base: str, name: str) -> simulacra.RunConfig:
+        return simulacra.load_config(CONFIG, _args(base, tmp_path / name, "async_event",
+                                                   *extra)[5:])
+
+    with ScriptedServer(latency=(0.0, 0.01)) as server:
+        reference = simulacra.run_society(config(server.base_url, "ref"),
+                                          out=tmp_path / "ref").result.digest
+
+    port = _closed_port()  # free now: the broken server and the mended one both take it
+    with ScriptedServer(latency=(0.0, 0.01), port=port) as server:
+        steps = {"done": 0}
+
+        def break_after_three(report: simulacra.StepReport) -> None:
+            steps["done"] += 1
+            if steps["done"] == 10:
+                server.fail_next(10_000, 500)
+
+        with pytest.raises(simulacra.ProviderUnavailable) as info:
+            simulacra.run_society(config(server.base_url, "x"), out=tmp_path / "run",
+                                  on_step=break_after_three)
+    named = re.search(r"checkpoint of step (\d+)", str(info.value))
+    assert named is not None, str(info.value)
+    assert int(named.group(1)) >= 10  # the steps before the server broke are kept
+    # The named checkpoint resumes (the calls that failed before the stop are part of the
+    # run, recorded as failures: the resumed run is not the healthy one, but it replays).
+    with ScriptedServer(latency=(0.0, 0.01), port=port):
+        resumed = simulacra.resume_society(tmp_path / "run")
+    assert resumed.result.digest != reference
+    replayed = simulacra.replay_run(tmp_path / "run")
+    assert replayed.digest == resumed.result.digest

@@ -1057,8 +1057,9 @@ def _execute(config: RunConfig, rundir: RunDirectory | None, model: LanguageMode
                                                                agents)
         inner = build_model(config) if model is None else model
         used: LanguageModel = inner
+        guard: ProviderGuard | None = None
         if model is None:
-            used = ProviderGuard(inner, config.run.max_consecutive_provider_failures)
+            used = guard = ProviderGuard(inner, config.run.max_consecutive_provider_failures)
         if rundir is not None:
             # Inside the recordings: a call a resumed run serves from them is not logged again.
             calllog = CallLog(rundir.file("calls"), session=len(before),
@@ -1119,7 +1120,8 @@ def _execute(config: RunConfig, rundir: RunDirectory | None, model: LanguageMode
         try:
             result = _drive(engine, config, rundir, agents, first, accounting=sessions,
                             spent=lambda: _spent(earlier, tally), control=control,
-                            checkpoints=checkpoint_stats)
+                            checkpoints=checkpoint_stats,
+                            healthy=lambda: guard is None or guard.tripped is None)
         except Exception as exc:
             reached_budget = _find(exc, _BudgetReached)
             if reached_budget is not None:
@@ -1326,7 +1328,8 @@ def _drive(engine: StepEngine, config: RunConfig, rundir: RunDirectory | None,
            accounting: Callable[[], list[dict[str, Any]]],
            spent: Callable[[], _Tally],
            control: RunControl | None,
-           checkpoints: dict[str, Any]) -> RoundResult:
+           checkpoints: dict[str, Any],
+           healthy: Callable[[], bool] = lambda: True) -> RoundResult:
     """Run steps *first* .. ``sim.steps``, with checkpoints, budgets and stop requests.
 
     A checkpoint of the state before step 0 is always written; later ones
@@ -1339,7 +1342,9 @@ def _drive(engine: StepEngine, config: RunConfig, rundir: RunDirectory | None,
     session so far (stored in the checkpoint, so a resumed run counts them);
     *spent* the whole run's. *checkpoints* counts in ``written`` and
     ``seconds`` the checkpoints written and the wall time they took (engine
-    state included).
+    state included). No checkpoint is written while *healthy* says False: once
+    the provider guard has tripped, agents hold calls it refused, which no
+    recording serves, and the run is about to stop at an earlier checkpoint.
     """
     from ._checkpoint import write_checkpoint  # noqa: PLC0415
 
@@ -1357,6 +1362,8 @@ def _drive(engine: StepEngine, config: RunConfig, rundir: RunDirectory | None,
             return
         if (rundir.checkpoints / f"checkpoint-{step:06d}.ckpt").exists():
             return  # written already, or the one this run resumed from: never twice
+        if not healthy():
+            return  # the provider is unusable: the stop names the last good checkpoint
         start = clock()
         # Before the first step of a fresh run the state is the factory's: a
         # resume builds it again (as a replay does), so the checkpoint holds a
