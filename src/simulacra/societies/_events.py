@@ -519,6 +519,15 @@ class EventEngine:
         self._harvests += 1
         self._sim._schedule_keyed(act, self._sim.now, (_HARVEST, "r", self._harvests))
 
+    def _queued(self) -> int:
+        """Entries waiting: those scheduled, and the resolutions of the turns in flight.
+
+        A turn in flight has a resolution whether or not its call has returned, so
+        the count is the same in every mode (sequential schedules it at once).
+        """
+        runner = self._runner
+        return len(self._entries) + (0 if runner is None else len(runner.flight))
+
     def _turn(self, act: Any) -> Any:
         """A turn, as a process of the kernel: wait for the resolution, then resolve."""
         entry = yield act
@@ -528,8 +537,9 @@ class EventEngine:
         del self._entries[_RESOLVE, key, n]
         self._now = when
         window = self._window(when)
-        if len(self._entries) >= window.queue_max:
-            window.queue_max = len(self._entries) + 1
+        queued = self._queued()
+        if queued >= window.queue_max:
+            window.queue_max = queued + 1
         self._resolve(self._by_key[key], when, spec, outcome, chain)
         self._flush_windows(final=False)
 
@@ -541,8 +551,9 @@ class EventEngine:
         self._now = when
         agent_id = self._by_key[key]
         window = self._window(when)
-        if len(self._entries) >= window.queue_max:
-            window.queue_max = len(self._entries) + 1
+        queued = self._queued()
+        if queued >= window.queue_max:
+            window.queue_max = queued + 1
         reason, chain = payload
         book = self._book[agent_id]
         if book.busy:  # coalesce: it wakes again when its turn resolves
