@@ -102,3 +102,53 @@ def test_the_summary_table_shows_the_throughput(
     assert "agent-steps" in out
     assert "needing no call" in out
     assert "made / from recordings" in out
+
+
+SHY_FACTORY = '''
+import sys
+sys.path.insert(0, {social!r})
+from agents import SocialAgent
+from model import build as social_build
+
+
+class Shy(SocialAgent):
+    """Asks the model on even turns only; an odd turn idles without a call."""
+
+    def prompt(self, spec):
+        if spec.step % 2 == 1:
+            return None
+        return super().prompt(spec)
+
+
+def build(agents, seed, llm, feed_size=8, follows=5):
+    world, people = social_build(agents=agents, seed=seed, llm=llm, feed_size=feed_size,
+                                 follows=follows)
+    for person in people:
+        person.__class__ = Shy
+    return world, people
+'''
+
+
+@pytest.mark.parametrize("engine", ["round", "async_event"])
+def test_turns_needing_no_call_are_counted_per_turn_on_both_engines(
+        tmp_path: Path, engine: str) -> None:
+    """Found by a stranger: on the event engine an agent takes several turns a window, and
+    'needing no call' was its turns less the distinct agents that called (overstated)."""
+    from simulacra.societies import load_config
+
+    root = Path(__file__).resolve().parents[2]
+    factory = tmp_path / "shy.py"
+    factory.write_text(SHY_FACTORY.format(social=str(root / "examples" / "social")))
+    config = load_config(root / "examples" / "social" / "config.yaml", [
+        f"sim.world.factory={factory}:build", "sim.agents=10", "sim.steps=6",
+        f"sim.engine.step.built_in={engine}", "sim.engine.mode=threads"])
+    run_society(config, out=tmp_path / "run")
+    events = [json.loads(line) for line in
+              (tmp_path / "run" / "action_events.jsonl").read_text().splitlines()]
+    turns = {(e["agent"], e["step"]) for e in events}
+    # Round engine: "step" is the round, and every agent takes one turn a round; event
+    # engine: "step" is the agent's turn number. Either way odd numbers asked nothing.
+    expected = sum(1 for _, step in turns if step % 2 == 1)
+    found = json.loads((tmp_path / "run" / "summary.json").read_text())["llm"]["throughput"]
+    assert found["agent_steps"] == len(turns)
+    assert found["no_call_agent_steps"] == expected, found

@@ -384,6 +384,10 @@ class EventEngine:
         self._sim = Sim(ordering="keyed")
         self._entries: dict[tuple[int, str, int], tuple[float, int, int, str, int, Any]] = {}
         self._runner: _Runner | None = None
+        #: Each agent's model calls when its turn in flight started, and per window
+        #: the turns that asked the model nothing (state: checkpointed beside it).
+        self._calls_at_start: dict[str, int] = {}
+        self._quiet: dict[int, int] = {}
         self._harvests = 0
         self._scenario_at: float | None = None
         #: Wake-ups of agents that had used up max_turns, for the next run().
@@ -677,6 +681,7 @@ class EventEngine:
     def _start_turn(self, agent_id: AgentId, when: float, reason: str) -> ActionSpec:
         book = self._book[agent_id]
         spec = ActionSpec(book.turns, when, reason)
+        self._calls_at_start[book.key] = int(getattr(self._agents[agent_id], "calls", 0) or 0)
         book.turns += 1
         book.busy = True
         book.woke = when
@@ -742,6 +747,10 @@ class EventEngine:
                 events = [world.failed(agent_id, failure, step=spec.step, time=when)]
         window = self._window(when)
         window.resolved += 1
+        start = self._calls_at_start.pop(book.key, None)
+        if start is not None and int(getattr(self._agents[agent_id], "calls", 0) or 0) == start:
+            index = int(when // self._width)
+            self._quiet[index] = self._quiet.get(index, 0) + 1
         window.latency_sum += duration
         window.latency_max = max(window.latency_max, duration)
         if chain > window.chain_max and any(e.kind not in _NON_ACTIONS for e in events):
@@ -867,6 +876,7 @@ class EventEngine:
                                 w.latency_max, w.queue_max, w.chain_max, w.in_flight_max)
                         for index, w in self._windows.items()},
             "reported": self._reported,
+            "calls_at_start": dict(self._calls_at_start), "quiet": dict(self._quiet),
             **({} if self._scenario is None else {"scenario": self._scenario.state()}),
         }
 
@@ -912,6 +922,8 @@ class EventEngine:
              window.in_flight_max) = values
         self._window_index = -1
         self._reported = state["reported"]
+        self._calls_at_start = dict(state.get("calls_at_start", {}))
+        self._quiet = dict(state.get("quiet", {}))
         if self._scenario is not None:
             self._scenario.restore(state.get("scenario", 0))
 
@@ -1069,6 +1081,7 @@ class _Runner:
                 book = engine._book[agent_id]
                 book.busy = False
                 book.pending = None
+                engine._calls_at_start.pop(book.key, None)
                 engine._end_turn(flight.act)
             return
         outcome = self._wait(flight) if flight.future is not None else flight.outcome
@@ -1245,7 +1258,8 @@ class EventSteps:
                     step, engine._turns - before[0], engine._failed - before[1],
                     tuple(self._events), digest, wall, engine._calls - before[2],
                     engine._prompt_tokens - before[3], engine._completion_tokens - before[4],
-                    engine.world.probe(step), window=report.telemetry()))
+                    engine.world.probe(step), window=report.telemetry(),
+                    quiet=engine._quiet.get(step, 0)))
             if pause is not None and pause():
                 break
         self.calls += calls

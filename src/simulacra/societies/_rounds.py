@@ -122,6 +122,10 @@ class StepReport:
     #: The event-driven engine's telemetry of the window (wake-ups, simulated
     #: latency, queue depth, calls in flight, causal chain); empty for rounds.
     window: Mapping[str, Any] = field(default_factory=dict)
+    #: Turns of the step that asked the model nothing, when the engine counts them
+    #: (the event engine: an agent may take several turns in a window); None: the
+    #: run counts them as its turns less the distinct agents that asked.
+    quiet: int | None = None
 
     def telemetry(self) -> dict[str, Any]:
         """The step as one JSON object (a line of ``telemetry.jsonl``)."""

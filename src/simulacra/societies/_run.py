@@ -677,7 +677,8 @@ class _Tally:
     def add(self, report: StepReport, cost: float, callers: int = 0) -> None:
         self.steps += 1
         self.turns += report.participants
-        self.quiet += max(0, report.participants - callers)
+        self.quiet += (max(0, report.participants - callers) if report.quiet is None
+                       else report.quiet)
         self.failed += report.failed
         self.calls += report.llm_calls
         self.prompt_tokens += report.prompt_tokens
