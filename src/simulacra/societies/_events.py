@@ -863,7 +863,8 @@ class EventEngine:
         """
         return {
             "scheme": EVENTS_SCHEME, "now": self._now, "started": self._started,
-            "queue": sorted(self._entries.values(), key=lambda entry: entry[:5]),
+            "queue": [_plain_entry(entry)
+                      for entry in sorted(self._entries.values(), key=lambda e: e[:5])],
             "parked": list(self._parked),
             "book": {book.key: (book.turns, book.wakes, book.busy, book.pending, book.resolved)
                      for book in self._book.values()},
@@ -902,7 +903,7 @@ class EventEngine:
         self._harvests = 0
         self._scenario_at = None
         for entry in state["queue"]:
-            self._schedule(tuple(entry))
+            self._schedule(_live_entry(tuple(entry)))
         self._parked = list(state["parked"])
         for key, (turns, wakes, busy, pending, resolved) in state["book"].items():
             book = self._book[self._by_key[key]]
@@ -948,6 +949,63 @@ class EventEngine:
     def __repr__(self) -> str:
         return (f"<EventEngine: {len(self._ids)} agents, {self._mode}, t={self._now}, "
                 f"{self._turns} turns>")
+
+
+@final
+class _Failure:
+    """A failed turn's exception in a checkpoint: its class and message, as plain data.
+
+    An exception object can drag anything into a pickle (whatever its
+    attributes hold); the event the failure becomes names only its class
+    and message (``World.failed``), so that is what is kept.
+    """
+
+    __slots__ = ("message", "module", "name")
+
+    def __init__(self, module: str, name: str, message: str) -> None:
+        self.module, self.name, self.message = module, name, message
+
+    def __getstate__(self) -> tuple[str, str, str]:
+        return self.module, self.name, self.message
+
+    def __setstate__(self, state: tuple[str, str, str]) -> None:
+        self.module, self.name, self.message = state
+
+    def exception(self) -> BaseException:
+        """An exception of the same class name and message (the class itself if it can)."""
+        if self.module == "simulacra.errors":
+            from simulacra import errors  # noqa: PLC0415
+
+            cls = getattr(errors, self.name, None)
+            if isinstance(cls, type) and issubclass(cls, BaseException):
+                try:
+                    return cls(self.message)
+                except Exception:  # noqa: S110  (a class with other arguments)
+                    pass
+        made: BaseException = type(self.name, (Exception,), {"__module__": self.module})(
+            self.message)
+        return made
+
+
+def _plain_entry(entry: tuple[Any, ...]) -> tuple[Any, ...]:
+    """*entry* for a checkpoint: a failed resolution's exception as a :class:`_Failure`."""
+    if entry[2] != _RESOLVE:
+        return entry
+    spec, (ok, action, duration), chain = entry[5]
+    if ok or not isinstance(action, BaseException):
+        return entry
+    failure = _Failure(type(action).__module__, type(action).__qualname__, str(action))
+    return (*entry[:5], (spec, (ok, failure, duration), chain))
+
+
+def _live_entry(entry: tuple[Any, ...]) -> tuple[Any, ...]:
+    """The inverse of :func:`_plain_entry` (old checkpoints hold the exception itself)."""
+    if entry[2] != _RESOLVE:
+        return entry
+    spec, (ok, action, duration), chain = entry[5]
+    if not isinstance(action, _Failure):
+        return entry
+    return (*entry[:5], (spec, (ok, action.exception(), duration), chain))
 
 
 class _Flight:
