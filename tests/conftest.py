@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import importlib.util
+import sys
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from types import ModuleType
 from typing import TYPE_CHECKING
 
 import pytest
@@ -39,3 +43,22 @@ def sim() -> Iterator[Sim]:
     fresh = simulacra.Sim(seed=0)
     yield fresh
     fresh._check_invariants()
+
+
+def _load_module(name: str, path: Path) -> ModuleType:
+    """Import the file *path* under *name* once (examples are not an installed package)."""
+    if name in sys.modules:
+        return sys.modules[name]
+    spec = importlib.util.spec_from_file_location(name, path)
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # dataclasses look their module up here
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="session")
+def load_module() -> Callable[[str, Path], ModuleType]:
+    """``load_module(name, path)``: import an example's file by path, once per session."""
+    return _load_module

@@ -7,10 +7,10 @@ mix SimPy-style processes, resources, stores, conditions and model calls.
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType, SimpleNamespace
 from typing import Any
@@ -43,21 +43,9 @@ MODES = [("sequential", 1), ("threads", 1), ("threads", 3), ("threads", 16), ("a
 pytestmark = pytest.mark.timeout(300)
 
 
-def _load(name: str, path: Path) -> ModuleType:
-    if name in sys.modules:
-        return sys.modules[name]
-    spec = importlib.util.spec_from_file_location(name, path)
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
 @pytest.fixture(scope="module")
-def clinic() -> ModuleType:
-    return _load("_example_clinic_model", CLINIC / "model.py")
+def clinic(load_module: Callable[[str, Path], ModuleType]) -> ModuleType:
+    return load_module("_example_clinic_model", CLINIC / "model.py")
 
 
 # -- generated models: SimPy-style processes and LLM agents in one Sim -------------------
