@@ -58,8 +58,13 @@ class _Progress:
     prints its one error line, and no bar.
     """
 
-    def __init__(self, enabled: bool, total: int, label: str, *, unit: str = "turns") -> None:
+    def __init__(self, enabled: bool, total: int, label: str, *, unit: str = "turns",
+                 per_step: float | None = None, steps: int = 0) -> None:
         self._bar: Any = None
+        #: With participation below 1, the turns a step is expected to take: the bar's
+        #: total is what is done plus that for every step to come (exact at the end).
+        self._per_step = per_step
+        self._steps = steps
         self._task: Any = None
         self._lock = threading.Lock()
         self._done = 0
@@ -115,8 +120,12 @@ class _Progress:
                 self._pending = 0  # the step's turns, counted whole below
                 self._done = report.step + 1 if self._windows else (
                     self._done + report.participants)
+            more: dict[str, Any] = {}
+            if self._per_step is not None:
+                left = max(0, self._steps - (report.step + 1))
+                more["total"] = self._done + round(left * self._per_step)
             self._bar.update(self._task, completed=self._done,
-                             description=f"step {report.step + 1}")
+                             description=f"step {report.step + 1}", **more)
 
     @contextlib.contextmanager
     def shown(self) -> Iterator[None]:
@@ -133,6 +142,11 @@ class _Progress:
 def _progress(enabled: bool, config: Any, label: str) -> _Progress:
     sim = config.sim
     if sim.engine.step.built_in == "round":
+        share = float(sim.engine.participation)
+        if share < 1.0:  # the expected turns; each step's end makes the total exact so far
+            per_step = sim.agents * share
+            return _Progress(enabled, max(1, round(sim.steps * per_step)), label,
+                             per_step=per_step, steps=sim.steps)
         return _Progress(enabled, sim.steps * sim.agents, label)
     return _Progress(enabled, sim.steps, label, unit="windows")
 
