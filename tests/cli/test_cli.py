@@ -346,9 +346,11 @@ def test_the_progress_bar_of_a_partial_participation_run_ends_full() -> None:
     task = bar._bar.tasks[0]
     assert task.total == 750
     done = 0
-    for step, participants in enumerate((240, 262, 251)):
-        done += participants
-        bar.step(SimpleNamespace(step=step, participants=participants))
-        assert task.completed == done
-        assert task.total == done + (2 - step) * 250
+    with bar.shown():  # stops the bar's refresh thread at the end
+        for step, participants in enumerate((240, 262, 251)):
+            done += participants
+            bar.step(SimpleNamespace(step=step, participants=participants))
+            assert task.completed == done
+            assert task.total == done + (2 - step) * 250
     assert task.completed == task.total == 753
+    assert not bar._bar.live.is_started
