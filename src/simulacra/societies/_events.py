@@ -46,7 +46,7 @@ import threading
 import time as _time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Final, final
+from typing import TYPE_CHECKING, Any, Final, NamedTuple, final
 
 from simulacra._util import did_you_mean
 from simulacra.agents import ActionEvent, ActionSpec, Actor, AgentId, LLMAgent, World
@@ -56,12 +56,14 @@ from simulacra.errors import AgentActionError, CheckpointError, ConfigError, Inv
 from simulacra.rng import SeedTree, as_seed_tree
 
 from ._events_blocking import BlockingAgent
+from ._kernel_agents import fire_at
 from ._rounds import (
     _check_int,
     agents_digest,
     canonical_mode,
     check_latency,
     deprecated_count,
+    gc_paused,
     index_agents,
 )
 from ._scenario import call_in_order, call_on_pool
@@ -85,7 +87,6 @@ _RESOLVE: Final = 1
 #: engine's entries (the kernel's NORMAL, which its own events also use).
 _HARVEST: Final = -1
 _CHANGE: Final = 0
-_NORMAL: Final = NORMAL
 _TWO_POW_53: Final = 2.0 ** -53
 #: Distinct 64-bit constants separating the counter-based draws by purpose.
 _PURPOSES: Final = {"first": 0x9E3779B97F4A7C15, "wake": 0xD1B54A32D192ED03}
@@ -481,27 +482,18 @@ class EventEngine:
         when, tiebreak, kind, agent, n, _ = entry
         sim = self._sim
         self._entries[kind, agent, n] = entry
-        event = sim.event()
-        event._ok = True
-        event._value = entry
+        key = (NORMAL, "", tiebreak, kind, agent, n)
         if kind == _WAKE:
-            callbacks = event.callbacks
-            assert callbacks is not None  # noqa: S101  (a fresh event)
-            callbacks.append(self._on_wake)
+            fire_at(sim, when, key, entry, callback=self._on_wake)
         else:  # a resolution read back from a checkpoint: its turn's process waits on it
+            event = sim.event()
             sim.spawn(self._turn(event), name=f"turn {agent} {n}")
-        sim._schedule_keyed(event, when, (_NORMAL, "", tiebreak, kind, agent, n))
+            fire_at(sim, when, key, entry, event=event)
 
     def _schedule_harvest(self, when: float, callback: Callable[..., None]) -> None:
         """Call *callback* at *when*, before every entry at that time."""
-        event = self._sim.event()
-        event._ok = True
-        event._value = None
-        callbacks = event.callbacks
-        assert callbacks is not None  # noqa: S101  (a fresh event)
-        callbacks.append(callback)
         self._harvests += 1
-        self._sim._schedule_keyed(event, when, (_HARVEST, "", self._harvests))
+        fire_at(self._sim, when, (_HARVEST, "", self._harvests), callback=callback)
 
     def _schedule_act(self, flight: _Flight, when: float, outcome: tuple[bool, Any, float]
                       ) -> None:
@@ -511,17 +503,19 @@ class EventEngine:
         entry = (when, self._tiebreak(_RESOLVE, key, spec.step), _RESOLVE, key, spec.step,
                  (spec, outcome, flight.chain))
         self._entries[_RESOLVE, key, spec.step] = entry
-        act = flight.act
-        act._ok = True
-        act._value = entry
-        self._sim._schedule_keyed(act, when, (_NORMAL, "", entry[1], _RESOLVE, key, spec.step))
+        fire_at(self._sim, when, (NORMAL, "", entry[1], _RESOLVE, key, spec.step), entry,
+                event=flight.act)
 
     def _end_turn(self, act: Any) -> None:
         """End a turn's process with no resolution (a blocking agent's function returned)."""
-        act._ok = True
-        act._value = None
         self._harvests += 1
-        self._sim._schedule_keyed(act, self._sim.now, (_HARVEST, "r", self._harvests))
+        fire_at(self._sim, self._sim.now, (_HARVEST, "r", self._harvests), event=act)
+
+    def _note_queue(self, window: _Window) -> None:
+        """Keep *window*'s deepest queue: the entries waiting, this one included."""
+        queued = self._queued()
+        if queued >= window.queue_max:
+            window.queue_max = queued + 1
 
     def _queued(self) -> int:
         """Entries waiting: those scheduled, and the resolutions of the turns in flight.
@@ -540,10 +534,7 @@ class EventEngine:
         when, _, _, key, n, (spec, outcome, chain) = entry
         del self._entries[_RESOLVE, key, n]
         self._now = when
-        window = self._window(when)
-        queued = self._queued()
-        if queued >= window.queue_max:
-            window.queue_max = queued + 1
+        self._note_queue(self._window(when))
         self._resolve(self._by_key[key], when, spec, outcome, chain)
         self._flush_windows(final=False)
 
@@ -555,9 +546,7 @@ class EventEngine:
         self._now = when
         agent_id = self._by_key[key]
         window = self._window(when)
-        queued = self._queued()
-        if queued >= window.queue_max:
-            window.queue_max = queued + 1
+        self._note_queue(window)
         reason, chain = payload
         book = self._book[agent_id]
         if book.busy:  # coalesce: it wakes again when its turn resolves
@@ -584,14 +573,8 @@ class EventEngine:
             return
         self._scenario_at = at
         self._harvests += 1
-        event = self._sim.event()
-        event._ok = True
-        event._value = None
-        callbacks = event.callbacks
-        assert callbacks is not None  # noqa: S101  (a fresh event)
-        callbacks.append(self._on_scenario)
-        self._sim._schedule_keyed(event, max(at, self._sim.now),
-                                  (_CHANGE, "", self._harvests))
+        fire_at(self._sim, max(at, self._sim.now), (_CHANGE, "", self._harvests),
+                callback=self._on_scenario)
 
     def _on_scenario(self, _: object) -> None:
         self._scenario_at = None
@@ -935,8 +918,9 @@ class EventEngine:
         return agents_digest(EVENTS_SCHEME, self._agents)
 
     def _result(self, wall: float, calls: int) -> EventResult:
-        world_digest = self._world.state_digest()
-        agents_digest = self.agents_digest()
+        with gc_paused():  # as the round engine: a million states, no cycles among them
+            world_digest = self._world.state_digest()
+            agents_digest = self.agents_digest()
         events_digest = self._digest.hex()
         h = hashlib.sha256((EVENTS_SCHEME + "\n").encode("ascii"))
         h.update(_canonical_line({"turns": self._turns, "events": events_digest,
@@ -951,8 +935,7 @@ class EventEngine:
                 f"{self._turns} turns>")
 
 
-@final
-class _Failure:
+class _Failure(NamedTuple):
     """A failed turn's exception in a checkpoint: its class and message, as plain data.
 
     An exception object can drag anything into a pickle (whatever its
@@ -960,16 +943,9 @@ class _Failure:
     and message (``World.failed``), so that is what is kept.
     """
 
-    __slots__ = ("message", "module", "name")
-
-    def __init__(self, module: str, name: str, message: str) -> None:
-        self.module, self.name, self.message = module, name, message
-
-    def __getstate__(self) -> tuple[str, str, str]:
-        return self.module, self.name, self.message
-
-    def __setstate__(self, state: tuple[str, str, str]) -> None:
-        self.module, self.name, self.message = state
+    module: str
+    name: str
+    message: str
 
     def exception(self) -> BaseException:
         """An exception of the same class name and message (the class itself if it can)."""
@@ -1131,10 +1107,9 @@ class _Runner:
             del self.flight[agent_id]
             kind, value = flight.op
             duration = max(engine._min, blocking.extra)
-            if kind == "act":
-                engine._schedule_act(flight, flight.when + duration, (True, value, duration))
-            elif kind == "failed":
-                engine._schedule_act(flight, flight.when + duration, (False, value, duration))
+            if kind in ("act", "failed"):
+                engine._schedule_act(flight, flight.when + duration,
+                                     (kind == "act", value, duration))
             else:  # the function returned: the agent is retired, with no turn to resolve
                 book = engine._book[agent_id]
                 book.busy = False

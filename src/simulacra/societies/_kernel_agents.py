@@ -111,6 +111,26 @@ class _Draws(random.Random):
         raise TypeError("a latency stream is seeded by the runtime, not reseeded")
 
 
+def fire_at(sim: Sim, when: float, key: tuple[Any, ...], value: Any = None, *,
+            event: Event[Any] | None = None, ok: bool = True,
+            callback: Callable[[Event[Any]], object] | None = None) -> Event[Any]:
+    """Trigger *event* (a new one when None) with *value* and schedule it at *when* under *key*.
+
+    The triggered-but-not-yet-scheduled event is how the societies put work on a
+    keyed Sim at a key chosen elsewhere (reserved at a call, or a seeded tiebreak).
+    """
+    if event is None:
+        event = sim.event()
+    event._ok = ok
+    event._value = value
+    if callback is not None:
+        callbacks = event.callbacks
+        assert callbacks is not None  # noqa: S101  (not processed yet)
+        callbacks.append(callback)
+    sim._schedule_keyed(event, when, key)
+    return event
+
+
 def _describe(value: object) -> str:
     if isinstance(value, Generator):
         return (f"a generator ({getattr(value, '__name__', 'generator')}: did you mean "
@@ -384,10 +404,6 @@ class LLMRuntime:
         future = self._submit(request, site)
         self._inflight.add(future)
         future.add_done_callback(self._inflight.discard)
-        harvest: Event[None] = sim.event()
-        harvest._ok = True
-        harvest._value = None
-
         def collect(_: Event[None]) -> None:
             if future.cancelled() or (self._closed and not future.done()):
                 raise ConfigError(
@@ -400,18 +416,14 @@ class LLMRuntime:
             self._finish(done, request, site, start=start, key=key, outcome=result,
                          payload=payload)
 
-        harvest_callbacks = harvest.callbacks
-        assert harvest_callbacks is not None  # noqa: S101  (a fresh event)
-        harvest_callbacks.append(collect)
         self._harvests += 1
-        sim._schedule_keyed(harvest, start + self._min, (_HARVEST, "", self._harvests))
+        fire_at(sim, start + self._min, (_HARVEST, "", self._harvests), callback=collect)
         return done
 
     def _finish(self, done: Event[Completion], request: CompletionRequest, site: Any, *,
                 start: float, key: tuple[Any, ...], outcome: tuple[bool, Any],
                 payload: dict[str, Any]) -> None:
         ok, value = outcome
-        sim = self.sim
         if ok:
             completion: Completion = value
             if not isinstance(completion, _llm.Completion):
@@ -423,14 +435,10 @@ class LLMRuntime:
             duration = max(self._min, float(self._latency.duration(request, completion, rng)))
             payload["latency"] = duration
             payload["tokens"] = [completion.prompt_tokens, completion.completion_tokens]
-            done._ok = True
-            done._value = completion
         else:
             duration = self._min
             payload["error"] = type(value).__name__
-            done._ok = False
-            done._value = value
-        sim._schedule_keyed(done, start + duration, key)
+        fire_at(self.sim, start + duration, key, value, event=done, ok=ok)
 
     def _delivered(self, agent: str, payload: dict[str, Any], event: Event[Any]) -> None:
         """A call's completion event is processed: count it, and write its trace record.

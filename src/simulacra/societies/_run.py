@@ -46,7 +46,7 @@ from ._calls import CallLog, CallLogModel
 from ._config import RunConfig, parse_config
 from ._manifest import finish_manifest, portable_factory, read_manifest, start_manifest
 from ._provider import ProviderGuard, preflight
-from ._rounds import RoundEngine, RoundResult, StepReport
+from ._rounds import RoundEngine, RoundResult, StepReport, gc_paused
 from ._rounds import deprecated_count as _deprecated_count
 from ._rundir import RunDirectory, event_line
 from ._scenario import (
@@ -365,14 +365,10 @@ def _build_frozen(config: RunConfig) -> tuple[World, list[Actor]]:
     ``gc.freeze()`` moves them out of the collector's sight; what the run
     allocates later is collected as usual.
     """
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
+    with gc_paused():
         built = build_society(config)
-    finally:
-        if enabled:
-            gc.freeze()
-            gc.enable()
+    if gc.isenabled():
+        gc.freeze()
     return built
 
 
