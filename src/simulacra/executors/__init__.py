@@ -11,30 +11,34 @@ This package imports only the standard library and :mod:`simulacra.errors`;
 ``dask.distributed`` is imported when a Dask executor is created.
 """
 
+import importlib
+from typing import TYPE_CHECKING, Any
+
 from simulacra._util import claim_public_module
 
-from ._base import Done as Done
-from ._base import Executor as Executor
-from ._base import Lost as Lost
-from ._base import Raised as Raised
-from ._base import available_cpus as available_cpus
-from ._dask import DaskExecutor as DaskExecutor
-from ._dask import import_distributed as import_distributed
-from ._dask import local_dask_client as local_dask_client
-from ._pool import START_METHODS as START_METHODS
-from ._pool import InterpreterExecutor as InterpreterExecutor
-from ._pool import ProcessExecutor as ProcessExecutor
-from ._pool import SequentialExecutor as SequentialExecutor
-from ._pool import ThreadExecutor as ThreadExecutor
-from ._pool import process_pool as process_pool
-from ._refs import callable_ref as callable_ref
-from ._refs import resolve_callable as resolve_callable
-from ._registry import EXECUTOR_ALIASES as EXECUTOR_ALIASES
-from ._registry import EXECUTOR_NAMES as EXECUTOR_NAMES
-from ._registry import auto_backend as auto_backend
-from ._registry import executor_name as executor_name
-from ._registry import free_threaded as free_threaded
-from ._registry import get_executor as get_executor
+if TYPE_CHECKING:  # the type checker sees every name; at run time they load lazily
+    from ._base import Done as Done
+    from ._base import Executor as Executor
+    from ._base import Lost as Lost
+    from ._base import Raised as Raised
+    from ._base import available_cpus as available_cpus
+    from ._dask import DaskExecutor as DaskExecutor
+    from ._dask import import_distributed as import_distributed
+    from ._dask import local_dask_client as local_dask_client
+    from ._pool import START_METHODS as START_METHODS
+    from ._pool import InterpreterExecutor as InterpreterExecutor
+    from ._pool import ProcessExecutor as ProcessExecutor
+    from ._pool import SequentialExecutor as SequentialExecutor
+    from ._pool import ThreadExecutor as ThreadExecutor
+    from ._pool import process_pool as process_pool
+    from ._refs import callable_ref as callable_ref
+    from ._refs import resolve_callable as resolve_callable
+    from ._registry import EXECUTOR_ALIASES as EXECUTOR_ALIASES
+    from ._registry import EXECUTOR_NAMES as EXECUTOR_NAMES
+    from ._registry import auto_backend as auto_backend
+    from ._registry import executor_name as executor_name
+    from ._registry import free_threaded as free_threaded
+    from ._registry import get_executor as get_executor
 
 __all__ = [
     # the seam
@@ -64,4 +68,30 @@ __all__ = [
     "process_pool",
 ]
 
-claim_public_module(__name__, globals())
+#: Each public name -> the private module that defines it.
+_LAZY: dict[str, str] = {
+    **dict.fromkeys(("Done", "Executor", "Lost", "Raised", "available_cpus"), "._base"),
+    **dict.fromkeys(("DaskExecutor", "import_distributed", "local_dask_client"), "._dask"),
+    **dict.fromkeys(("START_METHODS", "InterpreterExecutor", "ProcessExecutor",
+                     "SequentialExecutor", "ThreadExecutor", "process_pool"), "._pool"),
+    **dict.fromkeys(("callable_ref", "resolve_callable"), "._refs"),
+    **dict.fromkeys(("EXECUTOR_ALIASES", "EXECUTOR_NAMES", "auto_backend", "executor_name",
+                     "free_threaded", "get_executor"), "._registry"),
+}
+
+
+def __getattr__(name: str) -> Any:
+    where = _LAZY.get(name)
+    if where is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    module = importlib.import_module(where, __name__)
+    # Every public name of that module at once, claimed as simulacra.executors.X.
+    names = [n for n, w in _LAZY.items() if w == where]
+    loaded = {n: getattr(module, n) for n in names}
+    claim_public_module(__name__, {"__all__": names, **loaded})
+    globals().update(loaded)
+    return loaded[name]
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

@@ -1,7 +1,7 @@
 """Replications: a model function run over configs x replications on any executor.
 
 The unit of work is one ``(config_index, replication)``. It crosses to the
-worker as data (:class:`_Unit`: the model's ``module:qualname``, the master
+worker as data (:class:`Unit`: the model's ``module:qualname``, the master
 seed, the two indices and the config) and comes back as a mapping of KPIs.
 Results are stored and returned by their key, in identity order, never in
 the order they completed; the seed of each replication is a pure function of
@@ -46,15 +46,16 @@ from simulacra.executors import (
     callable_ref,
     executor_name,
     get_executor,
-    resolve_callable,
 )
 from simulacra.rng import SeedTree
-from simulacra.scenarios import SCENARIO_FORMAT, Knobs, Scenario, load_scenario, load_scenarios
 
 from ._stats import check_confidence, mean_interval
+from ._units import NotKPIs, Unit, model_of, run_unit, stream_for
 
 if TYPE_CHECKING:
     import polars
+
+    from simulacra.scenarios import Scenario
 
 __all__ = [
     "CONVENTIONS",
@@ -87,85 +88,13 @@ _STUDY_FILE = "study.json"
 _RESULTS_FILE = "results.jsonl"
 
 
-# -- the unit of work and what runs in the worker ------------------------------------
-
-
-@final
-@dataclass(frozen=True, slots=True)
-class _Unit:
-    """One replication, as plain data: everything a worker needs, nothing live."""
-
-    model: str
-    convention: str
-    master_seed: int | str | bytes
-    config_index: int
-    replication: int
-    config: dict[str, Any]
-    common_random_numbers: bool
-    #: The config index whose seeds it uses: its own, or (a scenario of a study
-    #: with scenarios) its baseline's, so that every scenario of a config sees
-    #: the draws of its baseline and the differences are paired.
-    stream_index: int
-
-
-#: Model functions already resolved in this process, by reference.
-_MODELS: dict[str, Callable[..., Any]] = {}
-
-
-@final
-@dataclass(frozen=True, slots=True)
-class _NotKPIs:
-    """What a worker sends back for a model that returned something other than a mapping.
-
-    The value itself may not even pickle (a ``RunResult`` holds a
-    ``mappingproxy``), so only its type travels, and the parent reports the
-    broken contract by name instead of the pickling error.
-    """
-
-    type_name: str
-
-
-def _model(reference: str) -> Callable[..., Any]:
-    model = _MODELS.get(reference)
-    if model is None:
-        model = _MODELS[reference] = resolve_callable(reference, "model_fn")
-    return model
-
-
-def _stream_for(
-    master_seed: int | str | bytes, config_index: int, replication: int, common: bool
-) -> SeedTree:
-    root = SeedTree(master_seed)
-    if common:
-        return root.replication(replication)
-    return root.config(config_index).replication(replication)
-
-
-def _run_unit(unit: _Unit) -> object:
-    """Run one replication (in whatever worker the executor chose); return the model's KPIs."""
-    model = _model(unit.model)
-    stream = _stream_for(
-        unit.master_seed, unit.stream_index, unit.replication, unit.common_random_numbers
-    )
-    # A copy per call: a model that mutates its config cannot leak into the next
-    # replication (which, inline or on threads, would get the same objects).
-    config = copy.deepcopy(unit.config)
-    if unit.convention == "run":
-        result = model(seed=stream.seed, **config)
-    else:
-        result = model(stream, config)
-    if isinstance(result, Mapping):
-        return result if type(result) is dict else dict(result)
-    return _NotKPIs(type(result).__qualname__)
-
-
 def _source_digest(reference: str) -> str | None:
     """The SHA-256 of the source file that defines the model, or None if there is none.
 
     Recorded in ``study.json`` so that resuming refuses results of an edited model.
     """
     try:
-        model = _model(reference)
+        model = model_of(reference)
         path = inspect.getsourcefile(model)
     except (ConfigError, TypeError, OSError):
         return None
@@ -187,6 +116,10 @@ def _scenarios_of(
             or two share a name.
         ConfigError: *given* is neither.
     """
+    # Scenarios are validated by pydantic: imported here, for a study that has
+    # them, never by the workers (see _units.py).
+    from simulacra.scenarios import Scenario, load_scenario, load_scenarios  # noqa: PLC0415
+
     if isinstance(given, str | os.PathLike):
         return tuple(load_scenarios(given))
     items: object = given
@@ -212,7 +145,7 @@ def _check_parameters(reference: str, configs: Sequence[Mapping[str, Any]]) -> N
     Raises:
         ConfigError: A config does not fit the model's parameters.
     """
-    model = _model(reference)
+    model = model_of(reference)
     try:
         signature = inspect.signature(model)
     except (TypeError, ValueError):  # a builtin or C function without a signature
@@ -334,8 +267,8 @@ def _checked_kpis(result: object, model: str, key: Key) -> dict[str, KPIValue]:
         ReplicationFailed: The value breaks the contract.
     """
     where = f"model {model} (config {key[0]}, replication {key[1]})"
-    if isinstance(result, _NotKPIs) or not isinstance(result, Mapping):
-        name = result.type_name if isinstance(result, _NotKPIs) else type(result).__name__
+    if isinstance(result, NotKPIs) or not isinstance(result, Mapping):
+        name = result.type_name if isinstance(result, NotKPIs) else type(result).__name__
         hint = (
             ": return a dict of KPIs computed from the run, e.g. "
             "{'mean_wealth': ..., 'steps': result.steps}"
@@ -606,12 +539,21 @@ class ReplicationResult:
         return (self.config_index, self.replication)
 
 
+def _is_scenario(value: Mapping[str, Any]) -> bool:
+    """Whether a config value is a scenario's artifact (its column is its name)."""
+    if "format" not in value:  # most are not: no need to import the scenarios (pydantic)
+        return False
+    from simulacra.scenarios import SCENARIO_FORMAT  # noqa: PLC0415
+
+    return bool(value.get("format") == SCENARIO_FORMAT)
+
+
 def _flatten(config: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
     """Nested mappings become dotted columns; lists become their JSON text."""
     flat: dict[str, Any] = {}
     for key, value in config.items():
         name = f"{prefix}{key}"
-        if isinstance(value, Mapping) and value.get("format") == SCENARIO_FORMAT:
+        if isinstance(value, Mapping) and _is_scenario(value):
             flat[name] = value.get("name")  # a scenario's column is its name
         elif isinstance(value, Mapping):
             flat.update(_flatten(value, f"{name}."))
@@ -1176,7 +1118,7 @@ class Experiment:
             ConfigError: An index is out of range.
         """
         self._check_key(config_index, replication)
-        return _stream_for(self._master_seed, self._streams[config_index], replication,
+        return stream_for(self._master_seed, self._streams[config_index], replication,
                            self._common)
 
     def run_one(self, config_index: int, replication: int) -> dict[str, KPIValue]:
@@ -1192,7 +1134,7 @@ class Experiment:
         self._check_key(config_index, replication)
         if self._convention == "run":
             _check_parameters(self._model, [self._configs[config_index]])
-        result = _run_unit(self._unit(config_index, replication))
+        result = run_unit(self._unit(config_index, replication))
         return _checked_kpis(result, self._model, (config_index, replication))
 
     def _check_key(self, config_index: object, replication: object) -> None:
@@ -1207,8 +1149,8 @@ class Experiment:
         if isinstance(replication, bool) or not isinstance(replication, int) or replication < 0:
             raise ConfigError(f"replication must be an int >= 0, got {replication!r}")
 
-    def _unit(self, config_index: int, replication: int) -> _Unit:
-        return _Unit(
+    def _unit(self, config_index: int, replication: int) -> Unit:
+        return Unit(
             self._model,
             self._convention,
             self._master_seed,
@@ -1362,7 +1304,7 @@ class Experiment:
             show = sys.stderr.isatty() if progress is None else progress
             bar = _Progress(show, len(keys), resumed, f"{name} x{workers}")
             units = [self._unit(c, r) for c, r in todo]
-            outcomes = executor.map_units(_run_unit, units)
+            outcomes = executor.map_units(run_unit, units)
             try:
                 for index, outcome in outcomes:
                     key = todo[index]
@@ -1410,7 +1352,9 @@ class Experiment:
         """
         if not self._scenarios:
             return
-        declared = getattr(_model(self._model), "__globals__", {}).get("KNOBS")
+        declared = getattr(model_of(self._model), "__globals__", {}).get("KNOBS")
+        from simulacra.scenarios import Knobs  # noqa: PLC0415  (no pydantic in it)
+
         if isinstance(declared, Knobs):
             for scenario in self._scenarios:
                 scenario.check(declared)

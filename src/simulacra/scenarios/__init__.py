@@ -15,37 +15,46 @@ At design time, :func:`generate_scenarios` asks a language model (layer 1,
 A run never calls a model. This package imports the standard library,
 pydantic, :mod:`simulacra.errors`, :mod:`simulacra.llm` and, for ``Sim`` types
 only, :mod:`simulacra.core`; ``pypdf`` (the ``pdf`` extra) when a PDF is read.
+
+Names load on first use (PEP 562), each with the module that defines it:
+``Knobs`` costs no pydantic, and a replication worker that never touches a
+scenario imports none of this package's dependencies (pydantic's extension
+module refuses sub-interpreters).
 """
+
+import importlib
+from typing import TYPE_CHECKING, Any
 
 from simulacra._util import claim_public_module
 
-from ._apply import apply_scenario as apply_scenario
-from ._documents import DOCUMENT_SUFFIXES as DOCUMENT_SUFFIXES
-from ._documents import Document as Document
-from ._documents import Passage as Passage
-from ._documents import normalize_space as normalize_space
-from ._documents import parse_passage_id as parse_passage_id
-from ._documents import read_documents as read_documents
-from ._documents import split_passages as split_passages
-from ._generate import GENERATE_TASK as GENERATE_TASK
-from ._generate import GENERATOR as GENERATOR
-from ._generate import check_artifacts as check_artifacts
-from ._generate import generate_scenarios as generate_scenarios
-from ._generate import scenario_prompt as scenario_prompt
-from ._knobs import KNOB_TYPES as KNOB_TYPES
-from ._knobs import Knob as Knob
-from ._knobs import KnobBoard as KnobBoard
-from ._knobs import Knobs as Knobs
-from ._knobs import KnobValue as KnobValue
-from ._schema import SCENARIO_FORMAT as SCENARIO_FORMAT
-from ._schema import Citation as Citation
-from ._schema import Intervention as Intervention
-from ._schema import Scenario as Scenario
-from ._schema import canonical_json as canonical_json
-from ._schema import load_scenario as load_scenario
-from ._schema import load_scenarios as load_scenarios
-from ._scripted import scenario_rules as scenario_rules
-from ._scripted import scripted_scenario_model as scripted_scenario_model
+if TYPE_CHECKING:  # the type checker sees every name; at run time they load lazily
+    from ._apply import apply_scenario as apply_scenario
+    from ._documents import DOCUMENT_SUFFIXES as DOCUMENT_SUFFIXES
+    from ._documents import Document as Document
+    from ._documents import Passage as Passage
+    from ._documents import normalize_space as normalize_space
+    from ._documents import parse_passage_id as parse_passage_id
+    from ._documents import read_documents as read_documents
+    from ._documents import split_passages as split_passages
+    from ._generate import GENERATE_TASK as GENERATE_TASK
+    from ._generate import GENERATOR as GENERATOR
+    from ._generate import check_artifacts as check_artifacts
+    from ._generate import generate_scenarios as generate_scenarios
+    from ._generate import scenario_prompt as scenario_prompt
+    from ._knobs import KNOB_TYPES as KNOB_TYPES
+    from ._knobs import Knob as Knob
+    from ._knobs import KnobBoard as KnobBoard
+    from ._knobs import Knobs as Knobs
+    from ._knobs import KnobValue as KnobValue
+    from ._schema import SCENARIO_FORMAT as SCENARIO_FORMAT
+    from ._schema import Citation as Citation
+    from ._schema import Intervention as Intervention
+    from ._schema import Scenario as Scenario
+    from ._schema import canonical_json as canonical_json
+    from ._schema import load_scenario as load_scenario
+    from ._schema import load_scenarios as load_scenarios
+    from ._scripted import scenario_rules as scenario_rules
+    from ._scripted import scripted_scenario_model as scripted_scenario_model
 
 __all__ = [
     "KNOB_TYPES", "SCENARIO_FORMAT", "Citation", "Intervention", "Knob", "KnobBoard", "KnobValue",
@@ -56,4 +65,33 @@ __all__ = [
     "scenario_prompt", "scenario_rules", "scripted_scenario_model", "split_passages",
 ]
 
-claim_public_module(__name__, globals())
+#: Each public name -> the private module that defines it.
+_LAZY: dict[str, str] = {
+    "apply_scenario": "._apply",
+    **dict.fromkeys(("DOCUMENT_SUFFIXES", "Document", "Passage", "normalize_space",
+                     "parse_passage_id", "read_documents", "split_passages"), "._documents"),
+    **dict.fromkeys(("GENERATE_TASK", "GENERATOR", "check_artifacts", "generate_scenarios",
+                     "scenario_prompt"), "._generate"),
+    **dict.fromkeys(("KNOB_TYPES", "Knob", "KnobBoard", "Knobs", "KnobValue"), "._knobs"),
+    **dict.fromkeys(("SCENARIO_FORMAT", "Citation", "Intervention", "Scenario", "canonical_json",
+                     "load_scenario", "load_scenarios"), "._schema"),
+    **dict.fromkeys(("scenario_rules", "scripted_scenario_model"), "._scripted"),
+}
+
+
+def __getattr__(name: str) -> Any:
+    where = _LAZY.get(name)
+    if where is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    module = importlib.import_module(where, __name__)
+    # Every name of that module at once, claimed as they were when this package
+    # imported them all eagerly: reprs and pickles say simulacra.scenarios.X.
+    names = [n for n, w in _LAZY.items() if w == where]
+    loaded = {n: getattr(module, n) for n in names}
+    claim_public_module(__name__, {"__all__": names, **loaded})
+    globals().update(loaded)
+    return loaded[name]
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))
