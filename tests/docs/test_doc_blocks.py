@@ -11,29 +11,43 @@ from pathlib import Path
 
 import pytest
 from docs_sybil import SYBIL, doc_pages
+from sybil.evaluators.doctest import DocTestEvaluator
 from sybil.evaluators.python import PythonEvaluator
 
-FENCE = re.compile(r"^```python[ \t]*$", re.MULTILINE)
+FENCE = re.compile(r"^[ \t]*```python\b.*$", re.MULTILINE)
+END_FENCE = re.compile(r"^[ \t]*```[ \t]*$", re.MULTILINE)
+END_COMMENT = re.compile(r"^[ \t]*-->", re.MULTILINE)
 INVISIBLE = re.compile(r"^<!--\s*invisible-code-block:\s*python\b", re.MULTILINE)
 SKIP = re.compile(r"^<!--\s*skip:\s*(?P<args>.*?)\s*-->", re.MULTILINE)
 
 
 def test_there_are_pages() -> None:
     names = {page.name for page in doc_pages()}
-    assert {"design.md", "parallel.md"} <= names
+    assert {"index.md", "tutorial.md", "design.md"} <= names
+
+
+def python_blocks(text: str) -> list[tuple[int, int]]:
+    """``(first line, last line)`` of each Python block, fenced or invisible, from 1."""
+    blocks = []
+    for match in (*FENCE.finditer(text), *INVISIBLE.finditer(text)):
+        start = text.count("\n", 0, match.start()) + 1
+        closing = END_COMMENT if match[0].startswith("<!--") else END_FENCE
+        end = closing.search(text, match.end())
+        assert end is not None, f"a block at line {start} is never closed"
+        blocks.append((start, text.count("\n", 0, end.start()) + 1))
+    return sorted(blocks)
 
 
 @pytest.mark.parametrize("page", doc_pages(), ids=lambda page: page.name)
 def test_every_python_block_is_collected(page: Path) -> None:
-    """Each fenced Python block (and each invisible one) is one example Sybil runs."""
-    text = page.read_text(encoding="utf-8")
-    expected = len(FENCE.findall(text)) + len(INVISIBLE.findall(text))
-    document = SYBIL.parse(page)
-    python = [
-        example for example in document.examples()
-        if isinstance(example.region.evaluator, PythonEvaluator)
+    """Each Python block (fenced, invisible, or a ``>>>`` session) is run by Sybil."""
+    blocks = python_blocks(page.read_text(encoding="utf-8"))
+    runs = [
+        example.line for example in SYBIL.parse(page).examples()
+        if isinstance(example.region.evaluator, PythonEvaluator | DocTestEvaluator)
     ]
-    assert expected == len(python), f"{page.name}: {expected} blocks, {len(python)} collected"
+    missed = [(a, b) for a, b in blocks if not any(a <= line <= b for line in runs)]
+    assert not missed, f"{page.name}: blocks at lines {missed} are not run"
 
 
 @pytest.mark.parametrize("page", doc_pages(), ids=lambda page: page.name)
