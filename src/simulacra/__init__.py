@@ -49,7 +49,11 @@ from .errors import LookaheadViolation as LookaheadViolation
 from .errors import NotAnEvent as NotAnEvent
 from .errors import OffloadError as OffloadError
 from .errors import OffloadTimeout as OffloadTimeout
+from .errors import OversubscribedWarning as OversubscribedWarning
 from .errors import PartitionError as PartitionError
+from .errors import PoolBusy as PoolBusy
+from .errors import PoolClosed as PoolClosed
+from .errors import PoolError as PoolError
 from .errors import ProcessError as ProcessError
 from .errors import ProviderError as ProviderError
 from .errors import ProviderTimeout as ProviderTimeout
@@ -114,6 +118,7 @@ if TYPE_CHECKING:  # the type checker sees every name; at run time they load laz
     from .distributed import MCPBackend as MCPBackend
     from .distributed import MCPConfig as MCPConfig
     from .executors import Executor as Executor
+    from .executors import WorkerPool as WorkerPool
     from .executors import get_executor as get_executor
     from .llm import CallSite as CallSite
     from .llm import ChatMessage as ChatMessage
@@ -237,7 +242,7 @@ __all__ = [
     "MemoryTracer",
     # replications and executors
     "Experiment", "ExperimentResults", "ReplicationResult", "config_grid", "Executor",
-    "get_executor",
+    "get_executor", "WorkerPool",
     # PDES
     "ShardedSim", "UnshardedSim", "ShardContext", "Entity", "PDESStats", "SpeedupEstimate",
     "analyze",
@@ -267,7 +272,8 @@ __all__ = [
     "ConfigError", "ScenarioError", "ThreadOwnershipError", "DeterminismError", "TraceError",
     "Interrupt", "KernelBug",
     "BackendError", "BackendUnavailable", "WorkerLost", "RemoteError", "ExperimentError",
-    "ReplicationFailed", "SpoolError",
+    "ReplicationFailed", "SpoolError", "PoolError", "PoolClosed", "PoolBusy",
+    "OversubscribedWarning",
     "PartitionError", "UnknownEntity", "LookaheadViolation", "ShardError", "ShardCrashed",
     "OffloadError", "OffloadTimeout",
     "AgentError", "AgentActionError", "UnknownRecipient", "ContextClosed", "UncopyableState",
@@ -355,6 +361,7 @@ _LAZY: dict[str, str] = {
     "load_settings": ".backends",
     "Executor": ".executors",
     "get_executor": ".executors",
+    "WorkerPool": ".executors",
     "CallSite": ".llm",
     "ChatMessage": ".llm",
     "Completion": ".llm",

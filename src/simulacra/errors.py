@@ -28,7 +28,10 @@ catches ``ValueError`` or ``RuntimeError`` keeps working::
     ├── BackendError               running units of work on a backend (executors)
     │   ├── BackendUnavailable     a backend this Python cannot provide (also RuntimeError)
     │   ├── WorkerLost             a unit's worker died too often (also RuntimeError)
-    │   └── RemoteError            a worker's exception that could not travel as itself
+    │   ├── RemoteError            a worker's exception that could not travel as itself
+    │   └── PoolError              a WorkerPool closed, or lent to another run (also RuntimeError)
+    │       ├── PoolClosed         a WorkerPool used after close()
+    │       └── PoolBusy           a WorkerPool asked for by a second run while one holds it
     ├── ExperimentError            a study of replications could not complete
     │   ├── ReplicationFailed      the model raised for one replication (also RuntimeError)
     │   └── SpoolError             another study's directory, or a damaged one (also ValueError)
@@ -59,6 +62,8 @@ catches ``ValueError`` or ``RuntimeError`` keeps working::
     ├── RunStopped                 a society run stopped at a safe point: a signal or a budget
     └── Interrupt                  thrown into a process by Process.interrupt()
     KernelBug                      an invariant inside simulacra broke; please report it
+
+    OversubscribedWarning          (a UserWarning) more worker processes than CPUs
 """
 
 from __future__ import annotations
@@ -94,6 +99,10 @@ __all__ = [
     "BackendUnavailable",
     "WorkerLost",
     "RemoteError",
+    "PoolError",
+    "PoolClosed",
+    "PoolBusy",
+    "OversubscribedWarning",
     "ExperimentError",
     "ReplicationFailed",
     "SpoolError",
@@ -253,6 +262,30 @@ class RemoteError(BackendError):
     """Stands in for an exception raised in a worker that could not be pickled back.
 
     The message holds the original type, message and the worker's traceback.
+    """
+
+
+class PoolError(BackendError, RuntimeError):
+    """A ``WorkerPool`` was used in a way its state does not allow."""
+
+
+class PoolClosed(PoolError):
+    """A ``WorkerPool`` was asked for work after ``close()``: make a new one."""
+
+
+class PoolBusy(PoolError):
+    """A ``WorkerPool`` was asked for by a run while another run held it.
+
+    One pool serves one run at a time (an ``Experiment.run``, a
+    ``ShardedSim`` until it is closed); the message names the holder.
+    """
+
+
+class OversubscribedWarning(UserWarning):
+    """More CPU-bound workers (processes, sub-interpreters) were asked for than there are CPUs.
+
+    They take turns on the CPUs there are, so a study runs no faster and each
+    worker costs its start-up and memory. The message gives both counts.
     """
 
 

@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import os
 import sys
+import time
 from collections.abc import Generator
+from pathlib import Path
 from typing import Any
 
 from simulacra.core import Event, Sim
@@ -47,3 +49,20 @@ def build(ctx: Any) -> None:
 def shard_modules(state: Any) -> tuple[list[str], int]:
     """``ShardedSim.call``: the HEAVY packages of this shard's worker, and its pid."""
     return heavy_loaded(), os.getpid()
+
+
+def slow(stream: SeedTree, config: dict[str, Any]) -> dict[str, Any]:
+    """Sleeps ``config["sleep"]`` (default 0.1 s), then a draw; raises for replication ``fail``."""
+    if stream.path[-1] == config.get("fail"):
+        raise ValueError(f"replication {stream.path[-1]} fails")
+    time.sleep(config.get("sleep", 0.1))
+    return {"pid": os.getpid(), "x": stream.stream("x").random()}
+
+
+def crash_once(stream: SeedTree, config: dict[str, Any]) -> dict[str, Any]:
+    """Kills its worker the first time replication ``config["crash"]`` runs (a marker file)."""
+    marker = Path(config["markers"]) / f"crashed-{stream.path[-1]}"
+    if stream.path[-1] == config["crash"] and not marker.exists():
+        marker.write_text(str(os.getpid()), encoding="utf-8")
+        os._exit(1)
+    return {"pid": os.getpid(), "x": stream.stream("x").random()}

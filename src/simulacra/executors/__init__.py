@@ -39,6 +39,9 @@ if TYPE_CHECKING:  # the type checker sees every name; at run time they load laz
     from ._registry import executor_name as executor_name
     from ._registry import free_threaded as free_threaded
     from ._registry import get_executor as get_executor
+    from ._workers import PoolLease as PoolLease
+    from ._workers import WorkerPool as WorkerPool
+    from ._workers import default_start_method as default_start_method
 
 __all__ = [
     # the seam
@@ -57,6 +60,9 @@ __all__ = [
     "ProcessExecutor",
     "InterpreterExecutor",
     "DaskExecutor",
+    "WorkerPool",
+    "PoolLease",
+    "default_start_method",
     "START_METHODS",
     # helpers
     "callable_ref",
@@ -75,6 +81,7 @@ _LAZY: dict[str, str] = {
     **dict.fromkeys(("START_METHODS", "InterpreterExecutor", "ProcessExecutor",
                      "SequentialExecutor", "ThreadExecutor", "process_pool"), "._pool"),
     **dict.fromkeys(("callable_ref", "resolve_callable"), "._refs"),
+    **dict.fromkeys(("PoolLease", "WorkerPool", "default_start_method"), "._workers"),
     **dict.fromkeys(("EXECUTOR_ALIASES", "EXECUTOR_NAMES", "auto_backend", "executor_name",
                      "free_threaded", "get_executor"), "._registry"),
 }

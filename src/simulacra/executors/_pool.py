@@ -1,12 +1,16 @@
 """Executors: inline, threads, processes and sub-interpreters.
 
-All but the inline one drive a :class:`concurrent.futures.Executor` through
-one loop, :meth:`_FuturesExecutor._drive`. It keeps a bounded window of units
+Processes run on a :class:`~simulacra.executors.WorkerPool` (``_workers.py``),
+one unit per worker at a time, so a worker that dies is blamed exactly
+(:func:`_run_on`). Threads and sub-interpreters drive a
+:class:`concurrent.futures.Executor` through one loop,
+:meth:`_FuturesExecutor._drive` (Dask reuses it). It keeps a bounded window of units
 in flight (so that a crash can only take a few units down with it), yields
 outcomes as they complete, and retries units whose worker died.
 
-Blame for a crash is exact. When a worker dies, every unit that was in flight
-on the pool is lost with it, and the pool cannot tell which one killed it. So
+Blame for a crash is exact there too. When a pool's worker dies, every unit
+in flight on the pool may be lost with it, and the pool cannot tell which one
+killed it. So
 each of those units becomes a *suspect* and is re-run alone, with nothing else
 in flight: a unit that kills its worker while running alone is charged for it,
 and the innocent ones simply finish. A unit is reported :class:`Lost` once its
@@ -31,8 +35,16 @@ from ._base import Done, Lost, Raised, call_unit, check_retries, check_workers
 from ._refs import callable_ref
 from ._subinterp import SubInterpreterPool
 from ._subinterp import available as subinterp_available
+from ._workers import (
+    START_METHODS,
+    PoolLease,
+    WorkerPool,
+    check_start_method,
+    warn_if_oversubscribed,
+)
 
 __all__ = [
+    "START_METHODS",
     "InterpreterExecutor",
     "ProcessExecutor",
     "SequentialExecutor",
@@ -42,11 +54,6 @@ __all__ = [
 
 U = TypeVar("U")
 R = TypeVar("R")
-
-#: Start methods a process pool may use. "fork" is refused: it copies a parent
-#: that runs threads (the pool's own manager thread, a progress bar, Dask), which
-#: can deadlock the child, and it lets a worker see state the model never sent.
-START_METHODS = ("spawn", "forkserver")
 
 
 class _EagerProcessPool(cf.ProcessPoolExecutor):
@@ -326,83 +333,177 @@ class ThreadExecutor(_FuturesExecutor):
 
 
 @final
-class ProcessExecutor(_FuturesExecutor):
-    """Runs units in worker processes (``concurrent.futures.ProcessPoolExecutor``).
+class ProcessExecutor(_Closable):
+    """Runs units in worker processes: a :class:`WorkerPool` of its own, or one it is given.
 
-    Each pool gets its own multiprocessing context, chosen here and never set
-    globally (``multiprocessing.set_start_method`` is never called):
+    Each worker runs one unit at a time, so when a worker dies (killed,
+    ``os._exit``, a segfault in an extension) the unit it was running is
+    known exactly: that unit is re-run, up to *retries* times, on a fresh
+    worker that replaces the dead one, and no other unit is disturbed. A
+    unit whose worker died ``retries + 1`` times is :class:`Lost`.
 
-    - ``"spawn"`` (the default): each worker is a fresh interpreter that
-      imports ``fn`` by name. It behaves the same on Linux, macOS and Windows,
-      and sees ``sys.path`` as it is when the pool starts; starting a worker
-      costs an interpreter start-up plus the imports (a few hundred ms).
-    - ``"forkserver"`` (not on Windows): workers fork from a small server
-      process, which is quicker per worker; the server keeps the ``sys.path``
-      of its first start.
+    The workers start from a multiprocessing context chosen here and never
+    set globally (``multiprocessing.set_start_method`` is never called):
+
+    - ``"forkserver"`` (the default where the platform has it: Linux,
+      macOS): workers fork from a server process that has already imported
+      the kernel, so each starts in milliseconds.
+    - ``"spawn"`` (the default elsewhere): each worker is a fresh interpreter
+      that imports ``fn`` by name; starting one costs an interpreter start-up
+      plus the imports.
 
     ``"fork"`` is refused: it copies a parent that runs threads, which can
     deadlock the child, and lets workers see state that was never sent to them.
 
-    A worker that dies (killed, ``os._exit``, a segfault in an extension)
-    breaks the whole pool; it is replaced and the units that were in flight are
-    re-run, suspects alone (see the module docstring), up to *retries* times.
-
     Args:
-        max_workers: Worker processes; ``None`` means one per CPU.
-        start_method: ``"spawn"`` or ``"forkserver"``.
+        max_workers: Worker processes; ``None`` means one per CPU. More than
+            the CPUs warns (:class:`~simulacra.errors.OversubscribedWarning`).
+        start_method: ``"forkserver"``, ``"spawn"`` or ``None`` (forkserver
+            where the platform has it).
         retries: Re-runs allowed for a unit whose worker died under it.
+        pool: A :class:`WorkerPool` to run on instead of starting workers:
+            it is borrowed for each :meth:`map_units` and left open by
+            :meth:`close`, so that several runs share its processes. Then
+            *max_workers* and *start_method* are the pool's.
 
     Raises:
-        ConfigError: An argument is out of range or *start_method* is unknown.
+        ConfigError: An argument is out of range, *start_method* is unknown,
+            or *pool* comes with *max_workers* or *start_method*.
+        BackendUnavailable: *start_method* is not available on this platform.
     """
 
     name: ClassVar[str] = "processes"
 
     def __init__(
-        self, max_workers: int | None = None, *, start_method: str = "spawn", retries: int = 3
+        self,
+        max_workers: int | None = None,
+        *,
+        start_method: str | None = None,
+        retries: int = 3,
+        pool: WorkerPool | None = None,
     ) -> None:
-        if start_method not in START_METHODS:
-            raise ConfigError(
-                f"start_method must be one of {', '.join(map(repr, START_METHODS))}, got "
-                f"{start_method!r} ('fork' copies a parent that runs threads and can deadlock)"
-            )
-        if start_method not in multiprocessing.get_all_start_methods():
-            raise BackendUnavailable(
-                f"start_method {start_method!r} is not available on this platform "
-                f"({sys.platform}); use 'spawn'"
-            )
-        super().__init__(check_workers(max_workers), check_retries(retries))
-        self._start_method = start_method
+        self._retries = check_retries(retries)
+        self._pool: WorkerPool | None
+        if pool is not None:
+            if not isinstance(pool, WorkerPool):
+                raise ConfigError(f"pool must be a WorkerPool, got {type(pool).__name__} {pool!r}")
+            if max_workers is not None or start_method is not None:
+                raise ConfigError(
+                    "max_workers and start_method are the pool's when a WorkerPool is given "
+                    f"(this one: max_workers={pool.workers}, start_method={pool.start_method!r})"
+                )
+            self._pool, self._owned = pool, False
+            self._workers, self._start_method = pool.workers, pool.start_method
+        else:
+            self._start_method = check_start_method(start_method)
+            self._workers = check_workers(max_workers)
+            warn_if_oversubscribed(self._workers)
+            self._pool, self._owned = None, True
+
+    @property
+    def workers(self) -> int:
+        """How many units may run at the same time."""
+        return self._workers
+
+    @property
+    def retries(self) -> int:
+        """How many times a unit is re-run after its worker died under it."""
+        return self._retries
 
     @property
     def start_method(self) -> str:
-        """The multiprocessing start method of this executor's pools."""
+        """The multiprocessing start method of this executor's workers."""
         return self._start_method
 
-    def _make_pool(self) -> cf.Executor:
-        return process_pool(self._workers, self._start_method)
+    def map_units(
+        self, fn: Callable[[U], R], units: Sequence[U], /
+    ) -> Iterator[tuple[int, Done[R] | Raised | Lost]]:
+        """Run ``fn(unit)`` for every unit; yield ``(index, outcome)`` as each finishes.
 
-    def _is_lost(self, exc: BaseException) -> bool:
-        return isinstance(exc, BrokenProcessPool)
+        The workers are borrowed when the iteration starts and given back when
+        it ends (or is closed early: a worker still running a unit is then
+        replaced).
 
-    def _breaks_pool(self, exc: BaseException) -> bool:
-        return isinstance(exc, BrokenProcessPool)
+        Raises:
+            ConfigError: The executor is closed, or *fn* is not importable by name.
+            PoolClosed: The given pool was closed (raised by the first ``next()``).
+            PoolBusy: Another run holds the given pool (raised by the first ``next()``).
+        """
+        self._check_open(self.name)
+        callable_ref(fn, "fn")
+        return self._drive(fn, units)
 
-    def _retire(self, pool: cf.Executor) -> None:
-        # The pool's own terminate() sweep should have stopped every worker;
-        # kill whatever is still alive, so that no worker of a broken pool can
-        # keep the interpreter from exiting.
-        processes = list((getattr(pool, "_processes", None) or {}).values())
-        pool.shutdown(wait=False, cancel_futures=True)
-        for process in processes:
-            if process.is_alive():
-                process.kill()
+    def _current_pool(self) -> WorkerPool:
+        if self._pool is None:
+            self._pool = WorkerPool(self._workers, start_method=self._start_method,
+                                    oversubscribe=True)
+        return self._pool
+
+    def _drive(
+        self, fn: Callable[[U], R], units: Sequence[U]
+    ) -> Iterator[tuple[int, Done[R] | Raised | Lost]]:
+        lease = self._current_pool().lease(f"a run of {len(units)} units")
+        try:
+            yield from _run_on(lease, fn, units, self._retries)
+        finally:
+            lease.release()
+
+    def close(self) -> None:
+        """Stop the workers (unless the pool was given). Calling it twice is harmless."""
+        self._closed = True
+        if self._owned and self._pool is not None:
+            pool, self._pool = self._pool, None
+            pool.close()
 
     def __repr__(self) -> str:
         return (
             f"ProcessExecutor(max_workers={self._workers}, start_method="
             f"{self._start_method!r}, retries={self._retries})"
         )
+
+
+def _run_on(
+    lease: PoolLease, fn: Callable[[U], R], units: Sequence[U], retries: int
+) -> Iterator[tuple[int, Done[R] | Raised | Lost]]:
+    """Run every unit on the lease's workers, one unit per worker at a time.
+
+    Blame is exact: a worker that dies was running one known unit. That unit
+    is put back at the head of the queue (or reported :class:`Lost` once it
+    has killed ``retries + 1`` workers) and the worker is replaced.
+    """
+    fresh = deque(range(len(units)))
+    crashes = [0] * len(units)
+    idle = list(range(lease.workers))
+    busy: dict[int, int] = {}  # worker slot -> unit index
+    while fresh or busy:
+        while fresh and idle:
+            slot, index = idle.pop(0), fresh.popleft()
+            try:
+                sent = lease.send(slot, "unit", (fn, units[index]))
+            except Exception as exc:  # the unit (or fn) does not pickle: an error in the work
+                idle.insert(0, slot)
+                yield index, Raised(exc, "")
+                continue
+            if sent:
+                busy[slot] = index
+            else:  # the worker was dead before it got the unit: not the unit's fault
+                lease.restart(slot)
+                idle.append(slot)
+                fresh.appendleft(index)
+        for slot in lease.wait(list(busy)):
+            index = busy.pop(slot)
+            outcome = lease.receive(slot)
+            if not isinstance(outcome, Lost):
+                idle.append(slot)
+                yield index, outcome
+                continue
+            lease.restart(slot)
+            idle.append(slot)
+            crashes[index] += 1
+            if crashes[index] > retries:
+                yield index, Lost(crashes[index], outcome.reason)
+            else:
+                fresh.appendleft(index)
 
 
 def _interpreter_pool_class() -> Callable[[int], cf.Executor]:
@@ -447,6 +548,7 @@ class InterpreterExecutor(_FuturesExecutor):
     def __init__(self, max_workers: int | None = None, *, retries: int = 3) -> None:
         self._pool_class = _interpreter_pool_class()
         super().__init__(check_workers(max_workers), check_retries(retries))
+        warn_if_oversubscribed(self._workers)
 
     def _make_pool(self) -> cf.Executor:
         factory: Callable[[int], cf.Executor] = self._pool_class

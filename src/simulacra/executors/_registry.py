@@ -13,6 +13,7 @@ from simulacra.errors import ConfigError
 from ._base import Executor, check_retries, check_workers
 from ._dask import DaskExecutor
 from ._pool import InterpreterExecutor, ProcessExecutor, SequentialExecutor, ThreadExecutor
+from ._workers import WorkerPool
 
 __all__ = ["EXECUTOR_ALIASES", "EXECUTOR_NAMES", "auto_backend", "executor_name", "free_threaded",
            "get_executor"]
@@ -36,9 +37,12 @@ def _threads(max_workers: int | None = None, retries: int = 3) -> Executor:
 
 
 def _processes(
-    max_workers: int | None = None, retries: int = 3, start_method: str = "spawn"
+    max_workers: int | None = None,
+    retries: int = 3,
+    start_method: str | None = None,
+    pool: WorkerPool | None = None,
 ) -> Executor:
-    return ProcessExecutor(max_workers, start_method=start_method, retries=retries)
+    return ProcessExecutor(max_workers, start_method=start_method, retries=retries, pool=pool)
 
 
 def _interpreters(max_workers: int | None = None, retries: int = 3) -> Executor:
@@ -53,7 +57,7 @@ def _dask(max_workers: int | None = None, retries: int = 3, address: str | None 
 _REGISTRY: dict[str, tuple[Callable[..., Executor], tuple[str, ...]]] = {
     "sequential": (_sequential, ("max_workers", "retries")),
     "threads": (_threads, ("max_workers", "retries")),
-    "processes": (_processes, ("max_workers", "retries", "start_method")),
+    "processes": (_processes, ("max_workers", "retries", "start_method", "pool")),
     "interpreters": (_interpreters, ("max_workers", "retries")),
     "dask": (_dask, ("max_workers", "retries", "address")),
 }
@@ -119,7 +123,8 @@ def get_executor(name: str, /, **options: Any) -> Executor:
             ``simulacra.executors`` logger; the executor's ``name`` says which.
         **options: ``max_workers`` (all; ignored by ``sequential``),
             ``retries`` (all; unused by ``sequential`` and ``threads``, which
-            cannot lose a worker), ``start_method`` (``processes``),
+            cannot lose a worker), ``start_method`` and ``pool`` (a
+            :class:`WorkerPool` to borrow; ``processes``),
             ``address`` (``dask``: a scheduler address instead of a new
             ``LocalCluster``).
 

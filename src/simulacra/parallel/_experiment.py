@@ -32,6 +32,7 @@ from simulacra.errors import (
     ConfigError,
     DeterminismError,
     KernelBug,
+    PoolClosed,
     ReplicationFailed,
     SpoolError,
     WorkerLost,
@@ -41,7 +42,9 @@ from simulacra.executors import (
     Done,
     Executor,
     Lost,
+    ProcessExecutor,
     Raised,
+    WorkerPool,
     auto_backend,
     callable_ref,
     executor_name,
@@ -1171,6 +1174,7 @@ class Experiment:
         retries: int = 3,
         resume: bool = False,
         progress: bool | None = None,
+        pool: WorkerPool | None = None,
     ) -> ExperimentResults:
         """Run every config *replications* times and return the results in identity order.
 
@@ -1195,6 +1199,10 @@ class Experiment:
                 the rest. Without it, a spool_dir holding results is refused.
             progress: Show a progress bar with an ETA on stderr. ``None``: only
                 when stderr is a terminal.
+            pool: A :class:`~simulacra.WorkerPool` to run the replications on
+                (backend ``"processes"``): its workers are borrowed for this
+                run and left running for the next, so that several studies
+                pay the process start-up once. *max_workers* is then the pool's.
 
         Returns:
             The results, keyed and ordered by ``(config_index, replication)``.
@@ -1210,6 +1218,9 @@ class Experiment:
                 broke the KPI contract for one replication. Finished results
                 stay in ``spool_dir``.
             WorkerLost: A replication's worker died more than *retries* times.
+            PoolClosed: *pool* was closed.
+            PoolBusy: Another run holds *pool* (a ``ShardedSim`` not yet
+                closed, a run on another thread).
         """
         replications = _check_replications(replications)
         if not isinstance(resume, bool):
@@ -1223,7 +1234,14 @@ class Experiment:
         if self._convention == "run":
             _check_parameters(self._model, self._configs)
         self._check_scenarios()
-        executor, name, reason = self._executor(backend, max_workers, scheduler_address, retries)
+        if pool is not None:
+            executor = self._pool_executor(pool, backend, max_workers, scheduler_address, retries)
+            name = "processes"
+            reason = f"pool: a WorkerPool of {executor.workers} ({pool.start_method})"
+        else:
+            executor, name, reason = self._executor(
+                backend, max_workers, scheduler_address, retries
+            )
         try:
             spool = (
                 None if self._spool_dir is None else _Spool(self._spool_dir, self.identity, resume)
@@ -1242,7 +1260,33 @@ class Experiment:
                     spool.close()
         finally:
             if not isinstance(backend, Executor):
-                executor.close()
+                executor.close()  # the executor of pool= leaves the pool running
+
+    @staticmethod
+    def _pool_executor(
+        pool: object, backend: object, max_workers: object, address: object, retries: int
+    ) -> Executor:
+        """The executor of ``run(pool=...)``: processes on that pool.
+
+        Raises:
+            ConfigError: *pool* is not a WorkerPool, or comes with a backend
+                other than processes, with max_workers or a scheduler address.
+        """
+        if not isinstance(pool, WorkerPool):
+            raise ConfigError(f"pool must be a WorkerPool, got {type(pool).__name__} {pool!r}")
+        if pool.closed:
+            raise PoolClosed("pool: this WorkerPool is closed; make a new one")
+        if backend not in ("auto", "processes", "process"):
+            raise ConfigError(
+                f"pool= runs the replications on that WorkerPool's processes; it does not go "
+                f"with backend={backend!r} (leave backend out, or use 'processes')"
+            )
+        if max_workers is not None or address is not None:
+            raise ConfigError(
+                f"max_workers and scheduler_address do not go with pool=: the WorkerPool has "
+                f"its {pool.workers} workers"
+            )
+        return ProcessExecutor(pool=pool, retries=retries)
 
     def _executor(
         self, backend: str | Executor, max_workers: int | None, address: str | None, retries: int

@@ -41,7 +41,7 @@ from typing import Any
 
 from simulacra.core import Sim
 from simulacra.errors import ConfigError, PartitionError, ShardError, UntilInPast
-from simulacra.executors import START_METHODS, callable_ref, resolve_callable
+from simulacra.executors import START_METHODS, WorkerPool, callable_ref, resolve_callable
 from simulacra.trace import Trace
 
 from ._pdes_model import Builder, Message, Partition, ShardRuntime, merge_records, merge_ties
@@ -185,31 +185,47 @@ class ShardedSim:
         seed: The seed of the model's random streams (every shard uses it).
         config: Passed to the builder as ``ctx.config``; must pickle for processes.
         trace: Record the shards' traces (see :meth:`trace`).
-        start_method: ``"spawn"`` or ``"forkserver"``: the multiprocessing
-            context of this run's workers (never the global default).
+        start_method: ``"forkserver"`` or ``"spawn"``: the multiprocessing
+            context of this run's workers (never the global default); ``None``
+            picks forkserver where the platform has it.
         timeout: Seconds to wait for the shards of one round before giving up
             with :class:`~simulacra.ShardCrashed`; ``None`` waits as long as
             the workers live (a dead worker is noticed at once either way).
+        pool: A :class:`~simulacra.WorkerPool` with at least *shards*
+            workers to run the shards on (``mode="processes"``), instead of
+            starting workers: it is held until :meth:`close` and left running
+            for the next run.
 
     Raises:
         ConfigError: a bad argument, or a builder that cannot be imported in a worker.
         PartitionError: the partition or the model is invalid (the message says why).
+        PoolClosed: *pool* was closed.
+        PoolBusy: another run holds *pool*.
     """
 
     def __init__(self, builder: Builder | str, *, shards: int, partition: Partition = None,
                  mode: str = "processes", seed: Any = None, config: Any = None,
-                 trace: bool = False, start_method: str = "spawn",
-                 timeout: float | None = None) -> None:
+                 trace: bool = False, start_method: str | None = None,
+                 timeout: float | None = None, pool: WorkerPool | None = None) -> None:
         count: object = shards  # checked at run time, like every argument below
         if isinstance(count, bool) or not isinstance(count, int) or count < 1:
             raise ConfigError(f"shards must be an int >= 1, got {shards!r}")
         if mode not in MODES:
             raise ConfigError(f"mode must be one of {', '.join(map(repr, MODES))}, got {mode!r}")
-        if start_method not in START_METHODS:
+        if start_method is not None and start_method not in START_METHODS:
             raise ConfigError(
-                f"start_method must be one of {', '.join(map(repr, START_METHODS))}, "
+                f"start_method must be one of {', '.join(map(repr, START_METHODS))} or None, "
                 f"got {start_method!r}"
             )
+        if pool is not None:
+            if not isinstance(pool, WorkerPool):
+                raise ConfigError(f"pool must be a WorkerPool, got {type(pool).__name__} {pool!r}")
+            if mode != "processes" or start_method is not None:
+                raise ConfigError(
+                    "pool= runs the shards on that WorkerPool's processes: it goes with "
+                    f"mode='processes' and no start_method (got mode={mode!r}, "
+                    f"start_method={start_method!r})"
+                )
         wait: object = timeout
         if wait is not None and not (isinstance(wait, int | float) and wait > 0):
             raise ConfigError(f"timeout must be None or a number > 0, got {timeout!r}")
@@ -230,7 +246,7 @@ class ShardedSim:
         self._trace = trace
         self._failed: BaseException | None = None
         self._transport: Transport = make_transport(
-            mode, shards, start_method=start_method, timeout=timeout,
+            mode, shards, start_method=start_method, timeout=timeout, pool=pool,
         )
         self._finalizer = weakref.finalize(self, self._transport.close)
         try:

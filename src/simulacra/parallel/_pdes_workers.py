@@ -12,17 +12,16 @@ command tuple to some shards and waits for all their replies (a barrier):
 A reply is ``("ok", value)`` or ``("err", error)``. Worker processes are
 persistent: each builds its shard once and keeps it across rounds, so only
 commands, messages and window times cross the process boundary. A worker that
-dies is noticed through its process sentinel, at once, never by a hang.
+dies is noticed through its process sentinel, at once, never by a hang. The
+workers are a :class:`~simulacra.executors.WorkerPool`'s, each holding its
+shard as a session (:class:`ShardSession`): a pool the user gives serves one
+sharded run after another, and replications between them.
 """
 
 from __future__ import annotations
 
-import contextlib
-import multiprocessing
-import multiprocessing.connection
 import pickle
 import queue
-import signal
 import threading
 import time
 import traceback
@@ -30,7 +29,7 @@ from collections.abc import Callable
 from typing import Any
 
 from simulacra.errors import ConfigError, ShardCrashed, ShardError
-from simulacra.executors import resolve_callable
+from simulacra.executors import Lost, Raised, WorkerPool, resolve_callable
 
 from ._pdes_model import ShardRuntime
 
@@ -101,33 +100,35 @@ def _portable_error(exc: BaseException, shard: int) -> tuple[bytes | None, str, 
     return data, name, str(exc), f"shard {shard} traceback:\n{text}"
 
 
-def _worker_main(conn: multiprocessing.connection.Connection) -> None:
-    """The loop of a shard worker process: answer commands until told to stop."""
-    # Ctrl-C goes to the whole process group: the coordinator handles it and
-    # stops the workers; a worker must not die of it mid-window.
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    host = _ShardHost()
-    while True:
-        try:
-            cmd = conn.recv()
-        except (EOFError, OSError):
-            return  # the coordinator is gone
-        if cmd[0] == "stop":
-            with contextlib.suppress(OSError):
-                conn.send(("ok", None))
-            return
-        status, value = host.safe_handle(cmd)
+class ShardSession:
+    """A pool worker's shard: the session a :class:`~simulacra.executors.WorkerPool` worker keeps.
+
+    Opened on each worker a sharded run borrows, it answers the run's
+    commands with ``("ok", value)`` or ``("err", error as data)`` until the
+    run closes it; the worker then serves the next run, whatever it is.
+    """
+
+    def __init__(self) -> None:
+        self._host = _ShardHost()
+
+    def __call__(self, cmd: Command) -> bytes:
+        """Answer one command with the pickled reply.
+
+        Pickled here, so that a reply that does not pickle becomes this shard's
+        error, naming the command, rather than the worker's.
+        """
+        status, value = self._host.safe_handle(cmd)
         if status == "err":
-            value = _portable_error(value, host.shard)
+            value = _portable_error(value, self._host.shard)
         try:
-            conn.send((status, value))
+            return pickle.dumps((status, value), pickle.HIGHEST_PROTOCOL)
         except Exception as exc:  # an answer that does not pickle (a message payload?)
             error = ShardError(
-                f"shard {host.shard}: its answer to {cmd[0]!r} could not be sent to the "
+                f"shard {self._host.shard}: its answer to {cmd[0]!r} could not be sent to the "
                 f"coordinator ({type(exc).__name__}: {exc}); message payloads and results "
                 "must pickle"
             )
-            conn.send(("err", _portable_error(error, host.shard)))
+            return pickle.dumps(("err", _portable_error(error, self._host.shard)))
 
 
 def _raise_error(shard: int, error: Any) -> None:
@@ -245,119 +246,117 @@ class _ThreadTransport(Transport):
 
 
 class _ProcessTransport(Transport):
-    """One persistent worker process per shard, started with an explicit context."""
+    """One worker process per shard: a :class:`~simulacra.executors.WorkerPool`'s, borrowed.
 
-    def __init__(self, shards: int, start_method: str, timeout: float | None) -> None:
+    Without a pool given, the transport starts a pool of its own (one worker
+    per shard) and stops it on :meth:`close`. With one, it borrows the first
+    ``shards`` workers and gives them all back on :meth:`close`, each ready
+    for the next run (a worker that died, or that a timeout left in the
+    middle of a model, is replaced).
+    """
+
+    def __init__(self, shards: int, start_method: str | None, timeout: float | None,
+                 pool: WorkerPool | None = None) -> None:
         self.shards = shards
         self._timeout = timeout
         self._closed = False
-        context: Any = multiprocessing.get_context(start_method)
-        self._conns: list[multiprocessing.connection.Connection] = []
-        self._procs: list[Any] = []
+        self._owned = pool is None
+        if pool is None:
+            pool = WorkerPool(shards, start_method=start_method, oversubscribe=True,
+                              preload=(__name__,))
+        elif pool.workers < shards:
+            raise ConfigError(
+                f"pool has {pool.workers} workers and the run has {shards} shards: a sharded run "
+                "needs one worker per shard (a WorkerPool(max_workers=...) at least that big)"
+            )
+        self._pool = pool
         try:
-            for shard in range(shards):
-                parent, child = context.Pipe(duplex=True)
-                proc = context.Process(target=_worker_main, args=(child,),
-                                       name=f"simulacra-shard-{shard}", daemon=True)
-                proc.start()
-                child.close()
-                self._conns.append(parent)
-                self._procs.append(proc)
+            self._lease = pool.lease(f"ShardedSim({shards} shard{'s' if shards != 1 else ''})")
+        except BaseException:
+            if self._owned:
+                pool.close()
+            raise
+        try:
+            self._call_each("open", dict.fromkeys(range(shards), ShardSession), "build")
         except BaseException:
             self.close()
             raise
 
-    def _crashed(self, shard: int, op: str) -> ShardCrashed:
-        proc = self._procs[shard]
-        proc.join(timeout=1)
-        code = proc.exitcode
-        how = "is still running" if code is None else (
-            f"was killed by signal {-code}" if code < 0 else f"exited with code {code}"
-        )
+    def _crashed(self, shard: int, op: str, how: str) -> ShardCrashed:
         self.close()
         hint = ""
         if op == "build":
             hint = (" (its stderr says why; a script that starts workers must guard its entry "
                     "point with `if __name__ == '__main__':`, since each worker imports it)")
         return ShardCrashed(
-            f"shard {shard}'s worker process (pid {proc.pid}) {how} while running {op!r}; "
+            f"shard {shard}'s worker: {how} while running {op!r}; "
             f"the sharded run cannot continue{hint}"
         )
 
-    def _exchange(self, commands: dict[int, Command]) -> dict[int, Reply]:
+    def _call_each(self, op: str, payloads: dict[int, Any], name: str) -> dict[int, Any]:
+        """Send *op* with each shard's payload; gather every answer (the barrier)."""
         if self._closed:
             raise ShardError("the shard workers were stopped (an earlier failure or close())")
-        for shard, cmd in commands.items():
+        lease = self._lease
+        for shard, payload in payloads.items():
             try:
-                data = pickle.dumps(cmd)
+                sent = lease.send(shard, op, payload)
             except Exception as exc:
                 raise ConfigError(
-                    f"cannot send {cmd[0]!r} to shard {shard}'s worker process: {exc} "
+                    f"cannot send {name!r} to shard {shard}'s worker process: {exc} "
                     "(with mode='processes', builders, partitions, functions and message "
                     "payloads must pickle: module-level functions and plain data)"
                 ) from None
-            try:
-                self._conns[shard].send_bytes(data)
-            except OSError:
-                raise self._crashed(shard, cmd[0]) from None
+            if not sent:
+                raise self._crashed(shard, name, _lost_how(lease.receive(shard)))
         deadline = None if self._timeout is None else time.monotonic() + self._timeout
-        replies: dict[int, Reply] = {}
-        waiting = set(commands)
-        by_object: dict[Any, int] = {}
-        for shard in waiting:
-            by_object[self._conns[shard]] = shard
-            by_object[self._procs[shard].sentinel] = shard
+        answers: dict[int, Any] = {}
+        waiting = set(payloads)
         while waiting:
             left = None if deadline is None else max(0.0, deadline - time.monotonic())
-            ready = multiprocessing.connection.wait(
-                [obj for obj, shard in by_object.items() if shard in waiting], timeout=left,
-            )
+            ready = lease.wait(sorted(waiting), timeout=left)
             if not ready:
                 late = sorted(waiting)
                 self.close()
                 raise ShardCrashed(
-                    f"shard(s) {late} did not answer {commands[late[0]][0]!r} within the "
-                    f"timeout of {self._timeout} s; the workers were stopped"
+                    f"shard(s) {late} did not answer {name!r} within the timeout of "
+                    f"{self._timeout} s; the workers were stopped"
                 )
-            for obj in ready:
-                shard = by_object[obj]
-                if shard not in waiting:
-                    continue
-                conn = self._conns[shard]
-                if obj is not conn and not conn.poll(0):
-                    raise self._crashed(shard, commands[shard][0])
-                try:
-                    replies[shard] = conn.recv()
-                except (EOFError, OSError):
-                    raise self._crashed(shard, commands[shard][0]) from None
+            for shard in ready:
+                outcome = lease.receive(shard)
+                if isinstance(outcome, Lost):
+                    raise self._crashed(shard, name, outcome.reason)
+                if isinstance(outcome, Raised):  # the worker could not run the session itself
+                    raise outcome.error
+                answers[shard] = outcome.value
                 waiting.discard(shard)
-        return replies
+        return answers
+
+    def _exchange(self, commands: dict[int, Command]) -> dict[int, Reply]:
+        name = next(iter(commands.values()))[0] if commands else "?"
+        answers = self._call_each("session", commands, name)
+        return {shard: pickle.loads(data) for shard, data in answers.items()}  # noqa: S301
 
     def close(self) -> None:
         if self._closed:
             return
         self._closed = True
-        for conn, proc in zip(self._conns, self._procs, strict=False):
-            if proc.is_alive():
-                with contextlib.suppress(OSError):
-                    conn.send(("stop",))
-        # Idle workers stop at once; one stuck in a model (the timeout case) is terminated.
-        deadline = time.monotonic() + 1.0
-        for proc in self._procs:
-            proc.join(timeout=max(0.0, deadline - time.monotonic()))
-        for proc in self._procs:
-            if proc.is_alive():
-                proc.terminate()
-                proc.join(timeout=2)
-        for conn in self._conns:
-            conn.close()
+        try:
+            self._lease.release()  # each worker back, alive and idle, its shard dropped
+        finally:
+            if self._owned:
+                self._pool.close()
 
 
-def make_transport(mode: str, shards: int, *, start_method: str,
-                   timeout: float | None) -> Transport:
-    """The transport for *mode* (one of :data:`MODES`)."""
+def _lost_how(outcome: Any) -> str:
+    return outcome.reason if isinstance(outcome, Lost) else "stopped answering"
+
+
+def make_transport(mode: str, shards: int, *, start_method: str | None,
+                   timeout: float | None, pool: WorkerPool | None = None) -> Transport:
+    """The transport for *mode* (one of :data:`MODES`); *pool* only for processes."""
     if mode == "processes":
-        return _ProcessTransport(shards, start_method, timeout)
+        return _ProcessTransport(shards, start_method, timeout, pool)
     if mode == "threads":
         return _ThreadTransport(shards, timeout)
     return _InlineTransport(shards)
@@ -374,7 +373,7 @@ def ticker_model(ctx: Any) -> None:
         ctx.spawn_entity(f"tick-{shard}", _tick)
 
 
-def measure_round_trip(shards: int, start_method: str, rounds: int) -> float:
+def measure_round_trip(shards: int, start_method: str | None, rounds: int) -> float:
     """Seconds per barrier round of ``shards`` worker processes: the median of *rounds*.
 
     Starts the same workers a ShardedSim uses, builds a model of one ticking
