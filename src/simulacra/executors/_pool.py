@@ -22,6 +22,7 @@ from __future__ import annotations
 import concurrent.futures as cf
 import contextlib
 import multiprocessing
+import re
 import sys
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
@@ -554,11 +555,78 @@ class InterpreterExecutor(_FuturesExecutor):
         factory: Callable[[int], cf.Executor] = self._pool_class
         return factory(self._workers)
 
+    def map_units(
+        self, fn: Callable[[U], R], units: Sequence[U], /
+    ) -> Iterator[tuple[int, Done[R] | Raised | Lost]]:
+        """Run ``fn(unit)`` for every unit; yield ``(index, outcome)`` as each finishes.
+
+        A unit that failed because it imports an extension module that refuses
+        sub-interpreters is reported as :class:`Raised` with a
+        :class:`~simulacra.errors.BackendUnavailable` that names the module,
+        its package and the backends that can run it.
+        """
+        return _explain_refusals(super().map_units(fn, units), _name_of(fn))
+
     def _is_lost(self, exc: BaseException) -> bool:
         return _is_broken_interpreter_pool(exc)
 
     def _breaks_pool(self, exc: BaseException) -> bool:
         return _is_broken_interpreter_pool(exc)
+
+
+#: How CPython says that an extension module cannot be loaded in a sub-interpreter.
+_REFUSED = re.compile(r"module '?([\w.]+)'? does not support loading in subinterpreters")
+
+
+def refused_module(error: BaseException, traceback_text: str = "") -> str | None:
+    """The extension module that *error* says refuses sub-interpreters, or None."""
+    seen: set[int] = set()
+    current: BaseException | None = error
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        found = _REFUSED.search(str(current))
+        if found:
+            return found.group(1)
+        current = current.__cause__ or current.__context__
+    found = _REFUSED.search(traceback_text)
+    return found.group(1) if found else None
+
+
+def _package_of(module: str) -> str:
+    """The distribution that installs *module* (its top-level package's name if unknown)."""
+    top = module.split(".", maxsplit=1)[0]
+    try:
+        from importlib.metadata import packages_distributions  # noqa: PLC0415
+
+        names = packages_distributions().get(top, [])
+    except Exception:  # only a nicer name is at stake
+        names = []
+    return names[0] if names else top
+
+
+def _explain_refusals(
+    outcomes: Iterator[tuple[int, Done[R] | Raised | Lost]], what: str
+) -> Iterator[tuple[int, Done[R] | Raised | Lost]]:
+    try:
+        for index, outcome in outcomes:
+            if isinstance(outcome, Raised):
+                module = refused_module(outcome.error, outcome.traceback)
+                if module is not None:
+                    outcome = Raised(BackendUnavailable(
+                        f"backend 'interpreters' cannot run {what}: it needs {module} (package "
+                        f"{_package_of(module)}), an extension module that refuses to load in "
+                        "sub-interpreters; backends that can run it: 'processes' (the same "
+                        "isolation), 'threads', 'sequential', 'dask'"
+                    ), outcome.traceback)
+            yield index, outcome
+    finally:
+        close = getattr(outcomes, "close", None)
+        if close is not None:
+            close()
+
+
+def _name_of(fn: object) -> str:
+    return f"{getattr(fn, '__module__', '?')}:{getattr(fn, '__qualname__', repr(fn))}"
 
 
 def _is_broken_interpreter_pool(exc: BaseException) -> bool:

@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any, Literal, TypeAlias, final
 
 from simulacra._util import did_you_mean
 from simulacra.errors import (
+    BackendUnavailable,
     ConfigError,
     DeterminismError,
     KernelBug,
@@ -1365,6 +1366,13 @@ class Experiment:
                             spool.append(key, kpis)
                         bar.advance()
                     elif isinstance(outcome, Raised):
+                        if isinstance(outcome.error, BackendUnavailable):
+                            # Not the model's bug: this backend cannot run it (an extension
+                            # that refuses sub-interpreters). One line, and what would work.
+                            why = str(outcome.error).partition(": ")[2] or str(outcome.error)
+                            raise BackendUnavailable(
+                                f"backend {name!r} cannot run model {self._model}: {why}"
+                            ) from None
                         raise self._failed(key, outcome, len(results)) from outcome.error
                     else:
                         raise self._lost(key, outcome, len(results), name)
