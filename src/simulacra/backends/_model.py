@@ -2,15 +2,14 @@
 
 from __future__ import annotations
 
-import contextlib
 import copy
-import gc
 import hashlib
 import inspect
 import os
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Final, final
 
+from simulacra._util import full_collections_deferred
 from simulacra.agents import (
     Action,
     Agent,
@@ -41,26 +40,8 @@ __all__ = ["RUN_SCHEME", "Model", "RunResult"]
 #: Header of the overall run digest.
 RUN_SCHEME: Final = "simulacra.engines.run.v1"
 
-#: The oldest generation's collection threshold while a run is in progress.
-#: Messages live exactly one phase, long enough to be promoted to the oldest
-#: generation, and at CPython 3.11's default (10) the resulting full
-#: collections -- each walking every live object -- cost more than the model
-#: itself (measured: 2.6x the run time of a 100k-agent messaging model).
-_DEFERRED_GEN2: Final = 1000
 
 
-@contextlib.contextmanager
-def _full_collections_deferred(enabled: bool) -> Iterator[None]:
-    """Raise the oldest generation's GC threshold for the duration; restore it after."""
-    if not enabled:
-        yield
-        return
-    old = gc.get_threshold()
-    gc.set_threshold(old[0], old[1], max(old[2], _DEFERRED_GEN2))
-    try:
-        yield
-    finally:
-        gc.set_threshold(*old)
 
 
 @final
@@ -395,7 +376,7 @@ class Model:
         state_digests: list[str] = []
         message_digests: list[str] = []
         counts: list[int] = []
-        with _full_collections_deferred(defer_gc):
+        with full_collections_deferred(defer_gc):
             try:
                 backend.start(self._specs, self._seed, self._world)
                 for step in range(steps):

@@ -46,8 +46,9 @@ import sqlite3
 import threading
 import zlib
 from collections.abc import Iterable, Iterator, Mapping
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from simulacra._util import ModelWrapper
 from simulacra.errors import (
@@ -255,14 +256,23 @@ _Row = tuple[Any, ...]
 #: statement releases the GIL and takes it back; a thread that waits for it
 #: back pays a switch), and the few sizes keep the statement cache warm.
 _CHUNKS = (64, 16, 4, 1)
+#: Rows per INSERT of a write-behind (RecordingStore.commit(wait=False)): its thread
+#: takes the GIL back after every statement, and each time waits up to the switch
+#: interval (5 ms) for the thread running the society to let go of it; 470 small
+#: statements a step of 10,000 calls made the writer five times slower than the step.
+#: Sizes whose parameters exceed the SQLite build's limit are skipped.
+_BIG_CHUNKS = (2048, 512, 64, 16, 4, 1)
 _SQL: dict[tuple[str, int], str] = {}
 
 
-def _insert(db: sqlite3.Connection, sql: str, width: int, rows: list[tuple[Any, ...]],
-            tail: str = "") -> int:
+def _insert(db: sqlite3.Connection, sql: str, width: int, rows: list[tuple[Any, ...]],  # noqa: PLR0917
+            tail: str = "", chunks: tuple[int, ...] = _CHUNKS) -> int:
     """``sql VALUES (?, ...), ... tail`` for *rows*, a few statements; the rows inserted."""
     done, inserted = 0, 0
-    for size in _CHUNKS:
+    limit = _variable_limit(db)
+    for size in chunks:
+        if size * width > limit:
+            continue
         while len(rows) - done >= size:
             text = _SQL.get((sql, size))
             if text is None:
@@ -274,8 +284,30 @@ def _insert(db: sqlite3.Connection, sql: str, width: int, rows: list[tuple[Any, 
     return inserted
 
 
-def _write_rows(db: sqlite3.Connection, rows: list[_Row], known: dict[bytes, int]) -> dict[bytes,
-                                                                                          int]:
+#: A call recorded again at its site replaces the completion (and keeps a request).
+_UPSERT_CALL = (" ON CONFLICT (request_key, agent, n) DO UPDATE SET completion = "
+                "excluded.completion, request = COALESCE(excluded.request, request)")
+
+
+class _Batch(NamedTuple):
+    """A write-behind's rows as statement parameters, blob ids assigned (see _prepare)."""
+
+    epoch: int
+    blobs: list[tuple[Any, ...]]
+    calls: list[tuple[Any, ...]]
+    failures: list[tuple[Any, ...]]
+
+
+def _variable_limit(db: sqlite3.Connection) -> int:
+    """How many ``?`` one statement may hold on *db* (999 before SQLite 3.32)."""
+    try:
+        return int(db.getlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER))
+    except (AttributeError, sqlite3.Error):  # Python < 3.11 has no getlimit
+        return 999
+
+
+def _write_rows(db: sqlite3.Connection, rows: list[_Row], known: dict[bytes, int],
+                chunks: tuple[int, ...] = _CHUNKS) -> dict[bytes, int]:
     """Write *rows* (inside the caller's transaction); return the new blobs' ids by digest.
 
     *known* maps the digests of blobs the store holds to their ids; the blobs
@@ -294,7 +326,7 @@ def _write_rows(db: sqlite3.Connection, rows: list[_Row], known: dict[bytes, int
         first = 1 + (int(top) if top is not None else 0)
         ids = {digest: first + i for i, digest in enumerate(new)}
         stored = _insert(db, "INSERT OR IGNORE INTO blobs (id, sha256, codec, data)", 4,
-                         [(ids[d], d, *b.pack()) for d, b in new.items()])
+                         [(ids[d], d, *b.pack()) for d, b in new.items()], chunks=chunks)
         if stored != len(new):  # some were there already (another session wrote them)
             digests = list(new)
             for i in range(0, len(digests), 500):
@@ -316,10 +348,9 @@ def _write_rows(db: sqlite3.Connection, rows: list[_Row], known: dict[bytes, int
         else:
             failures.append((*row[1:4], *row[4]))
     _insert(db, "INSERT INTO completions (request_key, agent, n, completion, request)", 5,
-            calls, " ON CONFLICT (request_key, agent, n) DO UPDATE SET completion = "
-            "excluded.completion, request = COALESCE(excluded.request, request)")
+            calls, _UPSERT_CALL, chunks)
     _insert(db, "INSERT OR REPLACE INTO failures (request_key, agent, n, error, message)", 5,
-            failures)
+            failures, chunks=chunks)
     return ids
 
 
@@ -402,10 +433,11 @@ class _Write:
     when its thread is to commit the next group.
     """
 
-    __slots__ = ("args", "done", "error", "wake")
+    __slots__ = ("args", "behind", "done", "error", "wake")
 
-    def __init__(self, args: list[tuple[Any, ...]]) -> None:
+    def __init__(self, args: list[tuple[Any, ...]], behind: bool = False) -> None:
         self.args = args
+        self.behind = behind  # a write-behind's: big statements (see _BIG_CHUNKS)
         self.done = False
         self.error: BaseException | None = None
         self.wake = threading.Lock()
@@ -453,6 +485,16 @@ class RecordingStore:
         #: (a later write of a site replaces an earlier one, as in the tables).
         self._held = False
         self._pending: dict[tuple[str, bytes, str, int], _Row] = {}
+        #: Groups handed to the writer thread by commit(wait=False), until written.
+        self._flying: list[dict[tuple[str, bytes, str, int], _Row]] = []
+        self._behind: list[Future[None]] = []
+        self._writer: ThreadPoolExecutor | None = None
+        # The blob ids write-behinds count on (see _prepare), and their generation.
+        self._ids = threading.RLock()
+        self._epoch = 0
+        self._next_id: int | None = None
+        self._ahead: dict[bytes, int] = {}
+        self._hot: set[bytes] = set()
         if readonly:
             if not Path(self.path).exists():
                 raise RecordingError(f"recording store {self.path} does not exist")
@@ -550,7 +592,7 @@ class RecordingStore:
 
     def _execute(self, sql: str, args: tuple[object, ...] = ()) -> list[tuple[Any, ...]]:
         """*sql* on the store as it holds every write made so far (held ones committed first)."""
-        if self._pending:
+        if self._pending or self._behind:
             self.commit()
         return self._query(sql, args)
 
@@ -588,21 +630,52 @@ class RecordingStore:
         """Writes made under :meth:`hold` and not committed yet."""
         return len(self._pending)
 
-    def commit(self) -> int:
+    def commit(self, *, wait: bool = True) -> int:
         """Commit the held writes in one transaction; return how many there were.
 
         Durable when it returns (WAL, ``synchronous=NORMAL``: the process
-        dying loses nothing committed; a power cut may). On a failure nothing
-        of the group is written and the writes stay held.
+        dying loses nothing committed; a power cut may), with the writes of
+        every earlier ``commit(wait=False)``. On a failure nothing of the group
+        is written and the writes stay held.
+
+        Args:
+            wait: False hands the group to the store's writer thread and
+                returns at once (a write-behind: SQLite writes while the caller
+                goes on, on another core). The writes are served by :meth:`get`
+                meanwhile, and durable once :meth:`sync` (or a waiting commit,
+                a read of the whole store, :meth:`close`) returns. A failed
+                write-behind keeps its writes held and raises there.
 
         Raises:
-            RecordingError: The write failed (rolled back).
+            RecordingError: The write failed (rolled back), or an earlier
+                write-behind did.
         """
+        if wait:
+            self.sync()
         with self._state:
             if not self._pending:
                 return 0
+            if self._closed:
+                raise RecordingError(f"recording store {self.path} is closed")
             rows = list(self._pending.values())
             pending, self._pending = self._pending, {}
+            if not wait:
+                self._flying.append(pending)
+        if not wait:
+            try:
+                batch = self._prepare(rows)
+            except BaseException:
+                with self._state:
+                    self._pending = {**pending, **self._pending}
+                    self._flying = [each for each in self._flying if each is not pending]
+                raise
+            with self._state:
+                if self._writer is None:
+                    self._writer = ThreadPoolExecutor(
+                        1, thread_name_prefix="simulacra-recordings")
+                self._behind.append(self._writer.submit(self._write_behind, pending, rows,
+                                                        batch))
+            return len(rows)
         try:
             self._submit(rows)
         except BaseException:
@@ -610,6 +683,132 @@ class RecordingStore:
                 self._pending = {**pending, **self._pending}
             raise
         return len(rows)
+
+    #: Blob ids a write-behind remembers (by digest) for the blobs it wrote or will write
+    #: (some 40 MB at most): when full, only those met more than once are kept. A blob
+    #: forgotten and met again costs its group the careful way (see _prepare).
+    _AHEAD = 262_144
+
+    def _prepare(self, rows: list[_Row]) -> _Batch:
+        """*rows* as the parameters of a write-behind's statements (on the caller's thread).
+
+        The blobs get their ids here, after the largest the file holds (read
+        once, then counted on), so that the writer thread only runs SQL:
+        Python work on that thread waits for the GIL, and made a write-behind
+        cost the run more than the commit it hides. A blob written or queued
+        earlier keeps its id (the ``_ahead`` map). If the file turns out to
+        hold one of these ids or digests already (another session wrote it,
+        or a remembered id was dropped), the writer finds out (fewer rows
+        inserted than given) and writes the group the careful way instead.
+        """
+        with self._ids:
+            if self._next_id is None:
+                self.sync()  # the ids the writer thread has yet to write are in the file
+                top = self._query("SELECT MAX(id) FROM blobs")[0][0]
+                self._next_id = 1 + (int(top) if top is not None else 0)
+                self._ahead, self._hot = {}, set()
+            ahead, hot, known = self._ahead, self._hot, self._known
+            nid = self._next_id
+            blobs: list[tuple[Any, ...]] = []
+            calls: list[tuple[Any, ...]] = []
+            failures: list[tuple[Any, ...]] = []
+
+            def blob_id(blob: _Blob) -> int:
+                nonlocal nid
+                digest = blob.digest
+                found = ahead.get(digest)
+                if found is not None:
+                    hot.add(digest)
+                    return found
+                found = known.get(digest)
+                if found is None:
+                    found = nid
+                    nid += 1
+                    blobs.append((found, digest, *blob.pack()))
+                ahead[digest] = found
+                return found
+
+            for row in rows:
+                if row[0] == "call":
+                    _, key, agent, n, completion, request = row
+                    refs = None if request is None else " ".join(
+                        [str(blob_id(b)) for b in request])
+                    calls.append((key, agent, n, blob_id(completion), refs))
+                else:
+                    failures.append((*row[1:4], *row[4]))
+            self._next_id = nid
+            if len(ahead) > self._AHEAD:  # keep the blobs met again (a system prompt)
+                self._ahead = {d: ahead[d] for d in hot if d in ahead}
+                self._hot = set()
+            return _Batch(self._epoch, blobs, calls, failures)
+
+    def _forget_ids(self) -> None:
+        """The ids counted on may be wrong: the next write-behind reads them again."""
+        with self._ids:
+            self._epoch += 1
+            self._next_id = None
+            self._ahead, self._hot = {}, set()
+
+    def _write_fast(self, batch: _Batch) -> bool:
+        """Write a prepared *batch* in one transaction; False (rolled back) if its ids clash."""
+        with self._lock:
+            if self._closed:
+                raise RecordingError(f"recording store {self.path} is closed")
+            db = self._db
+            db.execute("BEGIN IMMEDIATE")
+            try:
+                stored = _insert(db, "INSERT OR IGNORE INTO blobs (id, sha256, codec, data)", 4,
+                                 batch.blobs, chunks=_BIG_CHUNKS)
+                if stored != len(batch.blobs):
+                    db.execute("ROLLBACK")
+                    return False
+                _insert(db, "INSERT INTO completions (request_key, agent, n, completion, "
+                        "request)", 5, batch.calls, _UPSERT_CALL, _BIG_CHUNKS)
+                _insert(db, "INSERT OR REPLACE INTO failures (request_key, agent, n, error, "
+                        "message)", 5, batch.failures, chunks=_BIG_CHUNKS)
+                db.execute("COMMIT")
+            except BaseException:
+                if db.in_transaction:
+                    db.execute("ROLLBACK")
+                raise
+        return True
+
+    def _write_behind(self, pending: dict[tuple[str, bytes, str, int], _Row],
+                      rows: list[_Row], batch: _Batch) -> None:
+        """The writer thread's part of ``commit(wait=False)``: write *rows*, or hold them again."""
+        try:
+            if batch.epoch != self._epoch or not self._write_fast(batch):
+                self._forget_ids()  # and the groups queued behind this one go this way too
+                self._submit(rows, behind=True)
+        except BaseException:
+            self._forget_ids()
+            with self._state:
+                self._pending = {**pending, **self._pending}
+                self._flying = [each for each in self._flying if each is not pending]
+            raise
+        with self._state:
+            self._flying = [each for each in self._flying if each is not pending]
+
+    def sync(self) -> None:
+        """Wait until every ``commit(wait=False)`` so far is written (durable).
+
+        Raises:
+            RecordingError: One of them failed (its writes are held again:
+                the next commit tries them once more).
+        """
+        with self._state:
+            behind, self._behind = self._behind, []
+        failed: BaseException | None = None
+        for future in behind:
+            try:
+                future.result()
+            except BaseException as exc:  # the first is raised, after all were waited for
+                failed = failed or exc
+        if failed is not None:
+            if isinstance(failed, RecordingError):
+                raise failed
+            raise RecordingError(f"recording store {self.path}: the write failed and was "
+                                 f"rolled back: {failed}") from failed
 
     def _keep(self, row: _Row) -> None:
         """Write *row* now, or hold it (:meth:`hold`)."""
@@ -621,14 +820,14 @@ class RecordingStore:
                 raise RecordingError(f"recording store {self.path} is closed")
             self._pending[(row[0], row[1], row[2], row[3])] = row
 
-    def _submit(self, args: list[_Row]) -> None:
+    def _submit(self, args: list[_Row], behind: bool = False) -> None:
         """Write the rows *args*; return once committed (with the writes queued beside it).
 
         The first writer to find nobody committing commits the queue; the
         writers that queue up meanwhile wait, each on its own lock, and the
         first of them commits them all next.
         """
-        write = _Write(args)
+        write = _Write(args, behind)
         with self._state:
             if self._closed:
                 raise RecordingError(f"recording store {self.path} is closed")
@@ -693,8 +892,9 @@ class RecordingStore:
             db = self._db
             db.execute("BEGIN IMMEDIATE")
             try:
+                chunks = _BIG_CHUNKS if any(write.behind for write in group) else _CHUNKS
                 ids = _write_rows(db, [row for write in group for row in write.args],
-                                  self._known)
+                                  self._known, chunks)
                 db.execute("COMMIT")
             except BaseException:
                 if db.in_transaction:
@@ -703,6 +903,8 @@ class RecordingStore:
             if len(self._known) + len(ids) > self._KNOWN:
                 self._known.clear()
             self._known.update(ids)
+        if ids and self._next_id is not None:
+            self._forget_ids()  # it wrote blobs past the ids a write-behind counts on
 
     def put(
         self,
@@ -795,14 +997,26 @@ class RecordingStore:
         """The ``(error type name, message)`` recorded for ``(key, site)``, or ``None``."""
         agent, n = _site_columns(site)
         raw = _key_bytes(key)
-        if self._pending:
-            held = self._pending.get(("failure", raw, agent, n))
-            if held is not None:
-                return (str(held[4][0]), str(held[4][1]))
+        held = self._held_row(("failure", raw, agent, n))
+        if held is not None:
+            return (str(held[4][0]), str(held[4][1]))
         rows = self._query(
             "SELECT error, message FROM failures WHERE request_key = ? AND agent = ? AND n = ?",
             (raw, agent, n))
         return (str(rows[0][0]), str(rows[0][1])) if rows else None
+
+    def _held_row(self, at: tuple[str, bytes, str, int]) -> _Row | None:
+        """The write held (or being written behind) for *at*, the newest; None if none."""
+        if self._pending:
+            held = self._pending.get(at)
+            if held is not None:
+                return held
+        if self._flying:
+            for group in reversed(self._flying[:]):
+                held = group.get(at)
+                if held is not None:
+                    return held
+        return None
 
     def calls_per_agent(self) -> dict[str, int]:
         """How many distinct calls (completions or failures) are recorded per agent."""
@@ -815,10 +1029,9 @@ class RecordingStore:
         """Return the completion stored under ``(key, site)``, or ``None``."""
         agent, n = _site_columns(site)
         raw = _key_bytes(key)
-        if self._pending:
-            held = self._pending.get(("call", raw, agent, n))
-            if held is not None:
-                return self._load((_RAW, held[4].data), key, site)
+        held = self._held_row(("call", raw, agent, n))
+        if held is not None:
+            return self._load((_RAW, held[4].data), key, site)
         rows = self._query(
             "SELECT b.codec, b.data FROM completions AS c LEFT JOIN blobs AS b "
             "ON b.id = c.completion WHERE c.request_key = ? AND c.agent = ? AND c.n = ?",
@@ -843,7 +1056,7 @@ class RecordingStore:
         Raises:
             RecordingError: What is stored does not hash to *key* (a damaged store).
         """
-        if self._pending:
+        if self._pending or self._behind:
             self.commit()
         with self._lock:
             if self._closed:
@@ -893,7 +1106,7 @@ class RecordingStore:
         wanted = {_key_bytes(key) for key in keys}
         if not wanted:
             return {}
-        if self._pending:
+        if self._pending or self._behind:
             self.commit()
         refs: dict[bytes, list[int]] = {}
         with self._lock:
@@ -986,11 +1199,17 @@ class RecordingStore:
         (:meth:`hold`) and committed now; later use raises :class:`RecordingError`.
         """
         failed: RecordingError | None = None
-        if self._pending and not self._closed:
-            try:
-                self.commit()  # a run that stops keeps the calls of its last, partial step
-            except RecordingError as exc:
-                failed = exc  # the database is closed all the same
+        if not self._closed:
+            # A run that stops keeps the calls of its last, partial step; a failed
+            # write-behind is tried once more. The database is closed all the same.
+            for attempt in (self.sync, self.commit):
+                try:
+                    attempt()
+                except RecordingError as exc:
+                    failed = failed or exc
+        writer, self._writer = self._writer, None
+        if writer is not None:
+            writer.shutdown(wait=True)
         with self._state:
             if self._closed:
                 return

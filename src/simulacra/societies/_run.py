@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final, Protocol, TypeVar, final
 
-from simulacra._util import ModelWrapper
+from simulacra._util import ModelWrapper, full_collections_deferred
 from simulacra.agents import ActionEvent, Actor, World
 from simulacra.errors import (
     BackendUnavailable,
@@ -1079,10 +1079,14 @@ def _execute(config: RunConfig, rundir: RunDirectory | None, model: LanguageMode
         meter = _AgentMeter(used, reached)
 
         def step_done(report: StepReport) -> None:
-            # The step's calls are durable before its events are written or a
-            # checkpoint after it is taken: a resume from that checkpoint finds them.
+            # The step's calls go to the store's writer thread (SQLite writes them
+            # on another core while the next step runs). They are durable before
+            # any checkpoint after this step is written and before the run ends
+            # (durable(), below): a resume from a checkpoint finds them, and a
+            # crash loses only calls after the last checkpoint, which a resume
+            # (starting there) asks again.
             if store is not None:
-                store.commit()
+                store.commit(wait=False)
             if calllog is not None:
                 calllog.flush()
             cost = _price(config, report.prompt_tokens, report.completion_tokens)
@@ -1115,10 +1119,14 @@ def _execute(config: RunConfig, rundir: RunDirectory | None, model: LanguageMode
                                 float(first + tally.steps)))
             calllog.simulated = getattr(engine, "simulated_latency", None)
         try:
-            result = _drive(engine, config, rundir, agents, first, accounting=sessions,
-                            spent=lambda: _spent(earlier, tally), control=control,
-                            checkpoints=checkpoint_stats,
-                            healthy=lambda: guard is None or guard.tripped is None)
+            # A step's objects (events, held recordings, prompts) live long enough to
+            # reach the oldest generation; full collections over them were 10% of a run.
+            with full_collections_deferred():
+                result = _drive(engine, config, rundir, agents, first, accounting=sessions,
+                                spent=lambda: _spent(earlier, tally), control=control,
+                                checkpoints=checkpoint_stats,
+                                healthy=lambda: guard is None or guard.tripped is None,
+                                durable=None if store is None else store.sync)
         except Exception as exc:
             reached_budget = _find(exc, _BudgetReached)
             if reached_budget is not None:
@@ -1168,7 +1176,10 @@ def _execute(config: RunConfig, rundir: RunDirectory | None, model: LanguageMode
         session_calls = tally.calls
         llm["throughput"] = _throughput(whole, session_calls, served)
         failures = _failure_summary(
-            rundir.iter_events() if rundir is not None else session_events, whole.turns)
+            rundir.iter_events("turn_failed") if rundir is not None else session_events,
+            whole.turns)
+        if store is not None:
+            store.sync()  # every call in the file before the run says it finished
         if rundir is not None:
             rundir.finish(result.digest, {
                 "name": config.name, "seed": config.seed, "digest": result.digest,
@@ -1326,7 +1337,8 @@ def _drive(engine: StepEngine, config: RunConfig, rundir: RunDirectory | None,
            spent: Callable[[], _Tally],
            control: RunControl | None,
            checkpoints: dict[str, Any],
-           healthy: Callable[[], bool] = lambda: True) -> RoundResult:
+           healthy: Callable[[], bool] = lambda: True,
+           durable: Callable[[], None] | None = None) -> RoundResult:
     """Run steps *first* .. ``sim.steps``, with checkpoints, budgets and stop requests.
 
     A checkpoint of the state before step 0 is always written; later ones
@@ -1342,6 +1354,8 @@ def _drive(engine: StepEngine, config: RunConfig, rundir: RunDirectory | None,
     state included). No checkpoint is written while *healthy* says False: once
     the provider guard has tripped, agents hold calls it refused, which no
     recording serves, and the run is about to stop at an earlier checkpoint.
+    *durable* makes the calls recorded so far durable; it is called before
+    every checkpoint is written (the recordings' write-behind).
     """
     from ._checkpoint import write_checkpoint  # noqa: PLC0415
 
@@ -1362,6 +1376,8 @@ def _drive(engine: StepEngine, config: RunConfig, rundir: RunDirectory | None,
         if not healthy():
             return  # the provider is unusable: the stop names the last good checkpoint
         start = clock()
+        if durable is not None:
+            durable()  # the calls before the checkpoint are in the file when it is
         # Before the first step of a fresh run the state is the factory's: a
         # resume builds it again (as a replay does), so the checkpoint holds a
         # marker, not a million agents. The calls made so far, per agent, for

@@ -305,12 +305,24 @@ class RunDirectory:
                                   f"{exc}") from None
         return total
 
-    def iter_events(self) -> Iterator[ActionEvent]:
-        """The events of ``action_events.jsonl`` one by one (the file is read as it goes)."""
+    def iter_events(self, kind: str | None = None) -> Iterator[ActionEvent]:
+        """The events of ``action_events.jsonl`` one by one (the file is read as it goes).
+
+        Args:
+            kind: Only the events of this kind. A line is parsed only when it
+                holds ``"kind":"<kind>"`` (as :func:`event_line` writes it; a
+                quote inside a text is escaped, so no text can fake it): a
+                run's failed turns are found without decoding its other events.
+        """
+        mark = None if kind is None else f'"kind":{json.dumps(kind, ensure_ascii=False)}'
         with self.file("events").open(encoding="utf-8") as file:
             for line in file:
+                if mark is not None and mark not in line:
+                    continue
                 if line.strip():
-                    yield ActionEvent.from_json(json.loads(line))
+                    event = ActionEvent.from_json(json.loads(line))
+                    if kind is None or event.kind == kind:
+                        yield event
 
     def read_event_lines(self) -> list[str]:
         """The lines of ``action_events.jsonl`` as written (without line ends).

@@ -1,0 +1,211 @@
+"""The recording store's write-behind: ``commit(wait=False)`` writes on another thread.
+
+A society run hands each step's calls to the store's writer thread and waits
+for them (``sync``) before a checkpoint and before it says it finished. These
+tests check that what a write-behind leaves in the file is what a plain
+commit leaves (Hypothesis drives the interleavings, with blob ids forgotten
+and written by another session meanwhile, so the careful path runs too), that
+held and flying writes are served at once, that a failed write-behind keeps
+its writes and says so, and that SIGKILL keeps every synced step. Real SQLite
+files throughout.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from simulacra.errors import RateLimited, RecordingError
+from simulacra.llm import (
+    CallSite,
+    Completion,
+    CompletionRequest,
+    RecordingModel,
+    RecordingStore,
+    ScriptedModel,
+)
+from simulacra.llm._record import _unpack
+
+pytestmark = pytest.mark.timeout(300)
+
+SRC = Path(__file__).resolve().parents[2] / "src"
+
+#: One operation: ("put", prompt, reply, agent, n), ("fail", prompt, agent, n),
+#: ("commit", wait), ("sync",) or ("other",): another session writes some prompts.
+_OPS = st.one_of(
+    st.tuples(st.just("put"), st.integers(0, 6), st.integers(0, 4), st.integers(0, 2),
+              st.integers(0, 5)),
+    st.tuples(st.just("fail"), st.integers(0, 6), st.integers(0, 2), st.integers(0, 5)),
+    st.tuples(st.just("commit"), st.booleans()),
+    st.tuples(st.just("sync")),
+    st.tuples(st.just("other"), st.integers(0, 6)),
+)
+
+
+def _request(prompt: int) -> CompletionRequest:
+    return CompletionRequest.chat(f"prompt {prompt} " + "words " * prompt,
+                                  system=f"system {prompt % 2}")
+
+
+def _site(agent: int, n: int) -> CallSite:
+    return CallSite(f"agent{agent}", n)
+
+
+def _contents(path: Path) -> dict[str, Any]:
+    """What the file holds, by value (blob ids resolved): completions, requests, failures."""
+    with contextlib.closing(sqlite3.connect(path)) as db:
+        assert db.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+        blobs = {i: _unpack(codec, data) for i, codec, data in
+                 db.execute("SELECT id, codec, data FROM blobs")}
+        digests = db.execute("SELECT COUNT(*), COUNT(DISTINCT sha256) FROM blobs").fetchone()
+        assert digests[0] == digests[1]
+        calls = {(bytes(k).hex(), a, n): (blobs[c], None if r is None else
+                                         tuple(blobs[int(x)] for x in r.split()))
+                 for k, a, n, c, r in db.execute(
+                     "SELECT request_key, agent, n, completion, request FROM completions")}
+        failures = {(bytes(k).hex(), a, n): (e, m) for k, a, n, e, m in db.execute(
+            "SELECT request_key, agent, n, error, message FROM failures")}
+    return {"calls": calls, "failures": failures}
+
+
+def _play(path: Path, ops: list[tuple[Any, ...]], *, behind: bool, ahead: int | None) -> None:
+    store = RecordingStore(path)
+    if ahead is not None:
+        store._AHEAD = ahead  # type: ignore[misc]  # forget ids often: the careful path runs
+    store.hold()
+    try:
+        for op in ops:
+            if op[0] == "put":
+                _, prompt, reply, agent, n = op
+                request = _request(prompt)
+                store.put(request.key(), _site(agent, n), Completion(f"reply {reply}"),
+                          request=request)
+                assert store.get(request.key(), _site(agent, n)) == Completion(f"reply {reply}")
+            elif op[0] == "fail":
+                _, prompt, agent, n = op
+                request = _request(prompt)
+                store.put_failure(request.key(), _site(agent, n), RateLimited(f"no {prompt}"))
+                assert store.get_failure(request.key(), _site(agent, n)) == (
+                    "RateLimited", f"no {prompt}")
+            elif op[0] == "commit":
+                store.commit(wait=not op[1]) if behind else store.commit()
+            elif op[0] == "sync":
+                store.sync()
+            else:  # another session records a prompt (its blobs) in the same file
+                with RecordingStore(path) as other:
+                    request = _request(op[1])
+                    other.put(request.key(), _site(9, op[1]), Completion("other"),
+                              request=request)
+    finally:
+        store.close()
+
+
+@settings(max_examples=60, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(ops=st.lists(_OPS, max_size=40), ahead=st.sampled_from([None, 1, 3]))
+def test_a_write_behind_leaves_what_a_plain_commit_leaves(
+        tmp_path_factory: pytest.TempPathFactory, ops: list[tuple[Any, ...]],
+        ahead: int | None) -> None:
+    where = tmp_path_factory.mktemp("wb")
+    _play(where / "plain.sqlite", ops, behind=False, ahead=None)
+    _play(where / "behind.sqlite", ops, behind=True, ahead=ahead)
+    assert _contents(where / "behind.sqlite") == _contents(where / "plain.sqlite")
+
+
+def test_flying_writes_are_served_and_durable_after_sync(tmp_path: Path) -> None:
+    path = tmp_path / "r.sqlite"
+    model = ScriptedModel(seed=4)
+    with RecordingStore(path) as store:
+        store.hold()
+        recorder = RecordingModel(model, store)
+        calls = [(CompletionRequest.chat(f"step {s} call {i}", system="S"), _site(i % 3, s * 9 + i))
+                 for s in range(4) for i in range(9)]
+        got = []
+        for step in range(4):
+            for request, site in calls[step * 9:(step + 1) * 9]:
+                got.append(recorder.complete(request, site=site))
+            assert store.commit(wait=False) == 9
+            # served while (perhaps) still being written
+            for (request, site), completion in zip(calls[:len(got)], got, strict=True):
+                assert store.get(request.key(), site) == completion
+        store.sync()
+        with RecordingStore(path, readonly=True) as other:
+            assert len(other) == 36
+            for (request, site), completion in zip(calls, got, strict=True):
+                assert other.get(request.key(), site) == completion
+                assert other.request(request.key()) == request
+
+
+def test_a_failed_write_behind_keeps_its_writes_and_says_so(tmp_path: Path) -> None:
+    path = tmp_path / "r.sqlite"
+    request = CompletionRequest.chat("kept?")
+    with RecordingStore(path) as store:
+        store.hold()
+        store.put(request.key(), _site(0, 0), Completion("yes"), request=request)
+        store._db.execute("PRAGMA busy_timeout = 50")
+        with contextlib.closing(sqlite3.connect(path, isolation_level=None)) as other:
+            other.execute("BEGIN IMMEDIATE")  # another writer holds the file
+            assert store.commit(wait=False) == 1
+            with pytest.raises(RecordingError, match="rolled back"):
+                store.sync()
+            other.execute("ROLLBACK")
+        assert store.held == 1  # held again
+        assert store.get(request.key(), _site(0, 0)) == Completion("yes")
+        assert store.commit() == 1
+    with RecordingStore(path, readonly=True) as store:
+        assert store.get(request.key(), _site(0, 0)) == Completion("yes")
+
+
+def test_sigkill_keeps_every_synced_step(tmp_path: Path) -> None:
+    """Killed with a step's write-behind in flight: every synced step is in the file, whole."""
+    path = tmp_path / "r.sqlite"
+    steps, per_step = 5, 400
+    script = f"""
+import sys, time
+sys.path.insert(0, {str(SRC)!r})
+from simulacra.llm import CallSite, CompletionRequest, RecordingModel, RecordingStore, ScriptedModel
+store = RecordingStore({str(path)!r})
+store.hold()
+recorder = RecordingModel(ScriptedModel(seed=9), store)
+for step in range({steps}):
+    for i in range({per_step}):
+        recorder.complete(CompletionRequest.chat(f"step {{step}} call {{i}}", system="S"),
+                          site=CallSite(f"a{{i % 7}}", step * {per_step} + i))
+    store.commit(wait=False)
+    if step < {steps} - 1:
+        store.sync()
+        print("synced", step, flush=True)
+print("in flight", flush=True)
+time.sleep(60)
+"""
+    process = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True)
+    assert process.stdout is not None
+    lines = []
+    for line in process.stdout:
+        lines.append(line.strip())
+        if line.startswith("in flight"):
+            break
+    process.kill()
+    process.communicate(timeout=30)
+    assert lines == [f"synced {s}" for s in range(steps - 1)] + ["in flight"]
+    with contextlib.closing(sqlite3.connect(path)) as db:
+        assert db.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+    model = ScriptedModel(seed=9)
+    with RecordingStore(path, readonly=True) as store:
+        held = len(store)
+        # the synced steps whole; the last one whole or not at all (one transaction)
+        assert held in ((steps - 1) * per_step, steps * per_step)
+        for step in range(steps - 1):
+            for i in range(0, per_step, 11):
+                request = CompletionRequest.chat(f"step {step} call {i}", system="S")
+                site = CallSite(f"a{i % 7}", step * per_step + i)
+                assert store.get(request.key(), site) == model.complete(request, site=site)
