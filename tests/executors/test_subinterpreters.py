@@ -2,8 +2,8 @@
 
 The test suite runs on Python 3.11, which has none; this test runs the
 executor in a Python 3.13 (or 3.14+) interpreter (this one when it is one,
-else one from pyenv or PATH), in a subprocess, and compares its results with the inline executor's in that same
-interpreter. It is skipped when no such Python is installed.
+else one from pyenv or PATH), in a subprocess, and compares its results with
+the inline executor's in that same interpreter. It is skipped when no such Python is installed.
 """
 
 from __future__ import annotations
