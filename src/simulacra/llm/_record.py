@@ -611,8 +611,9 @@ class RecordingStore:
         """Hold the writes from now on until :meth:`commit`: one transaction for many calls.
 
         A society run holds its store and commits it at the end of every step
-        (before the step's events are written and before any checkpoint), so
-        a step of a million calls costs one commit. What is held is served by
+        (``commit(wait=False)``: on the store's writer thread; the run syncs
+        before any checkpoint and before it finishes), so a step of a million
+        calls costs one commit. What is held is served by
         :meth:`get` and :meth:`get_failure` at once, and committed before any
         other read and by :meth:`close`. A process killed before the commit
         loses the held writes of that step only; a resumed run, which starts
