@@ -13,7 +13,31 @@ from typing import Any
 
 import pytest
 from docs_sybil import DOCS, SYBIL, doc_pages
-from sybil.integration.pytest import SybilFile
+from sybil.integration.pytest import SybilFile, SybilItem
+
+
+class DocBlock(SybilItem):
+    """One block of a page, as Sybil runs it."""
+
+    def _traceback_filter(self, excinfo: pytest.ExceptionInfo[BaseException]) -> Any:
+        # Sybil's filter assumes at least two frames below its evaluator: an
+        # assert that fails on a block's first line crashed pytest's report
+        # (IndexError, an INTERNALERROR) instead of showing the failure.
+        try:
+            return super()._traceback_filter(excinfo)
+        except IndexError:
+            return excinfo.traceback
+
+
+class DocPage(SybilFile):
+    """One page of docs/: its blocks, in order, sharing one namespace."""
+
+    def collect(self) -> Any:
+        for sybil in self.sybils:
+            document = sybil.parse(self.path)
+            self.documents.append(document)
+            for example in document.examples():
+                yield DocBlock.from_parent(self, sybil=sybil, example=example)
 
 
 class DocPages(pytest.File):
@@ -21,7 +45,7 @@ class DocPages(pytest.File):
 
     def collect(self) -> Any:
         for page in doc_pages():
-            yield SybilFile.from_parent(self, path=page, sybils=[SYBIL])
+            yield DocPage.from_parent(self, path=page, sybils=[SYBIL])
 
 
 #: Seconds one block may take: a block that hangs (an agent that failed while the
@@ -32,7 +56,7 @@ BLOCK_TIMEOUT = 60
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Give every doc block the shorter timeout."""
     for item in items:
-        if isinstance(item.parent, SybilFile):
+        if isinstance(item, DocBlock):
             item.add_marker(pytest.mark.timeout(BLOCK_TIMEOUT))
 
 
