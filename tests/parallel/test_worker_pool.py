@@ -190,7 +190,7 @@ def test_a_sharded_run_checks_the_pool(pool: WorkerPool) -> None:
         ShardedSim(lean.build, shards=2, mode="threads", pool=pool)
     with pytest.raises(ConfigError, match="goes with mode='processes' and no start_method"):
         ShardedSim(lean.build, shards=2, start_method="spawn", pool=pool)
-    with pytest.raises(ConfigError, match="max_workers and start_method are the pool's"):
+    with pytest.raises(ConfigError, match="max_workers, start_method and preload are the pool's"):
         ProcessExecutor(2, pool=pool)
     # The pool was not taken by any of them.
     with ShardedSim(lean.build, shards=2, pool=pool) as sim:

@@ -365,11 +365,13 @@ class ProcessExecutor(_Closable):
         pool: A :class:`WorkerPool` to run on instead of starting workers:
             it is borrowed for each :meth:`map_units` and left open by
             :meth:`close`, so that several runs share its processes. Then
-            *max_workers* and *start_method* are the pool's.
+            *max_workers*, *start_method* and *preload* are the pool's.
+        preload: Modules the forkserver imports before it forks the
+            workers (what runs a unit), as :class:`WorkerPool` takes them.
 
     Raises:
         ConfigError: An argument is out of range, *start_method* is unknown,
-            or *pool* comes with *max_workers* or *start_method*.
+            or *pool* comes with *max_workers*, *start_method* or *preload*.
         BackendUnavailable: *start_method* is not available on this platform.
     """
 
@@ -382,15 +384,18 @@ class ProcessExecutor(_Closable):
         start_method: str | None = None,
         retries: int = 3,
         pool: WorkerPool | None = None,
+        preload: Sequence[str] = (),
     ) -> None:
         self._retries = check_retries(retries)
+        self._preload = tuple(preload)
         self._pool: WorkerPool | None
         if pool is not None:
             if not isinstance(pool, WorkerPool):
                 raise ConfigError(f"pool must be a WorkerPool, got {type(pool).__name__} {pool!r}")
-            if max_workers is not None or start_method is not None:
+            if max_workers is not None or start_method is not None or self._preload:
                 raise ConfigError(
-                    "max_workers and start_method are the pool's when a WorkerPool is given "
+                    "max_workers, start_method and preload are the pool's when a WorkerPool "
+                    "is given "
                     f"(this one: max_workers={pool.workers}, start_method={pool.start_method!r})"
                 )
             self._pool, self._owned = pool, False
@@ -437,7 +442,7 @@ class ProcessExecutor(_Closable):
     def _current_pool(self) -> WorkerPool:
         if self._pool is None:
             self._pool = WorkerPool(self._workers, start_method=self._start_method,
-                                    oversubscribe=True)
+                                    preload=self._preload, oversubscribe=True)
         return self._pool
 
     def _drive(

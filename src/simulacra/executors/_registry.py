@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from simulacra._util import did_you_mean
@@ -41,8 +41,10 @@ def _processes(
     retries: int = 3,
     start_method: str | None = None,
     pool: WorkerPool | None = None,
+    preload: Sequence[str] = (),
 ) -> Executor:
-    return ProcessExecutor(max_workers, start_method=start_method, retries=retries, pool=pool)
+    return ProcessExecutor(max_workers, start_method=start_method, retries=retries, pool=pool,
+                           preload=preload)
 
 
 def _interpreters(max_workers: int | None = None, retries: int = 3) -> Executor:
@@ -57,7 +59,7 @@ def _dask(max_workers: int | None = None, retries: int = 3, address: str | None 
 _REGISTRY: dict[str, tuple[Callable[..., Executor], tuple[str, ...]]] = {
     "sequential": (_sequential, ("max_workers", "retries")),
     "threads": (_threads, ("max_workers", "retries")),
-    "processes": (_processes, ("max_workers", "retries", "start_method", "pool")),
+    "processes": (_processes, ("max_workers", "retries", "start_method", "pool", "preload")),
     "interpreters": (_interpreters, ("max_workers", "retries")),
     "dask": (_dask, ("max_workers", "retries", "address")),
 }
@@ -123,8 +125,8 @@ def get_executor(name: str, /, **options: Any) -> Executor:
             ``simulacra.executors`` logger; the executor's ``name`` says which.
         **options: ``max_workers`` (all; ignored by ``sequential``),
             ``retries`` (all; unused by ``sequential`` and ``threads``, which
-            cannot lose a worker), ``start_method`` and ``pool`` (a
-            :class:`WorkerPool` to borrow; ``processes``),
+            cannot lose a worker), ``start_method``, ``pool`` (a
+            :class:`WorkerPool` to borrow) and ``preload`` (``processes``),
             ``address`` (``dask``: a scheduler address instead of a new
             ``LocalCluster``).
 

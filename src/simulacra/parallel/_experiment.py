@@ -72,6 +72,9 @@ __all__ = [
 
 _log = logging.getLogger("simulacra.parallel")
 
+#: What a worker imports to run a replication (see _units.py).
+_UNITS_MODULE = run_unit.__module__
+
 #: One KPI value as stored, spooled and tabulated.
 KPIValue: TypeAlias = bool | int | float | str
 #: A key of the results: ``(config_index, replication)``.
@@ -1316,6 +1319,8 @@ class Experiment:
         options: dict[str, Any] = {"max_workers": max_workers, "retries": retries}
         if address is not None:
             options["address"] = address
+        if name == "processes":  # the forkserver imports what runs a unit, once for all workers
+            options["preload"] = (_UNITS_MODULE,)
         # Validate the name and options now, but start workers only if there is work.
         return _LazyExecutor(name, options), name, reason
 
