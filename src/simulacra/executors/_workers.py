@@ -325,14 +325,27 @@ class WorkerPool:
         child.close()
         self._processes[slot], self._conns[slot] = process, parent
 
-    def _restart(self, slot: int) -> None:
-        """Replace slot *slot*'s worker (killed if it still runs) with a fresh one."""
+    def _retire(self, slot: int) -> None:
+        """Stop slot *slot*'s worker (killed if it still runs); the slot stays empty."""
         process, conn = self._processes[slot], self._conns[slot]
+        self._processes[slot] = self._conns[slot] = None
+        if process is None:
+            return
         if process.is_alive():
             process.kill()
         process.join(timeout=5.0)
         conn.close()
+
+    def _restart(self, slot: int) -> None:
+        """Replace slot *slot*'s worker (killed if it still runs) with a fresh one."""
+        self._retire(slot)
         self._start(slot)
+
+    def _fill(self) -> None:
+        """Start a worker in every empty slot (left by a run that stopped early)."""
+        for slot, process in enumerate(self._processes):
+            if process is None:
+                self._start(slot)
 
     @property
     def workers(self) -> int:
@@ -346,8 +359,12 @@ class WorkerPool:
 
     @property
     def pids(self) -> tuple[int, ...]:
-        """The process id of each worker, in slot order (a replaced worker has a new one)."""
-        return tuple(int(p.pid) for p in self._processes)
+        """The process id of each worker, in slot order (a replaced worker has a new one).
+
+        A worker that a run stopped early (it was busy with a unit nobody would
+        read) is replaced when the pool is next lent, and is left out until then.
+        """
+        return tuple(int(p.pid) for p in self._processes if p is not None)
 
     @property
     def closed(self) -> bool:
@@ -377,6 +394,11 @@ class WorkerPool:
                     "time; finish (or close) that run first, or give this one another pool"
                 )
             self._holder = holder
+            try:
+                self._fill()
+            except BaseException:
+                self._holder = None
+                raise
             self._lease = lease = PoolLease(self)
             return lease
 
@@ -533,13 +555,18 @@ class PoolLease:
             self._pool._give_back(self)
 
     def _reset(self) -> None:
+        # A worker busy with a request nobody will read, or a dead one, is retired
+        # now and replaced when the pool is next lent (not at all if it is closed
+        # first, as a pool that a run made for itself is).
         for slot in range(self.workers):
             if self._outstanding[slot] or not self.alive(slot):
-                self.restart(slot)
+                self._pool._retire(slot)
+                self._outstanding[slot] = 0
+                self._sessions.discard(slot)
         closing = [slot for slot in sorted(self._sessions) if self.send(slot, "close", None)]
         for slot in closing:
             if not self.wait([slot], timeout=5.0) or isinstance(self.receive(slot), Lost):
-                self.restart(slot)
+                self._pool._retire(slot)
         self._sessions.clear()
 
     def __enter__(self) -> PoolLease:

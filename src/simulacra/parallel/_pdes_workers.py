@@ -342,10 +342,10 @@ class _ProcessTransport(Transport):
             return
         self._closed = True
         try:
-            self._lease.release()  # each worker back, alive and idle, its shard dropped
-        finally:
             if self._owned:
-                self._pool.close()
+                self._pool.close()  # the run's own workers: stopped, nothing to give back
+        finally:
+            self._lease.release()  # a lent pool's workers: back idle, their shards dropped
 
 
 def _lost_how(outcome: Any) -> str:
