@@ -173,12 +173,13 @@ class CallLog:
             # The common line, written straight (the same JSON as _ENCODE of the dict below).
             turn, step, t = self._where(site)
             prompt, done = completion.prompt_tokens, completion.completion_tokens
-            took = _num(round(wall, 6))
+            took = float.__repr__(round(wall, 6))  # perf_counter differences: finite floats
+            # The counts are ints (Completion and CallSite check theirs), written as _num would.
             self._write_line(
-                f'{{"agent":{_encode_str(site.agent)},"n":{_num(site.n)},"turn":{_num(turn)},'
-                f'"step":{_num(step)},"t":{_num(t)},"latency_s":{took},"wall_s":{took},'
-                f'"at":{_num(round(started - self._start, 6))},"prompt_tokens":{_num(prompt)},'
-                f'"completion_tokens":{_num(done)},'
+                f'{{"agent":{_encode_str(site.agent)},"n":{int.__repr__(site.n)},'
+                f'"turn":{_num(turn)},"step":{_num(step)},"t":{_num(t)},"latency_s":{took},'
+                f'"wall_s":{took},"at":{float.__repr__(round(started - self._start, 6))},'
+                f'"prompt_tokens":{int.__repr__(prompt)},"completion_tokens":{int.__repr__(done)},'
                 f'"cost":{_num(round(self.price(prompt, done), 12))},"ok":true,'
                 f'"key":{_encode_str(request.key())},"session":{_num(self.session)}}}\n')
             return

@@ -177,8 +177,13 @@ class RoundResult:
         return deprecated_count(self, self.event_count)
 
 
-class _Metered:
-    """A language model wrapper that counts calls and tokens (thread-safe)."""
+class Metered:
+    """A language model wrapper that counts calls and tokens (thread-safe).
+
+    The round engine counts its calls through one: the model it is given if
+    that is a ``Metered`` already (a society run's, which also counts per
+    agent), else one around it.
+    """
 
     __slots__ = ("_lock", "calls", "completion_tokens", "inner", "prompt_tokens")
 
@@ -300,7 +305,8 @@ class RoundEngine:
         self._agents: dict[AgentId, Actor] = index_agents(agents)
         self._ids: list[AgentId] = list(self._agents)
         self._world = world
-        self._meter = None if model is None else _Metered(model)
+        self._meter = (None if model is None else model if isinstance(model, Metered)
+                       else Metered(model))
         if self._meter is not None:
             for agent in self._agents.values():
                 if isinstance(agent, LLMAgent):

@@ -46,7 +46,7 @@ from ._calls import CallLog, CallLogModel
 from ._config import RunConfig, parse_config
 from ._manifest import finish_manifest, portable_factory, read_manifest, start_manifest
 from ._provider import ProviderGuard, preflight
-from ._rounds import RoundEngine, RoundResult, StepReport, gc_paused
+from ._rounds import Metered, RoundEngine, RoundResult, StepReport, gc_paused
 from ._rounds import deprecated_count as _deprecated_count
 from ._rundir import RunDirectory, event_line
 from ._scenario import (
@@ -727,26 +727,24 @@ class _BudgetReached(RunStopped):
     """A call was about to start with the run's budget already spent (fatal to the step)."""
 
 
-class _AgentMeter(ModelWrapper):
-    """A model wrapper that counts calls and tokens per agent (thread-safe).
+class _AgentMeter(Metered, ModelWrapper):
+    """A model wrapper that counts calls and tokens, in all and per agent (thread-safe).
 
     *limit*, if given, is asked before every call with this session's totals
     ``(prompt tokens, completion tokens)``; a reason it returns stops the call
     with :class:`_BudgetReached` (so a step cannot overrun the budget by more
-    than the calls already in flight).
+    than the calls already in flight). The round engine counts its steps'
+    calls with it too (it is a :class:`Metered`): one wrapper, one lock a call.
     """
 
-    __slots__ = ("_lock", "callers", "completion", "inner", "limit", "per_agent", "prompt")
+    __slots__ = ("callers", "limit", "per_agent")
 
     def __init__(self, inner: LanguageModel,
                  limit: Callable[[int, int], str | None] | None = None) -> None:
-        self.inner = inner
+        super().__init__(inner)
         self.limit = limit
-        self._lock = threading.Lock()
         #: agent -> [calls, prompt tokens, completion tokens]
         self.per_agent: dict[str, list[int]] = {}
-        self.prompt = 0
-        self.completion = 0
         #: Agents that asked for a call since the runner last cleared it (a step).
         self.callers: set[str] = set()
 
@@ -755,29 +753,33 @@ class _AgentMeter(ModelWrapper):
         with self._lock:
             self.callers.add(agent)
         if self.limit is not None:
-            why = self.limit(self.prompt, self.completion)
+            why = self.limit(self.prompt_tokens, self.completion_tokens)
             if why is not None:
                 raise _BudgetReached(why)
 
-    def _count(self, site: CallSite | None, completion: Completion) -> Completion:
+    def _count_at(self, site: CallSite | None, completion: Completion) -> Completion:
         agent = "" if site is None else site.agent
+        prompt, done = completion.prompt_tokens, completion.completion_tokens
         with self._lock:
-            row = self.per_agent.setdefault(agent, [0, 0, 0])
+            row = self.per_agent.get(agent)
+            if row is None:
+                row = self.per_agent[agent] = [0, 0, 0]
             row[0] += 1
-            row[1] += completion.prompt_tokens
-            row[2] += completion.completion_tokens
-            self.prompt += completion.prompt_tokens
-            self.completion += completion.completion_tokens
+            row[1] += prompt
+            row[2] += done
+            self.calls += 1
+            self.prompt_tokens += prompt
+            self.completion_tokens += done
         return completion
 
     def complete(self, request: CompletionRequest, *, site: CallSite | None = None) -> Completion:
         self._check(site)
-        return self._count(site, self.inner.complete(request, site=site))
+        return self._count_at(site, self.inner.complete(request, site=site))
 
     async def acomplete(self, request: CompletionRequest, *,
                         site: CallSite | None = None) -> Completion:
         self._check(site)
-        return self._count(site, await self.inner.acomplete(request, site=site))
+        return self._count_at(site, await self.inner.acomplete(request, site=site))
 
 
 class RunControl:
@@ -1076,7 +1078,9 @@ def _execute(config: RunConfig, rundir: RunDirectory | None, model: LanguageMode
                 return f"the run's cost reached run.budget.cost={budget.cost:g}"
             return None
 
-        meter = _AgentMeter(used, reached)
+        budget = config.run.budget
+        meter = _AgentMeter(used, None if budget.tokens is None and budget.cost is None
+                            else reached)
 
         def step_done(report: StepReport) -> None:
             # The step's calls go to the store's writer thread (SQLite writes them
