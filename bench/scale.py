@@ -27,6 +27,7 @@ Usage::
     python bench/scale.py                       # 1..CPU count, 1 round
     python bench/scale.py --workers 1,2,4,8,16 --rounds 3
     python bench/scale.py --quick               # 8 replications, a short grid: a smoke test
+    python bench/scale.py --workers 2 --replications 8 --no-grid --rounds 5   # 8 x 0.2 s
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import json
+import math
 import os
 import platform
 import statistics
@@ -144,6 +146,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--workers", help="comma-separated worker counts (default 1..CPUs)")
     parser.add_argument("--rounds", type=int, default=1)
     parser.add_argument("--quick", action="store_true", help="a smoke test: small runs")
+    parser.add_argument("--replications", type=int, help="of the Experiment (default 32)")
+    parser.add_argument("--cpu", type=float, help="CPU seconds per replication (default 0.2)")
+    parser.add_argument("--no-grid", action="store_true", help="the Experiment only")
     parser.add_argument("--json", type=Path, help="write the results here")
     args = parser.parse_args(argv)
     import pdes_models
@@ -154,8 +159,8 @@ def main(argv: list[str] | None = None) -> int:
 
     counts = ([int(w) for w in args.workers.split(",")] if args.workers
               else default_workers())
-    replications = 8 if args.quick else 32
-    cpu = 0.05 if args.quick else 0.2
+    replications = args.replications or (8 if args.quick else 32)
+    cpu = args.cpu or (0.05 if args.quick else 0.2)
     work = calibrate_work()
     grid = pdes_models.Grid(rows=4, cols=4, service=0.4, interarrival=1.0, hops=6, jitter=0.5,
                             transfer=5.0, work=work, horizon=25.0 if args.quick else 150.0)
@@ -178,12 +183,13 @@ def main(argv: list[str] | None = None) -> int:
         start = time.perf_counter()
         reference = [r.kpis for r in study.run(replications, backend="sequential")]
         seq_experiment = time.perf_counter() - start
-        seq_run, seq_totals = sequential_grid(grid, until)
+        seq_run, seq_totals = (math.nan, {}) if args.no_grid else sequential_grid(grid, until)
         seq["experiment"].append(seq_experiment)
         seq["pdes"].append(seq_run)
         for workers in counts:
             took, kpis = experiment_times(study, replications, workers)
-            run, whole, totals = sharded_grid(grid, until, workers)
+            run, whole, totals = ((math.nan, math.nan, {}) if args.no_grid
+                                  else sharded_grid(grid, until, workers))
             if kpis != reference or totals != seq_totals:
                 print(f"MISMATCH with {workers} workers: replications equal "
                       f"{kpis == reference}, grid totals {totals} vs {seq_totals}",
@@ -192,21 +198,37 @@ def main(argv: list[str] | None = None) -> int:
             ratios[workers]["experiment"].append(seq_experiment / took)
             ratios[workers]["pdes_run"].append(seq_run / run)
             ratios[workers]["pdes_whole"].append(seq_run / whole)
+            grid_line = ("" if args.no_grid else f", grid run {run:.2f} s, whole {whole:.2f} s "
+                         f"(sequential {seq_run:.2f})")
             print(f"  round {index + 1}, {workers} workers: experiment {took:.2f} s "
-                  f"(sequential {seq_experiment:.2f}), grid run {run:.2f} s, whole {whole:.2f} s "
-                  f"(sequential {seq_run:.2f}), load {os.getloadavg()[0]:.1f}", file=sys.stderr)
+                  f"(sequential {seq_experiment:.2f}){grid_line}, "
+                  f"load {os.getloadavg()[0]:.1f}", file=sys.stderr)
 
     print()
-    print(f"sequential: experiment {statistics.median(seq['experiment']):.2f} s, "
-          f"grid run {statistics.median(seq['pdes']):.2f} s ({seq_totals['served']:,} services)")
+    line = f"sequential: experiment {statistics.median(seq['experiment']):.2f} s"
+    if not args.no_grid:
+        line += (f", grid run {statistics.median(seq['pdes']):.2f} s "
+                 f"({seq_totals['served']:,} services)")
+    print(line)
     header = (f"{'workers':>7} | {'Experiment (incl. start)':>24} | "
-              f"{'ShardedSim run':>14} | {'ShardedSim incl. start':>22}")
+              f"{'ShardedSim run':>18} | {'ShardedSim incl. start':>22}")
     print(header)
     print("-" * len(header))
+
+    def cell(values: list[float], width: int) -> str:
+        if any(math.isnan(v) for v in values):
+            return f"{'-':>{width}}"
+        text = f"{statistics.median(values):.2f}x"
+        if len(values) > 1:
+            text += f" [{min(values):.2f}-{max(values):.2f}]"
+        return f"{text:>{width}}"
+
     for workers in counts:
-        row = {k: statistics.median(v) for k, v in ratios[workers].items()}
-        print(f"{workers:>7} | {row['experiment']:>23.2f}x | {row['pdes_run']:>13.2f}x | "
-              f"{row['pdes_whole']:>21.2f}x")
+        row = ratios[workers]
+        print(f"{workers:>7} | {cell(row['experiment'], 24)} | {cell(row['pdes_run'], 18)} | "
+              f"{cell(row['pdes_whole'], 22)}")
+    if len(ratios[counts[0]]["experiment"]) > 1:
+        print("(median of the rounds [min-max])")
     if args.json:
         args.json.write_text(json.dumps({"commit": commit, "workers": counts,
                                          "sequential": seq, "ratios": ratios}, indent=2))
