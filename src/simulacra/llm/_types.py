@@ -575,10 +575,31 @@ class Completion:
                 completion_tokens=data.get("completion_tokens", 0),
                 finish_reason=data.get("finish_reason", "stop"),
                 model=data.get("model", ""),
-                metadata_json=canonical_json(data.get("metadata", {})),
+                metadata_json=_metadata_json(data.get("metadata", {})),
             )
         except (KeyError, TypeError, AttributeError) as exc:
             raise ConfigError(f"Completion.from_json: malformed completion ({exc!r})") from None
+
+
+#: Canonical JSON of parsed metadata values met lately, by their repr (a replay reads the
+#: same few metadata objects again and again). Bounded: cleared when full.
+_METADATA_JSON: dict[str, str] = {}
+
+
+def _metadata_json(value: Any) -> str:
+    """``canonical_json(value)`` for a value parsed from JSON (remembered by its repr).
+
+    The repr of parsed JSON data is a function of the value (``True`` and ``1``,
+    ``1.0`` and ``1`` have different reprs), so equal reprs mean equal texts.
+    """
+    seen = repr(value)
+    text = _METADATA_JSON.get(seen)
+    if text is None:
+        text = canonical_json(value)
+        if len(_METADATA_JSON) >= 1024:
+            _METADATA_JSON.clear()
+        _METADATA_JSON[seen] = text
+    return text
 
 
 @dataclass(frozen=True, slots=True)
