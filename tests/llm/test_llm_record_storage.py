@@ -550,3 +550,30 @@ def test_no_connection_is_left_open_by_a_refused_file(tmp_path: Path) -> None:
         RecordingStore(junk)
     with pytest.raises(RecordingError, match="not a recording store"):
         RecordingStore(junk, readonly=True)
+
+
+def test_a_preloaded_store_answers_as_the_file_does(tmp_path: Path) -> None:
+    path = tmp_path / "r.sqlite"
+    model = ScriptedModel(seed=3)
+    calls = [(CompletionRequest.chat(f"p{i % 13}", system=SYSTEM), CallSite(f"a{i % 5}", i))
+             for i in range(120)]
+    with RecordingStore(path) as store:
+        recorder = RecordingModel(model, store)
+        for request, site in calls[:100]:
+            recorder.complete(request, site=site)
+        store.put_failure(calls[100][0].key(), calls[100][1], RateLimited("later"))
+        assert not store.preload()  # a store open for writing reads from its file
+    # asked: every recorded site, unrecorded sites, a recorded key at another site
+    asked = [*calls, (calls[0][0], CallSite("a0", 999)), (calls[1][0], None)]
+    with RecordingStore(path, readonly=True) as plain:
+        expected = [plain.get(q.key(), s) for q, s in asked]
+    assert sum(found is not None for found in expected) == 100
+    with RecordingStore(path, readonly=True) as store:
+        assert store.preload()
+        assert store.preload()  # once
+        assert [store.get(q.key(), s) for q, s in asked] == expected
+        assert store.get_failure(calls[100][0].key(), calls[100][1]) == ("RateLimited", "later")
+    with RecordingStore(path, readonly=True) as store:
+        store.PRELOAD_MAX = 99  # type: ignore[misc]  # fewer than it holds: stays on disk
+        assert not store.preload()
+        assert [store.get(q.key(), s) for q, s in asked] == expected

@@ -1591,6 +1591,7 @@ def replay_run(run_dir: str | os.PathLike[str], *, overrides: tuple[str, ...] = 
             on_step(report)
 
     with RecordingStore(rundir.file("recordings"), readonly=True) as store:
+        store.preload()  # every call is asked once: one query for them all
         model = ReplayModel(store, strict=True)
         run = run_society(config, out=out, model=model, on_step=collect, on_turn=on_turn,
                           fatal=(ReplayMiss,), write=out is not None, completions="recordings",
