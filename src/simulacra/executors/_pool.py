@@ -482,6 +482,7 @@ def _run_on(
     idle = list(range(lease.workers))
     busy: dict[int, int] = {}  # worker slot -> unit index
     while fresh or busy:
+        lost: list[tuple[int, int, Lost]] = []  # (slot, unit index, how its worker died)
         while fresh and idle:
             slot, index = idle.pop(0), fresh.popleft()
             try:
@@ -492,22 +493,24 @@ def _run_on(
                 continue
             if sent:
                 busy[slot] = index
-            else:  # the worker was dead before it got the unit: not the unit's fault
-                lease.restart(slot)
-                idle.append(slot)
-                fresh.appendleft(index)
-        for slot in lease.wait(list(busy)):
+            else:  # the worker died before it got the unit (as it started, say)
+                death = lease.receive(slot)
+                lost.append((slot, index, death if isinstance(death, Lost) else
+                             Lost(1, "the worker process could not be sent its unit")))
+        for slot in lease.wait(list(busy)) if busy and not lost else ():
             index = busy.pop(slot)
             outcome = lease.receive(slot)
-            if not isinstance(outcome, Lost):
+            if isinstance(outcome, Lost):
+                lost.append((slot, index, outcome))
+            else:
                 idle.append(slot)
                 yield index, outcome
-                continue
+        for slot, index, death in lost:
             lease.restart(slot)
             idle.append(slot)
             crashes[index] += 1
             if crashes[index] > retries:
-                yield index, Lost(crashes[index], outcome.reason)
+                yield index, Lost(crashes[index], death.reason)
             else:
                 fresh.appendleft(index)
 
