@@ -11,6 +11,7 @@ more workers than CPUs.
 
 from __future__ import annotations
 
+import subprocess
 import sys
 import threading
 import warnings
@@ -212,3 +213,28 @@ def test_more_workers_than_cpus_warns_once_with_the_count() -> None:
         warnings.simplefilter("error")
         WorkerPool(cpus).close()  # one per CPU: no warning
         WorkerPool(cpus + 1, oversubscribe=True).close()
+
+
+UNGUARDED = r"""
+import sys
+sys.path[:0] = sys.argv[1:3]
+import _lean_models as lean
+from simulacra import Experiment
+Experiment(lean.slow, [{"sleep": 0.0}], master_seed=1).run(2, backend="processes", max_workers=2)
+"""
+
+
+def test_a_script_without_the_main_guard_ends_in_worker_lost_with_the_hint(
+    tmp_path: Path,
+) -> None:
+    """Workers import the main script again: unguarded, each dies as it starts, none hangs."""
+    script = tmp_path / "study.py"
+    script.write_text(UNGUARDED, encoding="utf-8")
+    done = subprocess.run([sys.executable, str(script), str(HERE.parents[1] / "src"), str(HERE)],
+                          capture_output=True, text=True, timeout=120, check=False)
+
+    assert done.returncode == 1
+    last = done.stderr.strip().splitlines()[-1]
+    assert last.startswith("simulacra.WorkerLost: the processes worker running config 0")
+    assert "exited with code 1" in last
+    assert "must guard it with `if __name__ == '__main__':`" in last
