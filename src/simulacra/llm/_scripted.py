@@ -550,7 +550,11 @@ def _social_reply(request: CompletionRequest, rng: random.Random) -> str:
                 action, text = "follow", whom
     elif rng.random() < 0.7:
         action, text = "post", _social_text_post(rng, social)
-    return json.dumps({"action": action, "text": text, "target": target}, ensure_ascii=False)
+    return _REPLY_JSON({"action": action, "text": text, "target": target})
+
+
+#: json.dumps(..., ensure_ascii=False), with one encoder for every reply.
+_REPLY_JSON: Callable[[Any], str] = json.JSONEncoder(ensure_ascii=False).encode
 
 
 def _is_social(request: CompletionRequest) -> bool:

@@ -41,6 +41,11 @@ REQUEST_SCHEME = "simulacra.llm.request.v1"
 """The version tag hashed into every request key; it changes only with the encoding."""
 
 
+#: The encoder of canonical_json (one for all: json.dumps with options builds one a call).
+_CANONICAL: Callable[[Any], str] = json.JSONEncoder(
+    sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode
+
+
 def canonical_json(value: Any) -> str:
     """Return the canonical JSON text of *value*: sorted keys, no spaces, UTF-8 kept.
 
@@ -49,9 +54,7 @@ def canonical_json(value: Any) -> str:
             infinite float.
     """
     try:
-        return json.dumps(
-            value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
-        )
+        return _CANONICAL(value)
     except (TypeError, ValueError) as exc:
         raise ConfigError(f"value is not canonical JSON: {exc}") from None
 

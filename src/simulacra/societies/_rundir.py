@@ -27,7 +27,7 @@ from __future__ import annotations
 import json
 import os
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from types import TracebackType
 from typing import IO, Any, Final, final
@@ -78,8 +78,9 @@ def _size_of(entry: os.DirEntry[str]) -> int:
         return 0
 
 
-def _dumps(obj: object) -> str:
-    return json.dumps(obj, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
+#: One encoder for every line (json.dumps with options builds one per call).
+_dumps: Callable[[object], str] = json.JSONEncoder(
+    sort_keys=True, ensure_ascii=False, separators=(",", ":")).encode
 
 
 @final
