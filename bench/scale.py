@@ -163,7 +163,7 @@ def main(argv: list[str] | None = None) -> int:
     cpu = args.cpu or (0.05 if args.quick else 0.2)
     work = calibrate_work()
     grid = pdes_models.Grid(rows=4, cols=4, service=0.4, interarrival=1.0, hops=6, jitter=0.5,
-                            transfer=5.0, work=work, horizon=25.0 if args.quick else 150.0)
+                            transfer=5.0, work=work, horizon=25.0 if args.quick else 60.0)
     until = grid.horizon + 10.0
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT,  # noqa: S607
                             capture_output=True, text=True, check=False).stdout.strip()
