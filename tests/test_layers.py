@@ -1,9 +1,18 @@
 """The layering rules of docs/design.md, checked on the source with ``ast``.
 
+The package is two towers on a shared base: the kernel tower (core,
+resources, pausable, scenarios, parallel) and the agent tower (agents,
+backends, societies, distributed) both stand on the base (errors, rng,
+executors, llm, trace), and the cli and the report stand on top of both.
+
 Each package may import its own modules and the packages of lower layers,
-never a package above it nor a sibling in its own layer. Upper layers reach a
-lower package through its public ``__init__``, never through its private
-modules. The bottom of the stack (errors, rng, core) is pure standard library.
+never a package above it nor a sibling in its own layer. The base imports
+neither tower, and the kernel tower never imports the agent tower (the agent
+tower may use the kernel's public surface: societies run on ``core.Sim``).
+Upper layers reach a lower package through its public ``__init__``, never
+through its private modules. The bottom of the stack (errors, rng, core) is
+pure standard library. No module imports one that imports it back, the front
+door ``simulacra/__init__.py`` included.
 
 The check reads source files and never imports them, so it also runs (and
 fails usefully) while a layer is half written. Packages that do not exist yet
@@ -23,10 +32,11 @@ from pathlib import Path
 
 SRC = Path(__file__).resolve().parents[1] / "src"
 
-#: The layers of DESIGN.md section 2, bottom first, as (layer number,
-#: packages). A package may import the packages of earlier rows; packages in
-#: one row are siblings and must not import each other. Layer 0 has two rows:
-#: ``rng`` is built on the leaf modules ``errors`` and ``_util``.
+#: The layers of docs/design.md ("Layers import only downward"), bottom first,
+#: as (layer number, packages). A package may import the packages of earlier
+#: rows (within the tower rules below); packages in one row are siblings and
+#: must not import each other. Layer 0 has two rows: ``rng`` is built on the
+#: leaf modules ``errors`` and ``_util``.
 TIERS: tuple[tuple[int, frozenset[str]], ...] = (
     (0, frozenset({"errors", "_util", "_version"})),
     (0, frozenset({"rng"})),
@@ -39,13 +49,33 @@ TIERS: tuple[tuple[int, frozenset[str]], ...] = (
     (7, frozenset({"cli", "report"})),
     (7, frozenset({"__main__"})),  # `python -m simulacra` runs the cli
 )
+#: Which part of the house each package is in: the shared base, one of the two
+#: towers, or the top (the front door's users). The base imports only the base;
+#: the kernel tower imports the base and itself; the agent tower imports the
+#: base, itself and the kernel tower; the top imports anything below it.
+PARTS: dict[str, frozenset[str]] = {
+    "base": frozenset({"errors", "_util", "_version", "rng", "executors", "llm", "trace"}),
+    "kernel tower": frozenset({"core", "resources", "pausable", "scenarios", "parallel"}),
+    "agent tower": frozenset({"agents", "backends", "societies", "distributed"}),
+    "top": frozenset({"cli", "report", "__main__"}),
+}
+PART = {package: part for part, packages in PARTS.items() for package in packages}
+#: The parts each part may import.
+PART_MAY_IMPORT: dict[str, frozenset[str]] = {
+    "base": frozenset({"base"}),
+    "kernel tower": frozenset({"base", "kernel tower"}),
+    "agent tower": frozenset({"base", "kernel tower", "agent tower"}),
+    "top": frozenset(PARTS),
+}
 RANK = {package: rank for rank, (_, packages) in enumerate(TIERS) for package in packages}
 LAYER = {package: layer for layer, packages in TIERS for package in packages}
 
 #: The front door, ``simulacra/__init__.py``: it re-exports every layer, so it
-#: may import anything, and only layer 7 may import it.
+#: may import anything, and only the packages it does not re-export (the cli) may
+#: import it. The report is re-exported (``build_report``, ``LiveView``), so an
+#: import of the front door from it would close a circle.
 FRONT_DOOR = "simulacra"
-FRONT_DOOR_USERS = frozenset({"cli", "report", "__main__"})
+FRONT_DOOR_USERS = frozenset({"cli", "__main__"})
 
 #: Packages whose imports must all be standard library...
 STDLIB_ONLY = frozenset({"errors", "_util", "_version", "rng", "core"})
@@ -147,11 +177,16 @@ def _ours(target: str) -> bool:
 
 
 def layer_violations(src: Path) -> list[str]:
-    """Imports that go up the layer table or sideways to a sibling."""
+    """Imports that go up the layer table, sideways to a sibling, or across the house
+    against the tower rules (``PART_MAY_IMPORT``)."""
     problems = [
         f"{module}: package {package_of(module)!r} is not in the layer table of test_layers.py"
         for module in modules_in(src)
         if module != FRONT_DOOR and package_of(module) not in LAYER
+    ]
+    problems += [
+        f"package {package!r} is in the layer table but in no part of the house (PARTS)"
+        for package in sorted(LAYER) if package not in PART
     ]
     for imp in scan(src):
         source = package_of(imp.importer)
@@ -177,6 +212,11 @@ def layer_violations(src: Path) -> list[str]:
             problems.append(
                 f"{imp.where}: {imp.importer} imports its sibling {imp.target} "
                 f"(both layer {LAYER[source]})"
+            )
+        elif PART[target] not in PART_MAY_IMPORT[PART[source]]:
+            problems.append(
+                f"{imp.where}: {imp.importer} ({PART[source]}) imports {imp.target} "
+                f"({PART[target]}): the {PART[source]} never imports the {PART[target]}"
             )
     return problems
 
@@ -323,7 +363,9 @@ def test_checker_reports_each_kind_of_violation(tmp_path: Path) -> None:
                 from ..trace import Recorder
                 import simulacra
                 """,
-            "simulacra/trace/__init__.py": "",
+            "simulacra/trace/__init__.py": "from simulacra.core import Sim\n",
+            "simulacra/agents/__init__.py": "",
+            "simulacra/parallel/__init__.py": "from simulacra.agents import Agent\n",
             "simulacra/widgets/__init__.py": "",
         },
     )
@@ -339,11 +381,16 @@ def test_checker_reports_each_kind_of_violation(tmp_path: Path) -> None:
     assert "imports its sibling simulacra.trace (both layer 2)" in layers
     assert "simulacra.resources imports the front door" in layers
     assert "package 'widgets' is not in the layer table" in layers
+    assert ("trace/__init__.py:1: simulacra.trace (base) imports simulacra.core "
+            "(kernel tower): the base never imports the kernel tower") in layers
+    assert ("parallel/__init__.py:1: simulacra.parallel (kernel tower) imports "
+            "simulacra.agents (agent tower): the kernel tower never imports the agent "
+            "tower") in layers
     assert "reaches into simulacra.core._kernel" in private
     assert "reaches into simulacra.core import _heap_push" in private
     assert "imports numpy, which is not in the standard library (import optional extras" in stdlib
     assert "imports attrs, which is not in the standard library" in stdlib
-    assert len(layer_violations(tmp_path)) == 7
+    assert len(layer_violations(tmp_path)) == 9
     assert len(private_violations(tmp_path)) == 2
     assert len(stdlib_violations(tmp_path)) == 2
 
@@ -365,12 +412,27 @@ def _all_imports(nodes: Iterable[ast.AST]) -> Iterator[ast.Import | ast.ImportFr
         yield from _all_imports(ast.iter_child_nodes(node))
 
 
+def _lazy_table(tree: ast.Module) -> Iterator[str]:
+    """The modules named by the front door's ``_LAZY`` table (name -> ``".package"``),
+    which its ``__getattr__`` imports on first use."""
+    for node in tree.body:
+        target = node.target if isinstance(node, ast.AnnAssign) else (
+            node.targets[0] if isinstance(node, ast.Assign) and len(node.targets) == 1 else None)
+        value = node.value if isinstance(node, ast.AnnAssign | ast.Assign) else None
+        if isinstance(target, ast.Name) and target.id == "_LAZY" and isinstance(value, ast.Dict):
+            for item in value.values:
+                if isinstance(item, ast.Constant) and isinstance(item.value, str):
+                    yield FRONT_DOOR + item.value if item.value.startswith(".") else item.value
+
+
 def import_graph(src: Path) -> dict[str, set[str]]:
     """Module -> the simulacra modules it imports (a package means its ``__init__``)."""
     modules = modules_in(src)
     graph: dict[str, set[str]] = {name: set() for name in modules}
     for importer, path in modules.items():
         tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+        if importer == FRONT_DOOR:
+            graph[importer].update(t for t in _lazy_table(tree) if t in modules)
         for node in _all_imports(tree.body):
             if isinstance(node, str):
                 targets = [node]
@@ -425,18 +487,40 @@ def test_no_import_circles_in_src() -> None:
 
     A package's ``__init__`` counts as a module: a module of a package that imported its
     own front (``from simulacra.backends import X`` inside ``backends``) would close one.
-    The front door ``simulacra/__init__.py`` and ``simulacra.cli`` are left out: the
-    front door re-exports every layer, and only the cli (which the front door does not
-    import) uses it.
+    The front door ``simulacra/__init__.py`` counts too: it imports every layer (lazily,
+    through its ``_LAZY`` table), so a module it reaches must not import it back; the
+    cli, which the front door does not import, is the one package that uses it.
     """
     graph = import_graph(SRC)
-    for door in ("simulacra",):
-        graph.pop(door, None)
-        for targets in graph.values():
-            targets.discard(door)
+    assert {"simulacra.report", "simulacra.societies"} <= graph[FRONT_DOOR]  # not vacuous
     assert import_circles(graph) == []
 
 
 def test_the_circle_check_finds_a_circle() -> None:
     graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
     assert import_circles(graph) == [["a", "b", "c"]]
+
+
+def test_the_circle_check_sees_the_front_door(tmp_path: Path) -> None:
+    """A module the front door loads lazily that imports the front door closes a circle."""
+    _write(
+        tmp_path,
+        {
+            "simulacra/__init__.py": """\
+                import importlib
+                _LAZY: dict[str, str] = {"build_report": ".report"}
+                def __getattr__(name):
+                    return getattr(importlib.import_module(_LAZY[name], __name__), name)
+                """,
+            "simulacra/report/__init__.py": "from ._live import LiveView\n",
+            "simulacra/report/_live.py": """\
+                def where():
+                    import simulacra
+                    return simulacra.__file__
+                """,
+            "simulacra/cli/__init__.py": "def main():\n    import simulacra\n",
+        },
+    )
+
+    assert import_circles(import_graph(tmp_path)) == [
+        ["simulacra", "simulacra.report", "simulacra.report._live"]]

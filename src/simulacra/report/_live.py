@@ -94,6 +94,9 @@ _CHART_INTERVAL: Final = 2.0
 _CHART_SHARE: Final = 0.05
 #: The actions the page may ask for.
 ACTIONS: Final = ("play", "pause", "step", "stop")
+#: The folder that holds the ``simulacra`` package (report/_live.py -> report ->
+#: simulacra -> it): the child's path, so it imports this very simulacra.
+_PACKAGE_ROOT: Final = Path(__file__).resolve().parents[2]
 
 
 def view_missing() -> str | None:
@@ -833,11 +836,9 @@ class LiveView:
         return self.url
 
     def _start_child(self, sock: socket.socket) -> None:
-        import simulacra  # noqa: PLC0415  (where the package is, for the child's path)
-
         options = {"fd": sock.fileno(), "run_dir": str(self.run_dir.resolve()),
                    "token": self.token, "name": self.name, "steps": self.steps}
-        root = str(Path(simulacra.__file__).resolve().parents[1])
+        root = str(_PACKAGE_ROOT)
         env = {**os.environ,
                "PYTHONPATH": os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")]))}
         code = "from simulacra.report._live import _serve_in_child; _serve_in_child()"
