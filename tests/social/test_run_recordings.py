@@ -108,3 +108,27 @@ def test_size_bytes_of_a_run_directory_still_being_written(tmp_path: Path) -> No
     assert len(seen) == 2
     assert 0 < seen[0] <= seen[1]
     assert rundir.size_bytes() > 0
+
+
+def test_a_damaged_recording_stops_the_replay_at_its_own_call(tmp_path: Path) -> None:
+    """A completion whose stored bytes are damaged is named as such, at its call site.
+
+    As a failed turn, the replay went on, the world diverged, and it stopped at a
+    later agent's call blaming "the prompt or the request settings changed".
+    """
+    from simulacra.errors import AgentActionError
+
+    config = load_config(CONFIG, ["sim.agents=20", "sim.steps=3",
+                                  "sim.engine.mode=sequential"])
+    run_society(config, out=tmp_path / "run")
+    recordings = RunDirectory(tmp_path / "run").file("recordings")
+    with contextlib.closing(sqlite3.connect(recordings)) as db, db:
+        agent, n, blob = db.execute("SELECT agent, n, completion FROM completions "
+                                    "WHERE n = 1 ORDER BY agent LIMIT 1").fetchone()
+        db.execute("UPDATE blobs SET codec = 0, data = ? WHERE id = ?", (b'{"text', blob))
+    with pytest.raises(AgentActionError) as info:
+        replay_run(tmp_path / "run")
+    message = str(info.value)
+    assert f"agent {agent!r} failed in step {n}" in message
+    assert f"damaged completion at site {agent}/{n}" in message
+    assert "ReplayMiss" not in message

@@ -1025,6 +1025,7 @@ def _execute(config: RunConfig, rundir: RunDirectory | None, model: LanguageMode
              scenario: Scenario | None = None,
              prepared: tuple[World, list[Actor], SocietyScenario | None] | None = None
              ) -> SocietyRun:
+    from simulacra.errors import RecordingError  # noqa: PLC0415  (lazy)
     from simulacra.llm import RecordingModel, RecordingStore  # noqa: PLC0415  (lazy)
 
     factory = _step_engine(config.sim.engine.step.built_in)
@@ -1039,7 +1040,9 @@ def _execute(config: RunConfig, rundir: RunDirectory | None, model: LanguageMode
     for session in before:
         earlier.merge(_Tally.from_json(session))
     session_events: list[ActionEvent] = []
-    fatal = (*fatal, ProviderUnavailable, _BudgetReached)
+    # A damaged or unwritable recording store is no agent's failure either: it stops the
+    # run (as a turn that failed, a replay went on and blamed a later call's request).
+    fatal = (*fatal, ProviderUnavailable, _BudgetReached, RecordingError)
     first = 0 if resume is None else int(resume[0])
     checkpoint_stats: dict[str, Any] = {"written": 0, "seconds": 0.0}
 
