@@ -328,7 +328,13 @@ class World:
         raise NotImplementedError(f"{type(self).__qualname__} must define decide()")
 
     def apply(self, event: ActionEvent) -> None:
-        """Change the state as *event* says (also when rebuilding from a log)."""
+        """Change the state as *event* says (also when rebuilding from a log).
+
+        The base class counts the event (:attr:`events`); :meth:`resolve`,
+        :meth:`failed` and :meth:`replay` count it again after calling this,
+        so a subclass that forgets ``super().apply(event)`` still numbers its
+        events 0, 1, 2...
+        """
         self.events = event.index + 1
 
     def replay(self, events: Iterable[ActionEvent]) -> int:
@@ -351,6 +357,7 @@ class World:
                     f"event #{event.index} cannot follow event #{self.events - 1}: the log "
                     "has a gap")
             self.apply(event)
+            self.events = event.index + 1  # whether or not apply() called super().apply
             applied += 1
         return applied
 
@@ -367,8 +374,10 @@ class World:
         out: list[ActionEvent] = []
         who = str(agent_id)
         for kind, data, triggers in self.decide(agent_id, action, step, when):
-            event = ActionEvent(self.events, step, when, who, kind, data, triggers)
+            index = self.events
+            event = ActionEvent(index, step, when, who, kind, data, triggers)
             self.apply(event)
+            self.events = index + 1  # the numbering is ours, whatever apply() does
             out.append(event)
         return out
 
@@ -378,9 +387,11 @@ class World:
         message = str(error)
         data = {"error": type(error).__name__,
                 "message": message if len(message) <= 200 else message[:197] + "..."}
-        event = ActionEvent(self.events, step, float(step) if time is None else time,
+        index = self.events
+        event = ActionEvent(index, step, float(step) if time is None else time,
                             str(agent_id), "turn_failed", data)
         self.apply(event)
+        self.events = index + 1
         return event
 
     # -- state -------------------------------------------------------------------

@@ -65,6 +65,7 @@ from ._rounds import (
     deprecated_count,
     gc_paused,
     index_agents,
+    misnumbered,
 )
 from ._scenario import call_in_order, call_on_pool
 
@@ -715,6 +716,7 @@ class EventEngine:
         if failure is not None and isinstance(failure, self._fatal):
             raise failure
         with world.lock:
+            expected = world.events
             if failure is None:
                 try:
                     events = world.resolve(agent_id, action, step=spec.step, time=when)
@@ -728,6 +730,10 @@ class EventEngine:
                     error.agent, error.step, error.phase = agent_id, spec.step, "act"
                     raise error from failure
                 events = [world.failed(agent_id, failure, step=spec.step, time=when)]
+            for event in events:
+                if event.index != expected:
+                    raise misnumbered(world, event, expected)
+                expected += 1
         window = self._window(when)
         window.resolved += 1
         start = self._calls_at_start.pop(book.key, None)

@@ -499,6 +499,7 @@ class RoundEngine:
         failed = 0
         update = self._hash.update
         with world.lock:
+            expected = world.events
             for agent_id in self._order(step, flow, batch):
                 ok, value = results[agent_id]
                 if ok:
@@ -514,6 +515,9 @@ class RoundEngine:
                     failed += 1
                     events = [world.failed(agent_id, value, step=step, time=time)]
                 for event in events:
+                    if event.index != expected:
+                        raise misnumbered(world, event, expected)
+                    expected += 1
                     update(_line([event.time, event.kind, event.agent, event.payload()]))
                 out.extend(events)
         return failed
@@ -775,6 +779,15 @@ def agents_digest(scheme: str, agents: Mapping[AgentId, Actor]) -> str:
     if chunk:
         h.update(_lines(chunk))
     return h.hexdigest()
+
+
+def misnumbered(world: World, event: ActionEvent, expected: int) -> ConfigError:
+    """The error for a world whose events are not numbered 0, 1, 2... in resolution order."""
+    return ConfigError(
+        f"{type(world).__qualname__} numbered an event {event.index}, expected {expected}: "
+        "events are numbered by World.resolve and World.failed; an override of either must "
+        "number them from world.events and apply them with self.apply (whose overrides call "
+        "super().apply(event))")
 
 
 def _action_error(agent_id: AgentId, step: int, exc: BaseException,

@@ -268,6 +268,7 @@ class SocietyScenario:
                                         str(kind), {**data, "scenario": change.source},
                                         tuple(str(t) for t in triggers))
                     world.apply(event)
+                    world.events = event.index + 1  # counted whatever apply() does
                     out.append(event)
             for interview in interviews:
                 out.extend(self._interview(world, agents, interview, change, ordinal,
