@@ -5,17 +5,16 @@ for them (``sync``) before a checkpoint and before it says it finished. These
 tests check that what a write-behind leaves in the file is what a plain
 commit leaves (Hypothesis drives the interleavings, with blob ids forgotten
 and written by another session meanwhile, so the careful path runs too), that
-held and flying writes are served at once, that a failed write-behind keeps
-its writes and says so, and that SIGKILL keeps every synced step. Real SQLite
-files throughout.
+held and flying writes are served at once, and that a failed write-behind keeps
+its writes and says so. SIGKILL keeps every synced step: the kill test in
+test_llm_record_storage.py runs with a write-behind too. Real SQLite files
+throughout.
 """
 
 from __future__ import annotations
 
 import contextlib
 import sqlite3
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -35,8 +34,6 @@ from simulacra.llm import (
 from simulacra.llm._record import _unpack
 
 pytestmark = pytest.mark.timeout(300)
-
-SRC = Path(__file__).resolve().parents[2] / "src"
 
 #: One operation: ("put", prompt, reply, agent, n), ("fail", prompt, agent, n),
 #: ("commit", wait), ("sync",) or ("other",): another session writes some prompts.
@@ -162,50 +159,3 @@ def test_a_failed_write_behind_keeps_its_writes_and_says_so(tmp_path: Path) -> N
         assert store.commit() == 1
     with RecordingStore(path, readonly=True) as store:
         assert store.get(request.key(), _site(0, 0)) == Completion("yes")
-
-
-def test_sigkill_keeps_every_synced_step(tmp_path: Path) -> None:
-    """Killed with a step's write-behind in flight: every synced step is in the file, whole."""
-    path = tmp_path / "r.sqlite"
-    steps, per_step = 5, 400
-    script = f"""
-import sys, time
-sys.path.insert(0, {str(SRC)!r})
-from simulacra.llm import CallSite, CompletionRequest, RecordingModel, RecordingStore, ScriptedModel
-store = RecordingStore({str(path)!r})
-store.hold()
-recorder = RecordingModel(ScriptedModel(seed=9), store)
-for step in range({steps}):
-    for i in range({per_step}):
-        recorder.complete(CompletionRequest.chat(f"step {{step}} call {{i}}", system="S"),
-                          site=CallSite(f"a{{i % 7}}", step * {per_step} + i))
-    store.commit(wait=False)
-    if step < {steps} - 1:
-        store.sync()
-        print("synced", step, flush=True)
-print("in flight", flush=True)
-time.sleep(60)
-"""
-    process = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE,
-                               stderr=subprocess.PIPE, text=True)
-    assert process.stdout is not None
-    lines = []
-    for line in process.stdout:
-        lines.append(line.strip())
-        if line.startswith("in flight"):
-            break
-    process.kill()
-    process.communicate(timeout=30)
-    assert lines == [f"synced {s}" for s in range(steps - 1)] + ["in flight"]
-    with contextlib.closing(sqlite3.connect(path)) as db:
-        assert db.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
-    model = ScriptedModel(seed=9)
-    with RecordingStore(path, readonly=True) as store:
-        held = len(store)
-        # the synced steps whole; the last one whole or not at all (one transaction)
-        assert held in ((steps - 1) * per_step, steps * per_step)
-        for step in range(steps - 1):
-            for i in range(0, per_step, 11):
-                request = CompletionRequest.chat(f"step {step} call {i}", system="S")
-                site = CallSite(f"a{i % 7}", step * per_step + i)
-                assert store.get(request.key(), site) == model.complete(request, site=site)
