@@ -58,8 +58,9 @@ class ActionSpec:
     """What an engine asks of an agent for one turn.
 
     Attributes:
-        step: The step (round) of the turn; for the event-driven engine, the
-            number of the agent's wake-up.
+        step: On the round engine, the step (round) of the turn. On the
+            event-driven engine, the agent's own turn number: 0 for its first
+            turn, 1 for its second..., counted per agent (not the window).
         time: The simulated time of the turn (the step, as a float, in rounds).
         reason: Why the agent acts now: ``"round"``, or for the event-driven
             engine ``"wake"`` or the kind of event that woke it (``"mention"``).
@@ -77,7 +78,13 @@ class ActionEvent:
 
     Attributes:
         index: The event's position in the run (0, 1, 2...), given by the world.
-        step: The step it was resolved in.
+        step: On the round engine, the step (round) it was resolved in, the
+            same for every event of the step. On the event-driven engine, the
+            acting agent's own turn number (its :attr:`ActionSpec.step`: 0, 1,
+            2... per agent), not the window the event fell in, which is
+            ``int(time // window)``; a scenario's event there holds its window.
+            The field keeps one name on both engines so that event logs and
+            digests stay as they are.
         time: Its simulated time.
         agent: The id of the agent whose action it resolves (as a str).
         kind: What happened: ``"post"``, ``"reply"``, ``"like"``,
