@@ -26,7 +26,9 @@ same numbers:
 
 Layer 7, beside the cli: it imports the standard library, the public
 ``__init__`` of the layers below (``simulacra.errors``, ``simulacra.llm``,
-``simulacra.parallel``) and, lazily, plotly (the ``report`` extra) and PyYAML.
+``simulacra.parallel``, and ``simulacra.societies`` for the one table of a run
+directory's file names, ``RUN_FILES``) and, lazily, plotly (the ``report``
+extra) and PyYAML. Never the front door ``simulacra``, which re-exports it.
 """
 
 from simulacra._util import claim_public_module
@@ -52,7 +54,6 @@ from ._charts import queue_chart as queue_chart
 from ._charts import society_charts as society_charts
 from ._charts import study_charts as study_charts
 from ._charts import tokens_chart as tokens_chart
-from ._data import CALLS_FILE as CALLS_FILE
 from ._data import MANIFEST_SCHEMES as MANIFEST_SCHEMES
 from ._data import MONITOR_KINDS as MONITOR_KINDS
 from ._data import MONITORS_FORMAT as MONITORS_FORMAT
@@ -103,7 +104,7 @@ __all__ = [
     "EventPage", "conversation_threads", "Thread", "agent_rows", "AgentRow", "llm_calls",
     "LLMCall", "load_study", "StudyData", "study_intervals", "StudyInterval",
     "study_parameters", "load_monitors", "MonitorData", "MonitorSeries", "read_jsonl",
-    "call_stats", "CallStats", "CALLS_FILE",
+    "call_stats", "CallStats",
     "MANIFEST_SCHEMES", "STUDY_FORMATS", "MONITORS_FORMAT", "MONITOR_KINDS",
     # the live view: simulacra run --view, simulacra view (see _live.py)
     "LiveView",

@@ -205,6 +205,7 @@ def society_data(run: _data.RunData, *, llm_calls: int = DEFAULT_LLM_CALLS) -> d
     call_failures: list[list[Any]] = []
     agent_pages: dict[str, str] = {}
     lines: dict[str, Any] = {}
+    calls_file = _data.run_files()["calls"]
     if stats is not None:
         for error, count in stats.failed_by_kind.items():
             seen = stats.first_failure.get(error) or {}
@@ -213,11 +214,11 @@ def society_data(run: _data.RunData, *, llm_calls: int = DEFAULT_LLM_CALLS) -> d
                                   seen.get("message", "")])
         agent_pages, lines = _agent_pages(run, agent_at)
         if stats.sessions > 1:
-            notes.append(f"calls.jsonl was written by {stats.sessions} sessions (the run was "
-                         "resumed): the calls a resume served from the recordings are not in "
-                         "it twice.")
+            notes.append(f"{calls_file} was written by {stats.sessions} sessions (the run "
+                         "was resumed): the calls a resume served from the recordings are "
+                         "not in it twice.")
     else:
-        notes.append("This run directory has no calls.jsonl (it was made by an older "
+        notes.append(f"This run directory has no {calls_file} (it was made by an older "
                      "simulacra): there is no per-call latency, and what each agent saw comes "
                      "from the recorded prompts embedded below.")
     if not run.finished:
@@ -366,7 +367,7 @@ def _llm_data(run: _data.RunData, rows: Sequence[_data.AgentRow],
     total = sum(r.calls for r in rows)
     if not run.recordings.is_file():
         return {"calls": {}, "strings": [], "roles": [],
-                "note": "This run directory holds no llm_recordings.sqlite."}, notes
+                "note": f"This run directory holds no {run.recordings.name}."}, notes
     ranked = sorted(rows, key=lambda r: (-(r.events + r.concerning), r.agent))
     order = [r.agent for r in ranked]
     strings: list[str] = []

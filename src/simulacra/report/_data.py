@@ -35,12 +35,12 @@ from typing import Any, Final, Literal
 from simulacra.errors import ConfigError
 
 __all__ = [
-    "CALLS_FILE", "MANIFEST_SCHEMES", "MONITORS_FORMAT", "MONITOR_KINDS", "STUDY_FORMATS",
+    "MANIFEST_SCHEMES", "MONITORS_FORMAT", "MONITOR_KINDS", "STUDY_FORMATS",
     "AgentRow", "CallStats", "EventPage", "EventTable", "LLMCall", "MonitorData",
     "MonitorSeries", "RunData", "ScenarioEffect", "SourceKind", "StepSeries", "StudyData",
     "StudyInterval", "Thread", "agent_rows", "call_stats", "conversation_threads",
     "event_page", "event_table", "event_text", "histogram", "llm_calls", "load_monitors",
-    "load_society_run", "load_study", "read_jsonl", "run_identity", "run_totals",
+    "load_society_run", "load_study", "read_jsonl", "run_files", "run_identity", "run_totals",
     "scenario_effects", "source_kind", "step_series", "study_intervals", "study_parameters",
     "study_scenarios",
 ]
@@ -54,14 +54,22 @@ MONITORS_FORMAT: Final = "simulacra.monitors.v1"
 #: What a monitor series measures.
 MONITOR_KINDS: Final = ("queue", "level", "utilisation", "count")
 
-#: The files a society run directory must hold (``simulacra.societies.RUN_FILES``).
-_RUN_REQUIRED: Final = ("manifest.json", "config.yaml", "action_events.jsonl",
-                        "telemetry.jsonl")
+#: The roles of the files a society run directory must hold (see :func:`run_files`).
+_RUN_REQUIRED: Final = ("manifest", "config", "events", "telemetry")
 _MONITOR_FILE: Final = "monitors.json"
-#: The call log of a society run (``simulacra.societies``: one line per model call).
-CALLS_FILE: Final = "calls.jsonl"
 
 SourceKind = Literal["society", "study", "monitors"]
+
+
+def run_files() -> Mapping[str, str]:
+    """The file names of a society run directory, by role: ``simulacra.societies.RUN_FILES``.
+
+    The one table of them, looked up when first needed, so that the report of a
+    study or of a monitor file does not load the society engines.
+    """
+    from simulacra.societies import RUN_FILES  # noqa: PLC0415  (lazy: see above)
+
+    return RUN_FILES
 
 
 # -- what a path holds ------------------------------------------------------------------
@@ -88,14 +96,15 @@ def source_kind(path: str | Path) -> SourceKind:
         raise ConfigError(f"{str(where)!r} does not exist")
     if (where / "study.json").is_file():
         return "study"
-    run_files = [name for name in _RUN_REQUIRED if (where / name).is_file()]
-    if not run_files and (where / _MONITOR_FILE).is_file():
+    names = run_files()
+    found = [role for role in _RUN_REQUIRED if (where / names[role]).is_file()]
+    if not found and (where / _MONITOR_FILE).is_file():
         return "monitors"
-    if run_files:
+    if found:
         return "society"
-    raise ConfigError(f"{str(where)!r} is not a run directory (no manifest.json, config.yaml "
-                      "or action_events.jsonl), a study directory (no study.json) or a "
-                      f"directory of a kernel model's {_MONITOR_FILE}")
+    raise ConfigError(f"{str(where)!r} is not a run directory (no {names['manifest']}, "
+                      f"{names['config']} or {names['events']}), a study directory (no "
+                      f"study.json) or a directory of a kernel model's {_MONITOR_FILE}")
 
 
 def read_jsonl(path: Path, *, what: str) -> list[dict[str, Any]]:
@@ -201,7 +210,7 @@ class RunData:
     @property
     def recordings(self) -> Path:
         """The run's ``llm_recordings.sqlite`` (it may not exist)."""
-        return self.path / "llm_recordings.sqlite"
+        return self.path / run_files()["recordings"]
 
 
 def load_society_run(path: str | Path) -> RunData:
@@ -222,26 +231,30 @@ def load_society_run(path: str | Path) -> RunData:
         raise ConfigError(f"{str(where)!r} is not a run directory: it does not exist"
                           if not where.exists() else
                           f"{str(where)!r} is not a run directory: it is a file")
-    for name in _RUN_REQUIRED:
-        if not (where / name).is_file():
+    names = run_files()
+    for role in _RUN_REQUIRED:
+        if not (where / names[role]).is_file():
             raise ConfigError(f"{str(where)!r} is not a run directory of simulacra run: "
-                              f"no {name}")
-    manifest = _read_json_object(where / "manifest.json", "a run manifest")
+                              f"no {names[role]}")
+    manifest_file = where / names["manifest"]
+    manifest = _read_json_object(manifest_file, "a run manifest")
     scheme = manifest.get("scheme")
     if scheme not in MANIFEST_SCHEMES:
-        raise ConfigError(f"{where / 'manifest.json'}: unknown format version {scheme!r}; "
+        raise ConfigError(f"{manifest_file}: unknown format version {scheme!r}; "
                           f"this simulacra reads {', '.join(MANIFEST_SCHEMES)}")
+    config_file = where / names["config"]
     try:
-        config = yaml.safe_load((where / "config.yaml").read_text(encoding="utf-8"))
+        config = yaml.safe_load(config_file.read_text(encoding="utf-8"))
     except (yaml.YAMLError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"{where / 'config.yaml'}: not valid YAML ({exc})") from None
+        raise ConfigError(f"{config_file}: not valid YAML ({exc})") from None
     if not isinstance(config, dict):
-        raise ConfigError(f"{where / 'config.yaml'}: not a run config")
-    summary = (_read_json_object(where / "summary.json", "a run summary")
-               if (where / "summary.json").is_file() else {})
-    telemetry = read_jsonl(where / "telemetry.jsonl", what="run's telemetry")
-    events = read_jsonl(where / "action_events.jsonl", what="run's event log")
-    calls_file = where / CALLS_FILE
+        raise ConfigError(f"{config_file}: not a run config")
+    summary_file = where / names["summary"]
+    summary = (_read_json_object(summary_file, "a run summary")
+               if summary_file.is_file() else {})
+    telemetry = read_jsonl(where / names["telemetry"], what="run's telemetry")
+    events = read_jsonl(where / names["events"], what="run's event log")
+    calls_file = where / names["calls"]
     calls = read_jsonl(calls_file, what="run's call log") if calls_file.is_file() else []
     return RunData(where, manifest, config, summary, telemetry, events, calls)
 
@@ -325,7 +338,7 @@ def run_totals(run: RunData) -> dict[str, Any]:
             error = str((event.get("data") or {}).get("error", "?"))
             by_kind[error] = by_kind.get(error, 0) + 1
     return {
-        "status": "unfinished (stopped, or still running): no summary.json",
+        "status": f"unfinished (stopped, or still running): no {run_files()['summary']}",
         "steps": len(lines),
         "events": len(run.events),
         "turns": sum(int(line.get("participants", 0)) for line in lines),

@@ -57,12 +57,13 @@ from typing import TYPE_CHECKING, Any, Final, Protocol
 from simulacra.errors import ConfigError
 
 from ._data import (
-    CALLS_FILE,
+    _RUN_REQUIRED,
     MANIFEST_SCHEMES,
     CallStats,
     _percentile,
     _scenario_label,
     event_text,
+    run_files,
     step_series,
 )
 
@@ -122,18 +123,20 @@ def check_view_dir(path: str | os.PathLike[str]) -> Path:
         raise ConfigError(f"{str(where)!r} is not a run directory: it does not exist")
     if not where.is_dir():
         raise ConfigError(f"{str(where)!r} is not a run directory: it is a file")
-    for name in ("manifest.json", "config.yaml", "telemetry.jsonl", "action_events.jsonl"):
-        if not (where / name).is_file():
+    names = run_files()
+    for role in _RUN_REQUIRED:
+        if not (where / names[role]).is_file():
             raise ConfigError(f"{str(where)!r} is not a run directory of simulacra run: "
-                              f"no {name}")
+                              f"no {names[role]}")
+    manifest_file = where / names["manifest"]
     try:
-        manifest = json.loads((where / "manifest.json").read_text(encoding="utf-8"))
+        manifest = json.loads(manifest_file.read_text(encoding="utf-8"))
     except (OSError, ValueError) as exc:
-        raise ConfigError(f"{where / 'manifest.json'}: not readable as a run manifest "
+        raise ConfigError(f"{manifest_file}: not readable as a run manifest "
                           f"({exc})") from None
     scheme = manifest.get("scheme") if isinstance(manifest, dict) else None
     if scheme not in MANIFEST_SCHEMES:
-        raise ConfigError(f"{where / 'manifest.json'}: unknown format version {scheme!r}; "
+        raise ConfigError(f"{manifest_file}: unknown format version {scheme!r}; "
                           f"this simulacra reads {', '.join(MANIFEST_SCHEMES)}")
     return where
 
@@ -214,6 +217,7 @@ class _RunFiles:
 
     def __init__(self, path: Path) -> None:
         self.path = path
+        self.names = run_files()
         self.telemetry: list[dict[str, Any]] = []
         #: ``[i, step, time, agent, kind, text]`` per event, in log order.
         self.rows: list[list[Any]] = []
@@ -249,9 +253,9 @@ class _RunFiles:
 
     def poll(self) -> bool:
         """Read what was added; whether anything was."""
-        telemetry = self._new_lines("telemetry", "telemetry.jsonl")
-        events = self._new_lines("events", "action_events.jsonl")
-        calls = self._new_lines("calls", CALLS_FILE)
+        telemetry = self._new_lines("telemetry", self.names["telemetry"])
+        events = self._new_lines("events", self.names["events"])
+        calls = self._new_lines("calls", self.names["calls"])
         if telemetry is None or events is None or calls is None:
             self._reset()
             return self.poll() or True
@@ -446,7 +450,8 @@ class _Hub:
     def _read_manifest(self) -> bool:
         """Read the scenario of the run's manifest, once it is there; whether one was found."""
         try:
-            manifest = json.loads((self.path / "manifest.json").read_text(encoding="utf-8"))
+            manifest = json.loads((self.path / run_files()["manifest"]).read_text(
+                encoding="utf-8"))
         except (OSError, ValueError):
             return False  # not written yet (or being written): the next look
         self._manifest_read = True
