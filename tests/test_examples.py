@@ -430,6 +430,7 @@ NEWCOMER_RUNS: dict[str, tuple[tuple[str, ...], str]] = {
     "llm_workflow": (("--plain", "--horizon", "200"), "p95_latency"),
     "llm_workflow/sweep.py": (("{out}", "--horizon", "60", "--no-plot"),
                               "capacity sweep: 27 configurations"),
+    "pausable": (("--seed", "1", "--writers", "2"), "async fan-in"),
     "pausable/newsroom.py": (("--seed", "1", "--writers", "2"), "async fan-in"),
     "pregel": (("--vertices", "200", "--edges", "600"), "identical: True"),
     "ride_hailing": (("--plain", "--horizon", "120"), "abandonment_rate"),
@@ -700,3 +701,29 @@ def test_ctrl_c_in_an_example_is_one_line_and_exit_130(args: tuple[str, ...]) ->
         proc.kill()
     assert proc.returncode == 130
     assert err == "interrupted\n"
+
+
+#: What each example folder is run with from another directory (small and fast).
+FROM_ELSEWHERE: dict[str, tuple[tuple[str, ...], str]] = {
+    **{name: run for name, run in NEWCOMER_RUNS.items() if "." not in name},
+    "social": (("sim.steps=1", "sim.agents=4", "--out", "{out}", "--no-progress"), "digest"),
+}
+
+
+def test_every_example_folder_is_in_the_table() -> None:
+    folders = {p.name for p in EXAMPLES.iterdir()
+               if p.is_dir() and any(p.glob("*.py"))}
+    assert folders == set(FROM_ELSEWHERE)
+
+
+@pytest.mark.parametrize("example", sorted(FROM_ELSEWHERE))
+def test_each_example_folder_runs_from_any_directory(example: str, tmp_path: Path) -> None:
+    """`python examples/NAME` works for every folder, from a directory that is not the root."""
+    args, expected = FROM_ELSEWHERE[example]
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    out = tmp_path / "out"
+    done = _script(str(EXAMPLES / example), *(a.format(out=out) for a in args), cwd=elsewhere)
+    assert done.returncode == 0, done.stderr
+    assert expected in done.stdout, done.stdout
+    assert "Traceback" not in done.stderr

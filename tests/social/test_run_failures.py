@@ -126,7 +126,7 @@ def test_a_server_that_goes_away_stops_the_run_with_a_checkpoint_to_resume(
     message = str(info.value)
     # Kept-alive connections are dropped first, then new ones are refused.
     assert "cannot be reached" in message or "calls in a row" in message, message
-    assert "the run stopped in step 2" in message
+    assert "the run stopped after 2 of " in message
     assert f"simulacra run --resume {tmp_path / 'run'}" in message
     assert "checkpoint of step 2" in message
 

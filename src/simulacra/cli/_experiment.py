@@ -85,11 +85,13 @@ class StudyError(Exception):
     """A study file that cannot be used; the message names the field."""
 
 
-#: What ``simulacra experiment --example`` prints: a study that runs as it is, from the
-#: repository root (the bank of ``examples/bank.py``), small enough to take seconds.
+#: What ``simulacra experiment --example`` prints: a study of the bank of
+#: ``examples/bank.py``, small enough to take seconds. ``{model}`` is the bank's
+#: absolute path where simulacra runs from a checkout (see :func:`_example_study`),
+#: so the study runs from any directory.
 EXAMPLE_STUDY = """\
 # simulacra experiment study.toml   (the format: simulacra experiment --help)
-model = "examples/bank.py:run"  # relative to this file, or "module:function"
+model = {model}  # relative to this file, or "module:function"
 master_seed = 2025
 replications = 5
 backend = "auto"                # or sequential, threads, processes, dask
@@ -141,11 +143,26 @@ def add_experiment_command(commands: Any) -> None:
     parser.set_defaults(command_fn=_cmd_experiment)
 
 
+def _example_study() -> str:
+    """The example study, its model the bank of the checkout simulacra runs from.
+
+    The bank is found beside the package (a checkout, or an editable install); a
+    package installed without its checkout falls back to ``examples/bank.py``,
+    which runs where a study file is saved in the repository root.
+    """
+    import simulacra  # noqa: PLC0415
+
+    bank = Path(simulacra.__file__).resolve().parents[2] / "examples" / "bank.py"
+    model = f"{bank}:run" if bank.is_file() else "examples/bank.py:run"
+    # A TOML basic string: JSON's escapes of a str are TOML's.
+    return EXAMPLE_STUDY.format(model=json.dumps(model))
+
+
 def _cmd_experiment(args: argparse.Namespace) -> int:
     import simulacra  # noqa: PLC0415  (layer 7 uses the front door, and only when needed)
 
     if args.example:
-        print(EXAMPLE_STUDY, end="")
+        print(_example_study(), end="")
         return 0
     if args.study is None:
         print("error: give a STUDY file (.toml or .json); `simulacra experiment --example` "
@@ -285,7 +302,11 @@ def _check_study(study: Mapping[str, Any], path: Path) -> dict[str, Any]:
     _expect(isinstance(model, str) and ":" in model, "model", model)
     where, _, function = model.rpartition(":")
     if where.endswith(".py") or "/" in where or "\\" in where:
-        model = f"{(here / where).resolve()}:{function}"
+        file = (here / where).resolve()
+        if not file.is_file():
+            raise StudyError(f"model = {study['model']!r}: no file {str(file)!r} (a path in "
+                             "the study is read relative to the study file's directory)")
+        model = f"{file}:{function}"
     seed = study["master_seed"]
     _expect(_is_int(seed) or isinstance(seed, str), "master_seed", seed)
     replications = study["replications"]

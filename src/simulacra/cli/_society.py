@@ -331,6 +331,8 @@ def run_config(target: str, overrides: Sequence[str], *, seed: int | None, out: 
         except simulacra.ProviderUnavailable as exc:
             print(f"error: {exc}", file=sys.stderr)
             return EXIT_USAGE
+        except simulacra.ConfigError as exc:  # e.g. openai_compatible without a base_url
+            raise usage_error(str(exc)) from None
     bar = _progress(progress, config, f"{config.name}: {sim.agents} agents x {sim.steps} steps")
 
     def call(control: Any) -> Any:
@@ -429,8 +431,18 @@ def resume_run(run_dir: str, *, progress: bool, overrides: Sequence[str] = (),
     """
     import simulacra  # noqa: PLC0415
 
+    where = Path(run_dir)
+    if not where.is_dir():
+        print(f"error: run directory not found: {run_dir!r} "
+              f"({'a file, not a directory' if where.exists() else 'it does not exist'}); "
+              "--resume takes the directory a run wrote", file=sys.stderr)
+        return EXIT_USAGE
+    if not (where / "config.yaml").is_file():
+        print(f"error: {run_dir!r} is not a run directory: it has no config.yaml "
+              "(--resume takes the directory a run wrote)", file=sys.stderr)
+        return EXIT_USAGE
     try:
-        config = simulacra.load_config(str(Path(run_dir) / "config.yaml"), list(overrides))
+        config = simulacra.load_config(str(where / "config.yaml"), list(overrides))
         sim = config.sim
         if config.run.preflight:
             try:

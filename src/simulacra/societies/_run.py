@@ -1266,8 +1266,8 @@ def _budget_stop(why: str, config: RunConfig, rundir: RunDirectory | None, steps
     last = None if rundir is None else rundir.last_checkpoint()
     where = ("" if last is None else f" (from its checkpoint of step {last}; the calls made "
              "since are served from the recordings)")
-    message = _stop_message("budget", f"{why} in step {steps}", config, rundir, step=steps,
-                            spent=spent)
+    message = _stop_message("budget", f"{why}, in the step after them", config, rundir,
+                            step=steps, spent=spent)
     return _run_stopped("budget", message + where, steps, rundir)
 
 
@@ -1281,7 +1281,7 @@ def _run_stopped(kind: str, message: str, step: int, rundir: RunDirectory | None
 def _stopped(error: ProviderUnavailable, config: RunConfig, rundir: RunDirectory | None,
              steps: int) -> ProviderUnavailable:
     """The error that stops a run whose provider became unusable: what, and how to go on."""
-    message = f"the run stopped in step {steps}: {error}"
+    message = f"the run stopped after {steps} of {config.sim.steps} steps: {error}"
     if rundir is not None:
         step = rundir.last_checkpoint()
         if step is not None:
@@ -1457,7 +1457,10 @@ def _stop_message(kind: str, why: str, config: RunConfig, rundir: RunDirectory |
     what = f"{spent.calls} model calls, {spent.tokens} tokens"
     if spent.cost:
         what += f", cost {spent.cost:.6g}"
-    head = f"stopped after step {step} of {config.sim.steps} ({why}); spent so far: {what}"
+    # Steps are counted as the checkpoints count them: checkpoint-000033 holds the run
+    # after 33 steps (steps 0-32), the state step 33 starts from.
+    done = f"{step} of {config.sim.steps} step{'' if config.sim.steps == 1 else 's'}"
+    head = f"stopped after {done} ({why}); spent so far: {what}"
     if rundir is None:
         return head + "; no run directory, so it cannot be resumed"
     more = ""

@@ -1,0 +1,81 @@
+"""The first week's traps: one line and the right exit status, counts that agree."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from simulacra.cli import main
+
+ROOT = Path(__file__).resolve().parents[2]
+SOCIAL = ROOT / "examples" / "social"
+
+pytestmark = pytest.mark.timeout(120)
+
+
+def _simulacra(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+    return subprocess.run([sys.executable, "-m", "simulacra", *args], cwd=cwd, env=env,
+                          capture_output=True, text=True, timeout=100, check=False)
+
+
+def test_openai_compatible_without_base_url_is_one_line(tmp_path: Path) -> None:
+    done = _simulacra("run", str(SOCIAL / "config.yaml"), "sim.llm.provider=openai_compatible",
+                      "--out", str(tmp_path / "run"), "--no-progress", cwd=tmp_path)
+    assert done.returncode == 2, done.stderr
+    assert "Traceback" not in done.stderr
+    assert done.stderr.strip().splitlines() == [
+        "error: sim.llm.base_url is required when sim.llm.provider is 'openai_compatible' "
+        "(e.g. http://localhost:8000/v1)"]
+    assert not (tmp_path / "run").exists()
+
+
+def test_resume_of_a_missing_directory_says_so(tmp_path: Path,
+                                               capsys: pytest.CaptureFixture[str]) -> None:
+    missing = tmp_path / "runs" / "nonexist"
+    assert main(["run", "--resume", str(missing), "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert err.strip().splitlines() == [
+        f"error: run directory not found: {str(missing)!r} (it does not exist); --resume "
+        "takes the directory a run wrote"]
+    assert main(["run", "--resume", str(tmp_path), "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert "is not a run directory: it has no config.yaml" in err
+    assert "config file not found" not in err
+
+
+@pytest.mark.parametrize("engine", ["round", "async_event"])
+def test_a_stop_counts_steps_as_the_checkpoints_do(tmp_path: Path, engine: str) -> None:
+    """"stopped after N of M steps" names the checkpoint written there: N steps done."""
+    run_dir = tmp_path / "run"
+    done = _simulacra("run", str(SOCIAL / "config.yaml"), "sim.steps=20", "sim.agents=5",
+                      f"sim.engine.step.built_in={engine}", "run.budget.tokens=3000",
+                      "run.checkpoint_every=1", "--out", str(run_dir), "--no-progress",
+                      cwd=tmp_path)
+    assert done.returncode == 3, done.stderr
+    found = re.search(r"stopped after (\d+) of 20 steps", done.stderr)
+    assert found is not None, done.stderr
+    steps = int(found.group(1))
+    assert steps > 0
+    newest = max(p.name for p in (run_dir / "checkpoints").glob("checkpoint-*.ckpt"))
+    assert newest == f"checkpoint-{steps:06d}.ckpt"
+    telemetry = (run_dir / "telemetry.jsonl").read_text(encoding="utf-8").splitlines()
+    assert len(telemetry) == steps
+
+
+def test_a_study_whose_model_file_is_missing_names_the_key(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    study = tmp_path / "study.toml"
+    study.write_text('model = "examples/bank.py:run"\nmaster_seed = 1\nreplications = 1\n')
+    assert main(["experiment", str(study), "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert "model_fn" not in err
+    assert err.strip().splitlines() == [
+        f"error: {study}: model = 'examples/bank.py:run': no file "
+        f"{str(tmp_path / 'examples' / 'bank.py')!r} (a path in the study is read relative "
+        "to the study file's directory)"]
