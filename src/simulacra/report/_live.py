@@ -39,6 +39,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import errno
+import functools
 import importlib.util
 import json
 import math
@@ -51,6 +52,7 @@ import threading
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
+from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final, Protocol
 
@@ -306,7 +308,7 @@ class _NoLink:
         self._path = path
 
     def status(self) -> dict[str, Any]:
-        finished = (self._path / "digest.txt").is_file()
+        finished = (self._path / run_files()["digest"]).is_file()
         return {"controls": False, "started": True, "step": None,
                 "state": "finished" if finished else "unfinished"}
 
@@ -541,7 +543,7 @@ def _app(hub: _Hub, token: str) -> _TokenGate:
     from starlette.routing import Route  # noqa: PLC0415
 
     async def page(request: Request) -> Response:
-        return HTMLResponse(_PAGE.replace("__TOKEN__", token).replace(
+        return HTMLResponse(_page().replace("__TOKEN__", token).replace(
             "__TITLE__", _html_escape(hub.name)))
 
     async def plotly_js(request: Request) -> Response:
@@ -936,7 +938,7 @@ def _steps_of(run_dir: Path) -> int | None:
     try:
         import yaml  # type: ignore[import-untyped]  # noqa: PLC0415
 
-        config = yaml.safe_load((run_dir / "config.yaml").read_text(encoding="utf-8"))
+        config = yaml.safe_load((run_dir / run_files()["config"]).read_text(encoding="utf-8"))
         return int(config["sim"]["steps"])
     except Exception:  # only a label on the page
         return None
@@ -944,314 +946,15 @@ def _steps_of(run_dir: Path) -> int | None:
 
 # -- the page ---------------------------------------------------------------------------
 
-_PAGE: Final = r"""<!doctype html>
-<html lang="en">
-<head>
-<meta charset="utf-8">
-<meta name="viewport" content="width=device-width, initial-scale=1">
-<link rel="icon" href="data:,">
-<title>__TITLE__ - simulacra live view</title>
-<style>
-  :root { --fg: #1d2330; --muted: #687085; --line: #e3e6ee; --accent: #3b5bdb; }
-  * { box-sizing: border-box; }
-  body { margin: 0; font: 14px/1.45 system-ui, -apple-system, "Segoe UI", sans-serif;
-         color: var(--fg); background: #f6f7fb; }
-  header { position: sticky; top: 0; z-index: 5; background: #fff;
-           border-bottom: 1px solid var(--line); padding: 10px 18px;
-           display: flex; flex-wrap: wrap; gap: 12px 22px; align-items: center; }
-  h1 { font-size: 17px; margin: 0; }
-  .badge { padding: 2px 9px; border-radius: 10px; font-weight: 600; font-size: 12px;
-           text-transform: uppercase; letter-spacing: .04em; background: #e7ecff;
-           color: var(--accent); }
-  .badge.paused { background: #fff3bf; color: #8a6d00; }
-  .badge.stopping, .badge.ended, .badge.unfinished { background: #ffe3e3; color: #b02a2a; }
-  .badge.finished { background: #d3f9d8; color: #2b8a3e; }
-  .scenario { padding: 2px 9px; border-radius: 10px; font-size: 12px; background: #f4f3ff;
-              color: #6941c6; border: 1px solid #d9d6fe; }
-  .scenario:empty { display: none; }
-  .counters { display: flex; gap: 18px; flex-wrap: wrap; }
-  .counter b { font-variant-numeric: tabular-nums; }
-  .counter span { color: var(--muted); margin-right: 4px; }
-  .controls button { font: inherit; padding: 5px 12px; margin-right: 4px; cursor: pointer;
-                     border: 1px solid #c8cedc; background: #fff; border-radius: 6px; }
-  .controls button:hover:enabled { border-color: var(--accent); color: var(--accent); }
-  .controls button:disabled { opacity: .45; cursor: default; }
-  #slider-box { display: none; flex: 1 1 320px; align-items: center; gap: 10px; }
-  #slider { flex: 1; }
-  #message { width: 100%; color: #b02a2a; margin: 0; }
-  #message:empty { display: none; }
-  main { padding: 14px 18px; display: grid; gap: 14px;
-         grid-template-columns: repeat(auto-fill, minmax(520px, 1fr)); }
-  .card { background: #fff; border: 1px solid var(--line); border-radius: 8px;
-          padding: 6px; min-height: 330px; }
-  #events-card { grid-column: 1 / -1; min-height: 0; padding: 10px 12px; }
-  #events-card h2 { font-size: 15px; margin: 2px 0 8px; }
-  table { border-collapse: collapse; width: 100%; }
-  th, td { text-align: left; padding: 3px 8px; border-bottom: 1px solid var(--line);
-           vertical-align: top; }
-  th { color: var(--muted); font-weight: 600; }
-  td.num { font-variant-numeric: tabular-nums; color: var(--muted); }
-  td.text { max-width: 720px; overflow-wrap: anywhere; }
-</style>
-</head>
-<body>
-<header>
-  <h1 id="title">__TITLE__</h1>
-  <span id="scenario" class="scenario" title="the run's scenario (name and hash)"></span>
-  <span id="state" class="badge">connecting</span>
-  <div class="counters">
-    <div class="counter"><span>step</span><b id="step">0</b><b id="steps-total"></b></div>
-    <div class="counter"><span>events</span><b id="events-count">0</b></div>
-    <div class="counter"><span>model calls</span><b id="calls">0</b></div>
-    <div class="counter"><span>tokens</span><b id="tokens">0</b></div>
-    <div class="counter"><span>cost so far</span><b id="cost">0</b></div>
-    <div class="counter"><span>failed turns</span><b id="failed">0</b></div>
-  </div>
-  <div class="controls">
-    <button id="play" title="play">&#9654; play</button>
-    <button id="pause" title="pause at the end of this step">&#10074;&#10074; pause</button>
-    <button id="step-once" title="one step (one window), then pause">&#9654;&#10073; step</button>
-    <button id="stop" title="stop: a checkpoint is written; simulacra run --resume continues"
-      >&#9632; stop</button>
-  </div>
-  <div id="slider-box">
-    <input id="slider" type="range" min="0" max="0" value="0" aria-label="position">
-    <span id="position">0 / 0</span>
-  </div>
-  <p id="message"></p>
-</header>
-<main id="charts">
-  <section class="card" id="events-card">
-    <h2>Newest events</h2>
-    <table><thead><tr><th>#</th><th>step</th><th>time</th><th>agent</th><th>kind</th>
-      <th>what</th></tr></thead><tbody id="events"></tbody></table>
-  </section>
-</main>
-<script src="plotly.min.js?token=__TOKEN__"></script>
-<script>
-"use strict";
-const TOKEN = "__TOKEN__";
-const q = (path) => path + (path.includes("?") ? "&" : "?") + "token=" + encodeURIComponent(TOKEN);
-const $ = (id) => document.getElementById(id);
-let chartsVersion = null, mode = null, source = null, replay = null;
 
-function setText(id, value) {
-  const el = $(id);
-  if (el.textContent !== String(value)) el.textContent = value;
-}
+@functools.cache
+def _page() -> str:
+    """The page, with ``__TOKEN__`` and ``__TITLE__`` to fill in.
 
-function money(value) {
-  if (!value) return "0";
-  if (value >= 100) return value.toFixed(2);
-  return value.toPrecision(4).replace(/(\.\d*?)0+$/, "$1").replace(/\.$/, "");
-}
-
-// Drawing charts costs the browser CPU that a run on a small machine needs too. While the
-// run plays, they are redrawn at most every 2 s and at most 5% of the time, and a chart
-// scrolled out of sight waits until it is seen again; when the run waits (paused, ended,
-// a replay), every chart is drawn at once.
-const visible = new Set();
-const observer = new IntersectionObserver((entries) => {
-  for (const entry of entries) {
-    const div = entry.target;
-    if (entry.isIntersecting) {
-      visible.add(div);
-      if (div.pendingSpec) drawChart(div, div.pendingSpec);
-    } else {
-      visible.delete(div);
-    }
-  }
-});
-let chartsDue = 0, chartsPending = null, chartsTimer = null, chartsSettled = true;
-
-function drawChart(div, spec) {
-  div.pendingSpec = null;
-  Plotly.react(div, spec.data, spec.layout, {displaylogo: false, responsive: true});
-}
-
-function drawCharts(charts, settled) {
-  const main = $("charts");
-  // A chart the state has not (a replay before the first model call) goes, as in a report.
-  for (const div of main.querySelectorAll(".chart")) {
-    if (div.dataset.chart in charts) continue;
-    observer.unobserve(div);
-    visible.delete(div);
-    div.remove();
-  }
-  let previous = null;  // the charts in the report's order, a new one after the one before it
-  for (const [name, spec] of Object.entries(charts)) {
-    let div = $("chart-" + name);
-    if (!div) {
-      div = document.createElement("section");
-      div.className = "card chart";
-      div.id = "chart-" + name;
-      div.dataset.chart = name;
-      main.insertBefore(div, previous ? previous.nextSibling : main.firstChild);
-      observer.observe(div);
-      drawChart(div, spec);
-    } else if (settled || visible.has(div)) {
-      drawChart(div, spec);
-    } else {
-      div.pendingSpec = spec;
-    }
-    previous = div;
-  }
-}
-
-function offerCharts(charts, settled) {
-  chartsPending = charts;
-  chartsSettled = settled;
-  const wait = settled ? 0 : chartsDue - performance.now();
-  if (wait <= 0) flushCharts();
-  else if (chartsTimer === null) chartsTimer = setTimeout(flushCharts, wait);
-}
-
-function flushCharts() {
-  clearTimeout(chartsTimer);
-  chartsTimer = null;
-  if (chartsPending === null) return;
-  const start = performance.now();
-  drawCharts(chartsPending, chartsSettled);
-  chartsPending = null;
-  const cost = performance.now() - start;
-  chartsDue = performance.now() + Math.max(2000, 20 * cost);
-}
-
-function drawEvents(rows) {
-  const body = $("events");
-  const out = document.createDocumentFragment();
-  for (const [i, step, time, agent, kind, text] of rows) {
-    const tr = document.createElement("tr");
-    const cells = [[i, "num"], [step, "num"],
-                   [typeof time === "number" ? time.toFixed(3) : time, "num"],
-                   ["@" + agent, ""], [kind, ""], [text, "text"]];
-    for (const [value, cls] of cells) {
-      const td = document.createElement("td");
-      td.textContent = value;
-      if (cls) td.className = cls;
-      tr.appendChild(td);
-    }
-    out.appendChild(tr);
-  }
-  body.replaceChildren(out);
-}
-
-function render(s) {
-  mode = s.mode;
-  const state = s.state || "starting";
-  const badge = $("state");
-  let label = state;
-  if (state === "paused" && s.paused_at !== null && s.paused_at !== undefined)
-    label = "paused at step " + s.paused_at;
-  setText("state", label);
-  badge.className = "badge " + state;
-  badge.dataset.state = state;
-  const t = s.totals;
-  setText("step", t.steps);
-  setText("steps-total", s.steps_total ? " / " + s.steps_total : "");
-  setText("events-count", t.events);
-  setText("calls", t.calls);
-  setText("tokens", t.tokens);
-  setText("cost", money(Number(t.cost)));
-  setText("failed", t.failed);
-  setText("message", s.message || "");
-  setText("scenario", s.scenario ? "scenario " + s.scenario : "");
-  const live = s.mode === "live";
-  const over = ["ended", "stopping"].includes(state);
-  $("stop").style.display = live ? "" : "none";
-  $("play").disabled = live && (over || state === "playing");
-  $("pause").disabled = live && (over || state === "paused");
-  $("step-once").disabled = live && over;
-  $("stop").disabled = over;
-  if (s.charts && s.charts_version !== chartsVersion) {
-    chartsVersion = s.charts_version;
-    offerCharts(s.charts, !(live && state === "playing"));
-  }
-  drawEvents(s.events);
-  document.body.dataset.ready = "1";
-}
-
-async function control(action) {
-  if (mode === "replay") { replayControl(action); return; }
-  const response = await fetch(q("api/control/" + action), {method: "POST"});
-  if (!response.ok) setText("message", await response.text());
-}
-
-// -- replay: the slider moves through the events of a run directory --------------
-let timer = null, pending = null, fetching = false, boundaries = [];
-async function showAt(position) {
-  if (fetching) { pending = position; return; }
-  fetching = true;
-  try {
-    const response = await fetch(q("api/snapshot?pos=" + position));
-    const s = await response.json();
-    boundaries = s.boundaries;
-    const slider = $("slider");
-    slider.max = s.events_total;
-    slider.value = s.position;
-    setText("position", s.position + " / " + s.events_total);
-    render(s);
-  } finally {
-    fetching = false;
-    if (pending !== null) { const next = pending; pending = null; showAt(next); }
-  }
-}
-function nextBoundary() {
-  const at = Number($("slider").value);
-  for (const end of boundaries) if (end > at) return end;
-  return Number($("slider").max);
-}
-function replayControl(action) {
-  if (action === "pause") { clearInterval(timer); timer = null; }
-  if (action === "step") { clearInterval(timer); timer = null; showAt(nextBoundary()); }
-  if (action === "play" && timer === null) {
-    if (Number($("slider").value) >= Number($("slider").max)) showAt(0);
-    timer = setInterval(() => {
-      const slider = $("slider");
-      if (Number(slider.value) >= Number(slider.max)) {
-        clearInterval(timer); timer = null; return;
-      }
-      showAt(nextBoundary());
-    }, 700);
-  }
-}
-
-async function start() {
-  $("play").onclick = () => control("play");
-  $("pause").onclick = () => control("pause");
-  $("step-once").onclick = () => control("step");
-  $("stop").onclick = () => control("stop");
-  const first = await (await fetch(q("api/snapshot"))).json();
-  if (first.mode === "replay") {
-    mode = "replay";
-    $("slider-box").style.display = "flex";
-    $("slider").addEventListener("input", (e) => showAt(Number(e.target.value)));
-    await showAt(first.position);  // the whole run, at its end
-    if (first.state === "unfinished") follow();
-    return;
-  }
-  render(first);
-  follow();
-}
-
-function follow() {
-  source = new EventSource(q("stream"));
-  source.addEventListener("snapshot", (e) => {
-    const s = JSON.parse(e.data);
-    if (s.mode === "replay") {
-      const slider = $("slider");
-      const atEnd = Number(slider.value) >= Number(slider.max);
-      slider.max = s.position;
-      if (atEnd) showAt(s.position);
-      return;
-    }
-    render(s);
-  });
-  source.addEventListener("end", () => { source.close(); source = null; });
-}
-
-start();
-</script>
-</body>
-</html>
-"""
+    Its markup, style and script are files of ``_assets/`` (``live.html``,
+    ``live.css``, ``live.js``), read once, as the static report reads its own.
+    """
+    assets = resources.files("simulacra.report") / "_assets"
+    html, css, js = ((assets / name).read_text(encoding="utf-8")
+                     for name in ("live.html", "live.css", "live.js"))
+    return html.replace("__STYLE__", css).replace("__SCRIPT__", js)
