@@ -36,7 +36,6 @@ import importlib
 import math
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass
 from threading import get_ident
 from typing import Any, Final, final
 
@@ -119,22 +118,14 @@ _BLOCKED: Final = frozenset(
 _ON_EVENT: Final = frozenset({_SLEEPING, _WAITING, _CALLING})
 
 
-@dataclass(frozen=True, slots=True)
-class _FallbackCallSite:
-    """Stands in for ``simulacra.llm.CallSite`` where that package is not installed."""
-
-    agent: str
-    n: int
-
-
 @functools.cache
 def _call_site_type() -> Any:
-    """``simulacra.llm.CallSite``, imported on the first model call; a stand-in without it."""
-    try:
-        llm = importlib.import_module("simulacra.llm")
-    except ImportError:
-        return _FallbackCallSite
-    return getattr(llm, "CallSite", _FallbackCallSite)
+    """``simulacra.llm.CallSite``, imported on the first model call.
+
+    The LLM layer is part of this package (standard library only), so it is
+    always there: it is only left unloaded until an agent makes a model call.
+    """
+    return importlib.import_module("simulacra.llm").CallSite
 
 
 def _call_site(agent: str, n: int) -> Any:
