@@ -49,10 +49,8 @@ from simulacra._util import ModelWrapper
 if TYPE_CHECKING:
     from simulacra.llm import CallSite, Completion, CompletionRequest, LanguageModel
 
-__all__ = ["CALLS_FILE", "CallLog", "CallLogModel"]
+__all__ = ["CallLog", "CallLogModel"]
 
-#: The file's name in a run directory.
-CALLS_FILE: Final = "calls.jsonl"
 #: Seconds of lines a kill may lose in a step that is still running.
 _FLUSH_S: Final = 0.5
 #: How much of a failed call's prompt its line keeps.
