@@ -198,6 +198,12 @@ def _stoppable(control: Any) -> Iterator[None]:
         signalled = True
         name = signal.Signals(signum).name
         if control.reason is not None:
+            if getattr(control, "settled", False):
+                # The step in progress has finished: its checkpoint is being written.
+                # Cutting that short would lose it, so the stop goes on.
+                print(f"\n{name}: the step has finished; writing its checkpoint",
+                      file=sys.stderr, flush=True)
+                return
             raise KeyboardInterrupt(name)
         control.request_stop(name)
         print(f"\n{name}: stopping after this step (again: stop at once)", file=sys.stderr,
@@ -235,21 +241,45 @@ def _society(call: Callable[[Any], Any], where: str, view: Any = None, *, name: 
               file=sys.stderr)
         return EXIT_BUDGET if exc.reason == "budget" else EXIT_INTERRUPTED
     except simulacra.SimError as exc:
-        ended = f"{type(exc).__name__}: {exc}"
-        raise
+        if control.reason is None or not _interrupted(exc):
+            ended = f"{type(exc).__name__}: {exc}"
+            raise
+        # The second signal's KeyboardInterrupt, turned into an error by the code it
+        # interrupted (a recordings write rolled back): a stop at once all the same.
+        ended = "stopped at once (Ctrl-C twice)"
+        return _stopped_at_once(where)
     except KeyboardInterrupt:
         ended = "stopped at once (Ctrl-C twice)"
-        step = simulacra.RunDirectory(where).last_checkpoint()
-        if step is not None:
-            print(f"interrupted: stopped at once; `simulacra run --resume {where}` continues "
-                  f"from its checkpoint of step {step}", file=sys.stderr)
-        else:
-            print(f"interrupted: stopped at once, before any checkpoint was written: {where} "
-                  "cannot be resumed; run it again", file=sys.stderr)
-        return EXIT_INTERRUPTED
+        return _stopped_at_once(where)
     finally:
         if live is not None:
             live.close(ended)
+
+
+def _interrupted(exc: BaseException) -> bool:
+    """Whether *exc* was raised because a KeyboardInterrupt cut its work short."""
+    seen: BaseException | None = exc
+    for _ in range(16):
+        if seen is None:
+            return False
+        if isinstance(seen, KeyboardInterrupt):
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False
+
+
+def _stopped_at_once(where: str) -> int:
+    """The one line of a run stopped by a second signal, naming the checkpoint it resumes from."""
+    import simulacra  # noqa: PLC0415
+
+    step = simulacra.RunDirectory(where).last_checkpoint()
+    if step is not None:
+        print(f"interrupted: stopped at once; `simulacra run --resume {where}` continues "
+              f"from its checkpoint of step {step}", file=sys.stderr)
+    else:
+        print(f"interrupted: stopped at once, before any checkpoint was written: {where} "
+              "cannot be resumed; run it again", file=sys.stderr)
+    return EXIT_INTERRUPTED
 
 
 def _bytes(size: int) -> str:

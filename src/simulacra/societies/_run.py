@@ -803,7 +803,7 @@ class RunControl:
     """
 
     __slots__ = ("_cond", "_credits", "_ended", "_paused", "_waiting", "paused_s", "reason",
-                 "step")
+                 "settled", "step")
 
     def __init__(self, *, paused: bool = False) -> None:
         #: Why a stop was asked for ("SIGINT", "SIGTERM", ...), or None.
@@ -812,6 +812,11 @@ class RunControl:
         self.step: int | None = None
         #: Wall-clock seconds the run has spent waiting while paused.
         self.paused_s = 0.0
+        #: True once a requested stop has reached its safe point: the step in progress
+        #: has finished and its checkpoint and files are being written. A second
+        #: signal then has no step left to cut short (``simulacra run`` ignores it, so
+        #: that the checkpoint of the last finished step is kept).
+        self.settled = False
         # An RLock: a signal handler may call request_stop in the thread that waits.
         self._cond = threading.Condition(threading.RLock())
         self._paused = bool(paused)
@@ -1413,6 +1418,14 @@ def _drive(engine: StepEngine, config: RunConfig, rundir: RunDirectory | None,
         waited = clock() - since
         return waited >= CHECKPOINT_FIRST_S and waited * CHECKPOINT_SHARE >= cost
 
+    def should_pause() -> bool:
+        """At the end of a step: whether the engine returns here (a stop, a checkpoint...)."""
+        if stop_reason() is not None:
+            if control is not None:
+                control.settled = True  # the step is done: its checkpoint comes next
+            return True
+        return due() or (control is not None and control._should_yield())
+
     step = first
     # The chunks' results carry no digests (a walk over every agent each); the
     # final one, below, does.
@@ -1432,11 +1445,11 @@ def _drive(engine: StepEngine, config: RunConfig, rundir: RunDirectory | None,
             since += control._wait(step)
             stop = stop_reason()
             if stop is not None:
+                control.settled = True
                 checkpoint(step)
                 break
         chunk = total - step if every is None else min(every - step % every, total - step)
-        result = engine.run(chunk, pause=lambda: stop_reason() is not None or due() or (
-            control is not None and control._should_yield()))
+        result = engine.run(chunk, pause=should_pause)
         step = result.steps
         stop = stop_reason() if step < total else None
         if stop is not None or (every is not None and step % every == 0) or due():
