@@ -14,7 +14,10 @@ throughout.
 from __future__ import annotations
 
 import contextlib
+import os
+import signal
 import sqlite3
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -157,5 +160,30 @@ def test_a_failed_write_behind_keeps_its_writes_and_says_so(tmp_path: Path) -> N
         assert store.held == 1  # held again
         assert store.get(request.key(), _site(0, 0)) == Completion("yes")
         assert store.commit() == 1
+    with RecordingStore(path, readonly=True) as store:
+        assert store.get(request.key(), _site(0, 0)) == Completion("yes")
+
+
+def test_an_interrupted_sync_is_no_failed_write_and_is_waited_for_again(tmp_path: Path) -> None:
+    """Ctrl-C while a run waits for its write-behind: KeyboardInterrupt, not "rolled back"."""
+    path = tmp_path / "r.sqlite"
+    request = CompletionRequest.chat("kept?")
+    with RecordingStore(path) as store:
+        store.hold()
+        store.put(request.key(), _site(0, 0), Completion("yes"), request=request)
+        store._db.execute("PRAGMA busy_timeout = 60000")  # the writer waits for the file
+        with contextlib.closing(sqlite3.connect(path, isolation_level=None)) as other:
+            other.execute("BEGIN IMMEDIATE")  # another writer holds the file meanwhile
+            assert store.commit(wait=False) == 1
+            timer = threading.Timer(0.3, os.kill, (os.getpid(), signal.SIGINT))
+            timer.start()
+            try:
+                with pytest.raises(KeyboardInterrupt):
+                    store.sync()
+            finally:
+                timer.join()
+                other.execute("ROLLBACK")
+        store.sync()  # the write goes on, and is waited for
+        assert store.held == 0
     with RecordingStore(path, readonly=True) as store:
         assert store.get(request.key(), _site(0, 0)) == Completion("yes")

@@ -802,11 +802,15 @@ class RecordingStore:
         with self._state:
             behind, self._behind = self._behind, []
         failed: BaseException | None = None
-        for future in behind:
+        for at, future in enumerate(behind):
             try:
                 future.result()
-            except BaseException as exc:  # the first is raised, after all were waited for
+            except Exception as exc:  # the first is raised, after all were waited for
                 failed = failed or exc
+            except BaseException:  # this thread interrupted (Ctrl-C): no write failed
+                with self._state:
+                    self._behind = behind[at:] + self._behind  # still to wait for
+                raise
         if failed is not None:
             if isinstance(failed, RecordingError):
                 raise failed
