@@ -204,7 +204,7 @@ def test_a_model_bug_exits_1_and_names_the_replication(
         ("model = \n", "not valid TOML"),
         (
             'model = "nowhere.py:run"\nmaster_seed = 1\nreplications = 2\n',
-            "model_fn: file not found",
+            "model = .nowhere.py:run.: no file .*nowhere.py. \\(a path in the study",
         ),
         (
             'model = "no_such_pkg_xyz:run"\nmaster_seed = 1\nreplications = 2\n',

@@ -1186,7 +1186,7 @@ class Experiment:
             replications: Replications per config (>= 1).
             backend: ``"auto"`` (processes on a GIL build, threads on a
                 free-threaded one), ``"sequential"``, ``"threads"``,
-                ``"processes"``, ``"interpreters"`` (Python 3.14+) or
+                ``"processes"``, ``"interpreters"`` (Python 3.13, 3.14+) or
                 ``"dask"``; or an :class:`~simulacra.executors.Executor` you
                 created, which is used and left open. The choice is logged on
                 the ``simulacra.parallel`` logger, shown on the progress bar
