@@ -8,7 +8,9 @@ The social demo (scripted model, sequential) is run twice in one process:
   digests, no checkpoints, no telemetry);
 * **engine**: ``run_society`` on the same config into a fresh run directory:
   the round engine with everything it writes (recordings in groups, the call
-  log, the events, telemetry, checkpoints, digests, the summary).
+  log, the events, telemetry, checkpoints -- automatic, as the demo's config
+  has them, or as ``--set run.checkpoint_every=2`` says --, digests, the
+  summary).
 
 The engine overhead per agent-step is (engine - bare) / agent-steps: what
 simulacra adds on top of the user's world, the agents' prompts and the model.
@@ -50,9 +52,9 @@ from simulacra.societies import (  # noqa: E402
 CONFIG = ROOT / "examples" / "social" / "config.yaml"
 
 
-def _config(agents: int, steps: int) -> Any:
+def _config(agents: int, steps: int, extra: tuple[str, ...] = ()) -> Any:
     return load_config(CONFIG, [f"sim.agents={agents}", f"sim.steps={steps}",
-                                "sim.engine.mode=sequential", "run.checkpoint_every=2"])
+                                "sim.engine.mode=sequential", *extra])
 
 
 def bare(agents: int, steps: int) -> tuple[float, float, int]:
@@ -97,9 +99,10 @@ def bare(agents: int, steps: int) -> tuple[float, float, int]:
     return time.perf_counter() - start, in_model, turns
 
 
-def engine(agents: int, steps: int, where: Path) -> tuple[float, int]:
-    """run_society into *where*: (seconds, agent-steps)."""
-    config = _config(agents, steps)
+def engine(agents: int, steps: int, where: Path,
+           extra: tuple[str, ...] = ()) -> tuple[float, int]:
+    """run_society into *where*, with the dotted overrides *extra*: (seconds, agent-steps)."""
+    config = _config(agents, steps, extra)
     start = time.perf_counter()
     run = run_society(config, out=where)
     took = time.perf_counter() - start
@@ -118,6 +121,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--steps", type=int, default=10)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--replay", action="store_true")
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                        help="a dotted override of the engine's run (run.checkpoint_every=2); "
+                             "the default is the demo's config: automatic checkpoints")
     args = parser.parse_args(argv)
     rows: dict[str, list[float]] = {"bare": [], "model": [], "engine": [], "replay": []}
     turns = 0
@@ -129,7 +135,7 @@ def main(argv: list[str] | None = None) -> int:
         where = Path(tempfile.mkdtemp(prefix="overhead-")) / "run"
         try:
             gc.collect()
-            took, done = engine(args.agents, args.steps, where)
+            took, done = engine(args.agents, args.steps, where, tuple(args.set))
             if done != turns:
                 raise SystemExit(f"the engine ran {done} agent-steps, the bare loop {turns}")
             rows["engine"].append(took)
