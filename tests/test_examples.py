@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 
 import simulacra
+from simulacra._util import install_hint
 from simulacra.cli import main
 from simulacra.parallel import mean_interval
 
@@ -509,7 +510,7 @@ def test_an_agent_backend_without_its_extra_is_one_line(example: str) -> None:
     done = script_without("distributed,dask", f"examples/{example}", "--backend", "dask")
     assert done.returncode == 2, done.stderr
     assert done.stderr.startswith("error: "), done.stderr
-    assert "pip install 'simulacra[dask]'" in done.stderr
+    assert install_hint("dask") in done.stderr
     assert len(done.stderr.splitlines()) == 1, done.stderr
     assert done.stdout == ""
 
@@ -517,7 +518,7 @@ def test_an_agent_backend_without_its_extra_is_one_line(example: str) -> None:
 def test_pregel_without_numpy_names_the_extra_in_one_line() -> None:
     done = script_without("numpy", "examples/pregel", "--vertices", "50", "--edges", "100")
     assert done.returncode == 2, done.stderr
-    assert done.stderr == "examples/pregel needs numpy: pip install 'simulacra[numpy]'\n"
+    assert done.stderr == f"examples/pregel needs numpy: {install_hint('numpy')}\n"
     assert done.stdout == ""
 
 
@@ -533,8 +534,8 @@ def test_without_matplotlib_the_studies_write_their_data_and_say_so(
     args = [a.format(out=out) for a in command]
     done = script_without("matplotlib", *args)
     assert done.returncode == 0, done.stderr
-    assert done.stderr.startswith("note: the plot needs matplotlib (pip install "
-                                  "'simulacra[plot]')"), done.stderr
+    assert done.stderr.startswith("note: the plot needs matplotlib "
+                                  f"({install_hint('plot')})"), done.stderr
     assert len(done.stderr.splitlines()) == 1, done.stderr
     [csv_file] = out.iterdir()  # the data, and no plot
     assert csv_file.suffix == ".csv"
@@ -544,7 +545,7 @@ def test_without_matplotlib_the_studies_write_their_data_and_say_so(
     insisted = script_without("matplotlib", *args, "--plot")
     assert insisted.returncode == 2
     assert insisted.stderr.startswith("error: ")
-    assert "pip install 'simulacra[plot]'" in insisted.stderr
+    assert install_hint("plot") in insisted.stderr
     assert len(insisted.stderr.splitlines()) == 1
     assert insisted.stdout == ""
 

@@ -87,7 +87,8 @@ def _model(args: argparse.Namespace, params: Params) -> tuple[Any, RecordingStor
         if not args.model:
             raise SimError("--base-url needs --model NAME (one the server lists at /v1/models)")
         if importlib.util.find_spec("httpx") is None:
-            raise SimError("--base-url needs the httpx package: python -m pip install '.[llm]'")
+            raise SimError("--base-url needs the httpx package: "
+                           "python -m pip install '.[llm]' in a clone of simulacra")
         # Before the first patient: a run whose calls all fail is not a clinic that ran.
         check_server(args.base_url, args.model, names=("--base-url", "--model"), strict=True)
         inner: Any = OpenAICompatible(args.base_url, args.model, max_retries=2)

@@ -8,8 +8,8 @@ capacity sweep instead and write ``capacity_sweep.csv`` and ``.png`` to DIR;
 ``--servers``, ``--batch-size`` and ``--concurrency`` are its axes, so they
 are refused with it), ``--replications N``, ``--sweep-backend NAME`` and
 ``--sweep-workers N`` (how the sweep's :class:`simulacra.parallel.Experiment`
-runs), ``--plot/--no-plot`` (the sweep's PNG needs matplotlib, ``pip install
-'simulacra[plot]'``; by default it is drawn when matplotlib is installed, and
+runs), ``--plot/--no-plot`` (the sweep's PNG needs matplotlib, ``python -m pip
+install '.[plot]'``; by default it is drawn when matplotlib is installed, and
 otherwise the sweep says so in one line and writes the CSV only), ``--plain``.
 """
 

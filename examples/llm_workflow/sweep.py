@@ -14,7 +14,7 @@ matplotlib's Agg canvas (no display, no global backend switch), and writes a PNG
 ``python examples/llm_workflow/sweep.py [DIR]``. It checks every option first,
 then runs the sweep (with a progress bar when stderr is a terminal), prints the
 table, writes ``capacity_sweep.csv`` and then plots ``capacity_sweep.png``. The
-plot needs matplotlib (``pip install 'simulacra[plot]'``): without it the sweep
+plot needs matplotlib (``python -m pip install '.[plot]'``): without it the sweep
 says so in one line before it starts and writes the CSV only; ``--plot``
 insists on the plot (and stops at once, with status 2, when matplotlib is
 missing), ``--no-plot`` skips it.
@@ -52,7 +52,7 @@ __all__ = ["AXES", "PLOT_EXTRA", "check", "main", "plot", "plotting_available", 
            "sweep", "write_csv"]
 
 #: What to install for :func:`plot`.
-PLOT_EXTRA = "pip install 'simulacra[plot]'"
+PLOT_EXTRA = "python -m pip install '.[plot]' in a clone of simulacra"
 
 #: The swept parameters, in the order of the grid (and of the result rows).
 AXES: tuple[str, ...] = ("servers", "batch_size", "concurrency")
@@ -128,7 +128,7 @@ def check(*, servers: Sequence[int] = (1, 2, 4), batch_sizes: Sequence[int] = (1
     name = executor_name(experiment_backend)  # an alias (local, threaded...) is its executor's name
     if name == "dask" and importlib.util.find_spec("distributed") is None:
         raise BackendUnavailable("the dask backend needs dask.distributed: "
-                                 "pip install 'simulacra[dask]'")
+                                 "python -m pip install '.[dask]' in a clone of simulacra")
     if experiment_workers is not None and (isinstance(experiment_workers, bool)
                                            or not isinstance(experiment_workers, int)
                                            or experiment_workers < 1):

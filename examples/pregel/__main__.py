@@ -4,7 +4,7 @@ Prints the top PageRank vertices, the number of weakly connected
 components, and -- when networkx is installed -- the L1 difference to
 ``nx.pagerank`` and whether the components equal networkx's. Options:
 ``--vertices N``, ``--edges M``, ``--seed S``. It needs numpy (the graphs are
-arrays): ``pip install 'simulacra[numpy]'``; without it, it says so in one
+arrays): ``python -m pip install '.[numpy]'``; without it, it says so in one
 line and exits with status 2 before doing anything.
 """
 
@@ -23,7 +23,8 @@ if importlib.util.find_spec("simulacra") is None:  # a source checkout without `
 try:
     import numpy as np
 except ImportError:  # checked before anything runs: every module of this example needs it
-    print("examples/pregel needs numpy: pip install 'simulacra[numpy]'", file=sys.stderr)
+    print("examples/pregel needs numpy: python -m pip install '.[numpy]' in a clone of simulacra",
+          file=sys.stderr)
     sys.exit(2)
 
 from simulacra import SimError

@@ -16,7 +16,7 @@ It checks its options, runs the study (with a progress bar when stderr is a
 terminal), prints the table, writes ``fleet_sizing.csv`` and then
 ``fleet_sizing.png`` (mean wait and abandonment rate against fleet size, one
 line per demand rate, with 95% CI bars) into OUT_DIR (default: the current
-directory). The plot needs matplotlib (``pip install 'simulacra[plot]'``):
+directory). The plot needs matplotlib (``python -m pip install '.[plot]'``):
 without it the study says so in one line before it starts and writes the CSV
 only; ``--plot`` insists on the plot (and stops at once, with status 2, when
 matplotlib is missing), ``--no-plot`` skips it. Other options: ``--seed N``,
@@ -50,7 +50,7 @@ __all__ = ["KPIS", "PLOT_EXTRA", "check", "main", "plot", "plotting_available", 
            "write_csv"]
 
 #: What to install for :func:`plot`.
-PLOT_EXTRA = "pip install 'simulacra[plot]'"
+PLOT_EXTRA = "python -m pip install '.[plot]' in a clone of simulacra"
 #: The study's grid, unless told otherwise.
 FLEET_SIZES: tuple[int, ...] = (20, 30, 40, 60)
 DEMAND_RATES: tuple[float, ...] = (2.0, 4.0)
@@ -114,7 +114,7 @@ def check(*, fleet_sizes: Sequence[int] = FLEET_SIZES,
     name = executor_name(backend)  # an alias (local, threaded...) is its executor's name
     if name == "dask" and importlib.util.find_spec("distributed") is None:
         raise BackendUnavailable("the dask backend needs dask.distributed: "
-                                 "pip install 'simulacra[dask]'")
+                                 "python -m pip install '.[dask]' in a clone of simulacra")
     if max_workers is not None and (isinstance(max_workers, bool)
                                     or not isinstance(max_workers, int) or max_workers < 1):
         raise ConfigError(f"fleet_sizing: workers must be None or an int >= 1, "

@@ -7,7 +7,8 @@ import gc
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any, Final
 
-__all__ = ["claim_public_module", "describe_error", "did_you_mean", "yaml_problem"]
+__all__ = ["claim_public_module", "describe_error", "did_you_mean", "install_hint",
+           "yaml_problem"]
 
 
 def claim_public_module(module_name: str, namespace: dict[str, Any]) -> None:
@@ -106,6 +107,17 @@ def did_you_mean(name: object, choices: Iterable[str],
     if not close:
         return ""
     return f"; did you mean {(resolve or str)(close[0])!r}?"
+
+
+def install_hint(extra: str) -> str:
+    """The command that installs the optional *extra*, as README.md gives it.
+
+    simulacra is installed from a clone of its repository; it is not on the
+    package index, so the hint names the checkout (``'.[report]'``), not a
+    package called simulacra. *extra* may name several extras, comma-separated
+    (``"parallel,plot"``).
+    """
+    return f"python -m pip install '.[{extra}]' in a clone of simulacra"
 
 
 #: The oldest generation's collection threshold while a run is in progress (its

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from simulacra import ConfigError
+from simulacra._util import install_hint
 from simulacra.cli import main
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -107,7 +108,7 @@ def test_experiment_checks_for_polars_before_any_replication(tmp_path: Path) -> 
                           timeout=120, check=False,
                           env={**os.environ, "PYTHONPATH": str(ROOT / "src")})
     assert done.returncode == 2, done.stderr
-    assert "pip install 'simulacra[parallel]'" in done.stderr
+    assert install_hint("parallel") in done.stderr
     assert not (tmp_path / "out").exists()  # no replication ran
 
 

@@ -31,6 +31,7 @@ from simulacra import (  # noqa: E402
     UnknownRecipient,
     WorkerLost,
 )
+from simulacra._util import install_hint  # noqa: E402
 from simulacra.backends import get_backend  # noqa: E402
 from simulacra.distributed import _dask_worker  # noqa: E402
 
@@ -385,5 +386,5 @@ def test_without_dask_the_package_imports_and_the_error_says_how_to_install() ->
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == (
         "backend 'dask' (a Dask cluster) needs the package 'distributed', which is not "
-        "installed: pip install 'simulacra[dask]'"
+        f"installed: {install_hint('dask')}"
     )

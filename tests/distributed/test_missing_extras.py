@@ -7,6 +7,7 @@ None`` makes both ``import name`` and ``importlib.util.find_spec(name)`` fail.
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -14,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from simulacra import BackendUnavailable
+from simulacra._util import install_hint
 from simulacra.backends import get_backend
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -32,7 +34,7 @@ def test_a_backend_without_its_extra_names_it(
 
     with pytest.raises(BackendUnavailable, match=(
             rf"backend '{backend}' .* needs the package '{hidden}', which is not installed: "
-            rf"pip install 'simulacra\[{extra}\]'")):
+            + re.escape(install_hint(extra)))):
         get_backend(backend)
 
 
@@ -51,7 +53,7 @@ def test_the_worker_without_the_mcp_extra_is_one_line(hidden: str) -> None:
     assert done.returncode == 2
     assert done.stderr.strip().splitlines() == [
         f"simulacra worker: needs the package {hidden!r}, which is not installed: "
-        "pip install 'simulacra[mcp]'"]
+        f"{install_hint('mcp')}"]
 
 
 def test_an_example_on_the_mcp_backend_without_the_extra_is_one_line() -> None:
@@ -61,6 +63,6 @@ def test_an_example_on_the_mcp_backend_without_the_extra_is_one_line() -> None:
 
     assert done.returncode == 2
     assert "Traceback" not in done.stderr
-    assert "needs the package 'uvicorn', which is not installed: pip install 'simulacra[mcp]'" \
-        in done.stderr
+    assert ("needs the package 'uvicorn', which is not installed: "
+            f"{install_hint('mcp')}") in done.stderr
     assert len(done.stderr.strip().splitlines()) == 1

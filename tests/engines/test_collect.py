@@ -8,6 +8,7 @@ attribute names the agent, a failing reporter keeps its exception and says where
 
 from __future__ import annotations
 
+import re
 import sys
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -26,6 +27,7 @@ from simulacra import (
     ProcessPoolBackend,
     ThreadPoolBackend,
 )
+from simulacra._util import install_hint
 
 HERE = Path(__file__).resolve().parent
 if str(HERE) not in sys.path:  # workers inherit sys.path and import the models by this name
@@ -230,8 +232,8 @@ def test_a_collector_holds_one_run() -> None:
 def test_tables_without_polars_name_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
     collected = DataCollector(agent_reporters={"total": "total"})
     monkeypatch.setitem(sys.modules, "polars", None)
-    with pytest.raises(ConfigError, match=r"DataCollector.agent_table\(\) needs polars, which "
-                                          r"is not installed: pip install 'simulacra\[parallel\]'"):
+    with pytest.raises(ConfigError, match=r"DataCollector.agent_table\(\) needs polars, which is "
+                                          r"not installed: " + re.escape(install_hint("parallel"))):
         collected.agent_table()
     assert collected.agent_rows() == []  # the plain rows need nothing
 

@@ -15,6 +15,7 @@ import pytest
 
 import simulacra
 from simulacra import report
+from simulacra._util import install_hint
 from simulacra.cli import main
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -214,10 +215,10 @@ def test_without_plotly_report_names_the_extra_before_any_work(
                  "--report", "sim.agents=3", "sim.steps=1"]) == 2
     err = capsys.readouterr().err
     assert err.splitlines() == ["error: simulacra report draws its charts with plotly, which "
-                                "is not installed: pip install 'simulacra[report]'"] * 2
+                                f"is not installed: {install_hint('report')}"] * 2
     assert not (tmp_path / "r.html").exists()
     assert not out.exists()  # the run did not start
-    with pytest.raises(simulacra.ConfigError, match=re.escape("pip install 'simulacra[report]'")):
+    with pytest.raises(simulacra.ConfigError, match=re.escape(install_hint("report"))):
         report.build_report(round_run, tmp_path / "r.html")
 
 

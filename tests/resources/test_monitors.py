@@ -20,6 +20,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import re
 import statistics
 import sys
 from collections.abc import Callable, Iterator
@@ -54,6 +55,7 @@ from simulacra import (
     read_monitors,
     write_monitors,
 )
+from simulacra._util import install_hint
 
 CORE_TESTS = Path(__file__).resolve().parents[1] / "core"
 if str(CORE_TESTS) not in sys.path:
@@ -740,9 +742,9 @@ def test_to_polars_without_polars_names_the_extra(sim: Sim,
                                                   monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "polars", None)
     with pytest.raises(ConfigError, match=r"Monitor.to_polars\(\) needs polars, which is not "
-                                          r"installed: pip install 'simulacra\[parallel\]'"):
+                                          r"installed: " + re.escape(install_hint("parallel"))):
         Monitor(sim, "m").to_polars()
-    with pytest.raises(ConfigError, match=r"pip install 'simulacra\[parallel\]'"):
+    with pytest.raises(ConfigError, match=re.escape(install_hint("parallel"))):
         Tally(sim, "t").to_polars()
 
 

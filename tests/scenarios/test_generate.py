@@ -10,6 +10,7 @@ artifacts byte for byte, with no model call. Every test that calls a
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import sys
 from pathlib import Path
@@ -17,6 +18,7 @@ from typing import Any
 
 import pytest
 
+from simulacra._util import install_hint
 from simulacra.cli import main
 from simulacra.errors import ScenarioError
 from simulacra.llm import (
@@ -185,7 +187,7 @@ def test_without_pypdf_a_pdf_names_the_extra(tmp_path: Path,
     (tmp_path / "manual.pdf").write_bytes(_pdf("x"))
     monkeypatch.setitem(sys.modules, "pypdf", None)  # import pypdf now raises ImportError
 
-    with pytest.raises(ScenarioError, match=r"pip install 'simulacra\[pdf\]'"):
+    with pytest.raises(ScenarioError, match=re.escape(install_hint("pdf"))):
         read_documents([tmp_path])
 
 
@@ -582,5 +584,5 @@ def test_without_httpx_the_provider_names_the_extra_before_any_work(
     assert status == 2
     assert capsys.readouterr().err == (
         "error: --provider openai_compatible needs the httpx package, which is not installed: "
-        "pip install 'simulacra[llm]'\n")
+        f"{install_hint('llm')}\n")
     assert not (tmp_path / "out").exists()

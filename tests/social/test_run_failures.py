@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 import simulacra
+from simulacra._util import install_hint
 from simulacra.cli import main
 from simulacra.llm import ScriptedServer
 
@@ -48,7 +49,7 @@ def test_without_httpx_the_preflight_names_the_extra(tmp_path: Path) -> None:
                           timeout=60, check=False,
                           env={**os.environ, "PYTHONPATH": str(ROOT / "src")})
     assert done.returncode == 2, done.stderr
-    assert "pip install 'simulacra[llm]'" in done.stderr
+    assert install_hint("llm") in done.stderr
     assert done.stderr.count("\n") == 1, done.stderr
     assert "Traceback" not in done.stderr
     assert not (tmp_path / "run").exists()

@@ -86,7 +86,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.replications < 2:
         parser.error(f"--replications must be at least 2 for an interval, got {args.replications}")
     if importlib.util.find_spec("polars") is None:
-        print("error: the study's tables need polars: pip install 'simulacra[parallel]'",
+        print("error: the study's tables need polars: "
+              "python -m pip install '.[parallel]' in a clone of simulacra",
               file=sys.stderr)
         return 2
     try:
@@ -109,8 +110,9 @@ def main(argv: Sequence[str] | None = None) -> int:
               f"{float(row['mean_wait_difference']):+.2f} ± "  # type: ignore[arg-type]
               f"{float(row['mean_wait_halfwidth']):.2f} min")  # type: ignore[arg-type]
     plotted = _plot(rows, out / "ranking.png")
+    plot_hint = "python -m pip install '.[plot]' in a clone of simulacra"
     print(f"wrote {out / 'ranking.csv'}" + (f" and {out / 'ranking.png'}" if plotted else
-                                            " (the plot needs pip install 'simulacra[plot]')"))
+                                            f" (the plot needs {plot_hint})"))
     return 0
 
 

@@ -175,7 +175,7 @@ class DataCollector:
         """The model reporters' values as a polars DataFrame: ``step`` and one column each.
 
         Raises:
-            ConfigError: polars is not installed (``pip install 'simulacra[parallel]'``).
+            ConfigError: polars is not installed (``python -m pip install '.[parallel]'``).
         """
         return self._table(self._model_rows, _MODEL_COLUMNS, self._model_reporters,
                            "DataCollector.model_table()")
@@ -184,7 +184,7 @@ class DataCollector:
         """The agent reporters' values as a polars DataFrame: ``step``, ``agent``, one each.
 
         Raises:
-            ConfigError: polars is not installed (``pip install 'simulacra[parallel]'``).
+            ConfigError: polars is not installed (``python -m pip install '.[parallel]'``).
         """
         return self._table(self._agent_rows, _AGENT_COLUMNS, self._agent_reporters,
                            "DataCollector.agent_table()")

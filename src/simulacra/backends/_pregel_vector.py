@@ -34,6 +34,7 @@ from collections.abc import Callable, Mapping
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Final, final
 
+from simulacra._util import install_hint
 from simulacra.errors import AgentActionError, BackendUnavailable, ConfigError
 
 from ._pregel import check_max_supersteps, check_reducers
@@ -53,7 +54,7 @@ def _require_numpy() -> None:
     except ImportError as exc:
         raise BackendUnavailable(
             "the vectorised Pregel path needs numpy, which is not installed: "
-            "pip install 'simulacra[numpy]'"
+            f"{install_hint('numpy')}"
         ) from exc
 
 

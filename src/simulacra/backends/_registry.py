@@ -6,7 +6,7 @@ import importlib
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Final
 
-from simulacra._util import did_you_mean
+from simulacra._util import did_you_mean, install_hint
 from simulacra.errors import BackendUnavailable, ConfigError
 
 from ._async import AsyncBackend
@@ -113,7 +113,7 @@ def _check_requires(name: str) -> None:
         _, what, _, extra = PLUGIN_BACKENDS[name]
         raise BackendUnavailable(
             f"backend {name!r} ({what}) needs the package {missing[0]!r}, which is not "
-            f"installed: pip install 'simulacra[{extra}]'"
+            f"installed: {install_hint(extra)}"
         )
 
 
@@ -125,7 +125,7 @@ def _load_plugin(name: str) -> None:
     except ImportError as exc:
         raise BackendUnavailable(
             f"backend {name!r} ({what}) needs the package {exc.name!r}, which is not "
-            f"installed: pip install 'simulacra[{extra}]'"
+            f"installed: {install_hint(extra)}"
         ) from exc
     if name not in _REGISTRY:
         raise BackendUnavailable(f"backend {name!r} ({what}) is not implemented yet")

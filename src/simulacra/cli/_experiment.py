@@ -55,6 +55,8 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any, TextIO
 
+from simulacra._util import install_hint
+
 __all__ = ["add_experiment_command"]
 
 EXIT_OK = 0
@@ -182,7 +184,7 @@ def _cmd_experiment(args: argparse.Namespace) -> int:
         import polars  # noqa: F401, PLC0415  (checked here, used by the results)
     except ImportError:
         print("error: simulacra experiment writes its results with polars, which is not "
-              "installed: pip install 'simulacra[parallel]'", file=sys.stderr)
+              f"installed: {install_hint('parallel')}", file=sys.stderr)
         return EXIT_USAGE
     with _on_sys_path(Path.cwd(), path.resolve().parent):
         try:

@@ -6,7 +6,7 @@ a kernel model's ``monitors.json``: see ``docs/report.md``. ``run --report``
 writes the run directory's report when the run ends, however it ended
 (finished, stopped by a budget or Ctrl-C, or failed).
 
-The charts need plotly (``pip install 'simulacra[report]'``): without it both
+The charts need plotly (``python -m pip install '.[report]'``): without it both
 say so in one line, exit 2, before any work.
 
 Layer 7: uses the public front door ``simulacra`` only, imported lazily.
@@ -21,6 +21,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from simulacra._util import install_hint
+
 __all__ = ["add_report_arguments", "add_report_command", "with_report"]
 
 EXIT_OK = 0
@@ -29,7 +31,7 @@ EXIT_USAGE = 2
 
 #: The one line a command that needs plotly prints when it is missing.
 PLOTLY_MISSING = ("simulacra report draws its charts with plotly, which is not installed: "
-                  "pip install 'simulacra[report]'")
+                  f"{install_hint('report')}")
 
 
 def _plotly_missing() -> bool:

@@ -31,6 +31,8 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from simulacra._util import install_hint
+
 if TYPE_CHECKING:
     from simulacra.llm import LanguageModel, RecordingStore
     from simulacra.scenarios import Knobs
@@ -81,7 +83,7 @@ def add_scenarios_command(commands: Any, *, load: Callable[[str], Any],
             "DIR/<name>-<hash>.json with its provenance. Nothing is written unless all are "
             "accepted."))
     generate.add_argument("docs", nargs="+", metavar="DOCS",
-                          help="documents (.md, .txt, .pdf with simulacra[pdf]) or directories "
+                          help="documents (.md, .txt, .pdf with the [pdf] extra) or directories "
                                "of them")
     generate.add_argument("--target", required=True, metavar="MODULE:KNOBS",
                           help="the model's Knobs: path/to/model.py:KNOBS or package.module:KNOBS "
@@ -224,7 +226,7 @@ def _check_options(args: argparse.Namespace) -> None:
                           "(e.g. --base-url http://127.0.0.1:8000/v1 --model NAME)")
         if importlib.util.find_spec("httpx") is None:
             raise _Failed("--provider openai_compatible needs the httpx package, which is not "
-                          "installed: pip install 'simulacra[llm]'")
+                          f"installed: {install_hint('llm')}")
     elif args.base_url is not None:
         raise _Failed("--base-url goes with --provider openai_compatible")
 

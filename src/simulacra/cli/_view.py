@@ -8,8 +8,8 @@ goes, with play, pause, step and stop (see ``simulacra.LiveView``).
 the page for a run directory already written: a finished run is replayed in
 it, with a position slider; Ctrl-C ends it (exit 0).
 
-Without the ``view`` extra both say so in one line (``pip install
-'simulacra[view]'``) and exit 2 before any work; so do a remote ``--host``
+Without the ``view`` extra both say so in one line (``python -m pip install
+'.[view]'``) and exit 2 before any work; so do a remote ``--host``
 without ``--allow-remote`` and a directory that is not a run directory.
 
 Layer 7: uses the public front door ``simulacra`` only, imported lazily.
@@ -35,7 +35,7 @@ def add_view_arguments(parser: argparse.ArgumentParser, *, run: bool) -> None:
         parser.add_argument("--view", action="store_true",
                             help="with CONFIG.yaml or --resume: serve a live view of the run "
                                  "(charts, newest events, cost; play, pause, step, stop) on "
-                                 "127.0.0.1; needs simulacra[view]")
+                                 "127.0.0.1; needs the [view] extra")
         parser.add_argument("--paused", action="store_true",
                             help="with --view: start paused, before step 0")
     parser.add_argument("--host", default=None, metavar="HOST",
@@ -140,7 +140,7 @@ def add_view_command(commands: Any) -> None:
         description=("Serve a page on 127.0.0.1 (a free port, a random token in the printed "
                      "URL) with the charts, events and cost of a run directory of "
                      "`simulacra run`; a finished run is replayed with a position slider and "
-                     "play, pause and step. Ctrl-C ends it. Needs simulacra[view]."),
+                     "play, pause and step. Ctrl-C ends it. Needs the [view] extra."),
     )
     view.add_argument("run_dir", metavar="RUN_DIR", help="a run directory of `simulacra run`")
     add_view_arguments(view, run=False)

@@ -1056,7 +1056,7 @@ class Sim:
         return self._streams.rng(name)
 
     def np_rng(self, name: str) -> Any:
-        """The numpy ``Generator`` stream called *name* (needs ``simulacra[numpy]``)."""
+        """The numpy ``Generator`` stream called *name* (needs the ``[numpy]`` extra)."""
         return self._streams.np_rng(name)
 
     # -- tracing --------------------------------------------------------------

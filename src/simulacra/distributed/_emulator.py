@@ -18,6 +18,7 @@ from collections.abc import Mapping
 from contextlib import AsyncExitStack
 from typing import Any, ClassVar, final
 
+from simulacra._util import install_hint
 from simulacra.errors import BackendUnavailable, ConfigError
 
 from ._mcp import MCPConfig, RemoteBackend, _Link
@@ -70,7 +71,7 @@ class EmulatorBackend(RemoteBackend):
             from mcp import Client  # noqa: PLC0415  (lazy: the mcp extra)
         except ImportError as exc:
             raise BackendUnavailable(
-                f"EmulatorBackend needs the package {exc.name!r}: pip install 'simulacra[mcp]'"
+                f"EmulatorBackend needs the package {exc.name!r}: {install_hint('mcp')}"
             ) from exc
         server = build_server(WorkerState())
         # "legacy": the in-memory JSON-RPC stream transport (framing and all), not

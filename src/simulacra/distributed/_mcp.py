@@ -39,6 +39,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar, Final, final
 from urllib.parse import urlsplit
 
+from simulacra._util import install_hint
 from simulacra.agents import AgentId, AgentSpec, Message, Phase, freeze_world, sorted_ids
 from simulacra.backends import PARTITIONS, AgentSnapshot, BackendBase, describe_exit, partition_ids
 from simulacra.errors import BackendError, BackendUnavailable, ConfigError, WorkerLost
@@ -722,7 +723,7 @@ class MCPBackend(RemoteBackend):
             from mcp.client.streamable_http import streamable_http_client  # noqa: PLC0415
         except ImportError as exc:
             raise BackendUnavailable(
-                f"MCPBackend needs the package {exc.name!r}: pip install 'simulacra[mcp]'"
+                f"MCPBackend needs the package {exc.name!r}: {install_hint('mcp')}"
             ) from exc
 
         async def note_status(response: Any) -> None:

@@ -33,6 +33,7 @@ import sys
 from collections.abc import Callable
 from typing import Any, Final
 
+from simulacra._util import install_hint
 from simulacra._version import __version__
 from simulacra.errors import ConfigError
 
@@ -217,7 +218,7 @@ def main(argv: list[str] | None = None) -> int:
     except ImportError as exc:
         name = (exc.name or "mcp").partition(".")[0]
         print(f"simulacra worker: needs the package {name!r}, which is not installed: "
-              "pip install 'simulacra[mcp]'", file=sys.stderr)
+              f"{install_hint('mcp')}", file=sys.stderr)
         return 2
     try:
         if not is_loopback(args.host) and not args.allow_remote:

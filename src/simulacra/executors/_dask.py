@@ -1,6 +1,6 @@
 """The Dask executor: units as futures on a ``dask.distributed`` cluster.
 
-``dask.distributed`` is an optional dependency (``pip install 'simulacra[dask]'``),
+``dask.distributed`` is an optional dependency (``python -m pip install '.[dask]'``),
 imported only when a :class:`DaskExecutor` is created.
 """
 
@@ -12,6 +12,7 @@ import pickle
 from collections.abc import Callable
 from typing import Any, ClassVar, TypeVar, final
 
+from simulacra._util import install_hint
 from simulacra.errors import BackendUnavailable, ConfigError
 
 from ._base import Done, Raised, call_unit, check_retries, check_workers
@@ -60,7 +61,7 @@ def import_distributed() -> Any:
     except ImportError as exc:
         raise BackendUnavailable(
             f"backend 'dask' needs dask.distributed, which cannot be imported ({exc}): "
-            "pip install 'simulacra[dask]'"
+            f"{install_hint('dask')}"
         ) from exc
 
 

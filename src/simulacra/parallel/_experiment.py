@@ -27,7 +27,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Literal, TypeAlias, final
 
-from simulacra._util import did_you_mean
+from simulacra._util import did_you_mean, install_hint
 from simulacra.errors import (
     BackendUnavailable,
     ConfigError,
@@ -592,8 +592,8 @@ def _import_polars() -> Any:
         import polars  # noqa: PLC0415
     except ImportError:
         raise ConfigError(
-            "results tables need polars, which is not installed: pip install "
-            "'simulacra[parallel]' (the results stay available as .records)"
+            f"results tables need polars, which is not installed: {install_hint('parallel')}"
+            " (the results stay available as .records)"
         ) from None
     return polars
 

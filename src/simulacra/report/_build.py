@@ -71,7 +71,7 @@ def build_report(path: str | os.PathLike[str], out: str | os.PathLike[str] | Non
         The file written.
 
     Raises:
-        ConfigError: plotly is missing (``pip install 'simulacra[report]'``),
+        ConfigError: plotly is missing (``python -m pip install '.[report]'``),
             *path* is none of the above or is damaged (the message names
             what is missing), or *llm_calls* is negative.
     """

@@ -18,6 +18,7 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Final
 
+from simulacra._util import install_hint
 from simulacra.errors import ConfigError
 
 from ._data import (
@@ -43,7 +44,7 @@ __all__ = [
 ]
 
 #: How to install what the charts need.
-PLOTLY_EXTRA: Final = "pip install 'simulacra[report]'"
+PLOTLY_EXTRA: Final = install_hint("report")
 
 #: A qualitative palette (plotly's default): one colour per event kind, by sorted name.
 _PALETTE: Final = ("#636efa", "#ef553b", "#00cc96", "#ab63fa", "#ffa15a", "#19d3f3",

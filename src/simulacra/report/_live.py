@@ -56,6 +56,7 @@ from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final, Protocol
 
+from simulacra._util import install_hint
 from simulacra.errors import ConfigError
 
 from ._data import (
@@ -78,7 +79,7 @@ if TYPE_CHECKING:
 __all__ = ["LOCAL_HOSTS", "VIEW_EXTRA", "LiveView", "check_view_dir", "view_missing"]
 
 #: How to install what the live view needs.
-VIEW_EXTRA: Final = "pip install 'simulacra[view]'"
+VIEW_EXTRA: Final = install_hint("view")
 #: The modules the live view imports, and the packages that hold them.
 _VIEW_MODULES: Final = (("starlette", "starlette"), ("uvicorn", "uvicorn"),
                         ("sse_starlette", "sse-starlette"), ("plotly", "plotly"))
@@ -814,7 +815,7 @@ class LiveView:
 
         Raises:
             ConfigError: A package of the ``view`` extra is missing (the
-                message names ``pip install 'simulacra[view]'``), or *host* is
+                message names ``python -m pip install '.[view]'``), or *host* is
                 remote and *allow_remote* is not set.
         """
         missing = view_missing()

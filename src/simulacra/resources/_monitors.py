@@ -27,6 +27,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Final, TypeGuard
 
+from simulacra._util import install_hint
 from simulacra.core import Sim
 from simulacra.errors import ConfigError, TraceError
 
@@ -51,7 +52,7 @@ MONITORS_FORMAT: Final = "simulacra.monitors.v1"
 #: What a series measures: its ``kind`` in a monitor file.
 KINDS: Final = ("queue", "level", "utilisation", "count")
 #: What to install for ``to_polars()`` and the data collector's tables.
-POLARS_EXTRA: Final = "pip install 'simulacra[parallel]'"
+POLARS_EXTRA: Final = install_hint("parallel")
 
 
 def import_polars(what: str) -> Any:
@@ -261,7 +262,7 @@ class Monitor:
         """The series as a polars DataFrame with columns ``time`` and ``value``.
 
         Raises:
-            ConfigError: polars is not installed (``pip install 'simulacra[parallel]'``).
+            ConfigError: polars is not installed (``python -m pip install '.[parallel]'``).
         """
         pl = import_polars("Monitor.to_polars()")
         return pl.DataFrame({"time": [float(t) for t in self.times],
@@ -417,7 +418,7 @@ class Tally:
         """The samples as a polars DataFrame with one column, ``value``.
 
         Raises:
-            ConfigError: polars is not installed (``pip install 'simulacra[parallel]'``).
+            ConfigError: polars is not installed (``python -m pip install '.[parallel]'``).
         """
         pl = import_polars("Tally.to_polars()")
         return pl.DataFrame({"value": [float(x) for x in self.samples]},

@@ -36,6 +36,7 @@ import secrets
 from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING, Any, NoReturn
 
+from simulacra._util import install_hint
 from simulacra.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -364,7 +365,7 @@ def _import_numpy_random() -> Any:
         return importlib.import_module("numpy.random")
     except ImportError:
         raise ConfigError(
-            "np_rng needs numpy, which is not installed: pip install 'simulacra[numpy]'"
+            f"np_rng needs numpy, which is not installed: {install_hint('numpy')}"
         ) from None
 
 

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
+from simulacra._util import install_hint
 from simulacra.errors import ScenarioError
 
 __all__ = ["DOCUMENT_SUFFIXES", "Document", "Passage", "normalize_space", "parse_passage_id",
@@ -200,7 +201,7 @@ def _pdf_text(path: Path) -> str:
         import pypdf  # noqa: PLC0415  (an optional extra, imported when a PDF is read)
     except ImportError:
         raise ScenarioError(f"{str(path)!r}: reading a PDF needs the pypdf package, which is "
-                            "not installed: pip install 'simulacra[pdf]'") from None
+                            f"not installed: {install_hint('pdf')}") from None
     try:
         reader = pypdf.PdfReader(str(path))
         pages = [page.extract_text() or "" for page in reader.pages]

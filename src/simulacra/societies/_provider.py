@@ -16,7 +16,7 @@ import os
 import threading
 from typing import TYPE_CHECKING, Any
 
-from simulacra._util import ModelWrapper
+from simulacra._util import ModelWrapper, install_hint
 from simulacra.errors import ConfigError, ProviderError, ProviderUnavailable
 
 if TYPE_CHECKING:
@@ -65,7 +65,7 @@ def preflight(config: RunConfig) -> None:
     except ImportError:
         raise ProviderUnavailable(
             "sim.llm.provider 'openai_compatible' needs the httpx package, which is not "
-            "installed: pip install 'simulacra[llm]'") from None
+            f"installed: {install_hint('llm')}") from None
     if not llm.base_url:
         raise ConfigError("sim.llm.base_url is required when sim.llm.provider is "
                           "'openai_compatible' (e.g. http://localhost:8000/v1)")
