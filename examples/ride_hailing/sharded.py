@@ -149,7 +149,7 @@ def _zone(sim: Sim, me: Entity, state: ZoneState) -> Generator[Event[Any], Any, 
     low = params.recharge_below * params.battery_range
     for index in range(params.vehicles):
         if index * params.zones // params.vehicles == state.zone:
-            battery = sim.rng(f"vehicle-{index}").uniform(low, params.battery_range)
+            battery = me.rng(f"vehicle-{index}").uniform(low, params.battery_range)
             sim.spawn(_idle, state, Vehicle(index, state.zone, battery))
     me.spawn(_demand, state, name="demand")
     me.spawn(_dispatcher, state, name="dispatch")

@@ -39,7 +39,9 @@ catches ``ValueError`` or ``RuntimeError`` keeps working::
     │   └── OffloadTimeout         an offloaded payload hung past the pool's timeout
     ├── PartitionError             a sharded model or its partition is invalid (also ValueError)
     │   ├── UnknownEntity          a message or channel names an entity the model lacks
-    │   └── LookaheadViolation     a send with a delay below its channel's lookahead
+    │   ├── LookaheadViolation     a send with a delay below its channel's lookahead
+    │   ├── PayloadNotData         a message payload that does not pickle (also TypeError)
+    │   └── ShardTypeError         a partition maps an entity to a non-int shard (also TypeError)
     ├── ShardError                 a shard failed outside the model (also RuntimeError)
     │   └── ShardCrashed           a shard's worker died or stopped answering
     ├── AgentError                 an agent model is misused, or one of its agents failed
@@ -113,6 +115,8 @@ __all__ = [
     "PartitionError",
     "UnknownEntity",
     "LookaheadViolation",
+    "PayloadNotData",
+    "ShardTypeError",
     "ShardError",
     "ShardCrashed",
     # agents and engines
@@ -343,6 +347,20 @@ class UnknownEntity(PartitionError):
 
 class LookaheadViolation(PartitionError):
     """A message was sent with a delay below its channel's lookahead (its minimum delay)."""
+
+
+class PayloadNotData(PartitionError, TypeError):
+    """A message payload is not data: it does not pickle (a lambda, a lock, a generator).
+
+    Payloads are pickled between shard processes, so every mode (unpartitioned,
+    inline, threads) checks them at ``send``, and the model fails the same way
+    on one Sim. The message names the sender, the destination and the
+    payload's type.
+    """
+
+
+class ShardTypeError(PartitionError, TypeError):
+    """A partition maps an entity to something that is not an integer shard index (``'1'``)."""
 
 
 class ShardError(SimError, RuntimeError):

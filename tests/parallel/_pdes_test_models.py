@@ -102,6 +102,11 @@ def _opaque_sender(sim: Sim, me: Entity) -> Generator[Event[Any], Any, None]:
     me.send("b", _Opaque(), 2.0)
 
 
+def opaque_result(state: Any) -> Any:
+    """A function for ``ShardedSim.call`` whose result does not pickle."""
+    return _Opaque()
+
+
 def build_opaque(ctx: ShardContext) -> None:
     """'a' sends an unpicklable payload to 'b'."""
     ctx.spawn_entity("a", _opaque_sender)

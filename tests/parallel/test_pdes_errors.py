@@ -230,9 +230,18 @@ def test_builder_by_name() -> None:
     simulacra.assert_equivalent(ref.trace(), sharded)
 
 
-def test_unpicklable_payload_between_processes() -> None:
-    with pytest.raises(ShardError) as info:
-        run_model("processes", models.build_opaque)
+@pytest.mark.parametrize("mode", MODES)
+def test_unpicklable_payload_between_processes(mode: str) -> None:
+    # Refused at send in every mode (it used to pass unless it crossed processes).
+    with pytest.raises(simulacra.errors.PayloadNotData) as info:
+        run_model(mode, models.build_opaque)
+    check(info.value, PartitionError, "'a' to 'b'", "_Opaque", "does not pickle")
+
+
+def test_a_call_result_that_does_not_pickle_names_the_shard() -> None:
+    with ShardedSim(models.build_pair, shards=2, mode="processes") as sim, \
+            pytest.raises(ShardError) as info:
+        sim.call(models.opaque_result)
     check(info.value, ShardError, "could not be sent", "pickle")
 
 

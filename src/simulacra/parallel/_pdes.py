@@ -146,8 +146,22 @@ class UnshardedSim:
         """The time of the model's next event, or ``inf`` if none is scheduled."""
         return self._runtime.sim.peek()
 
-    def call(self, fn: Callable[..., Any], *args: Any) -> list[Any]:
-        """``[fn(state, *args)]``: the same shape as :meth:`ShardedSim.call`, one shard."""
+    def call(self, fn: Callable[..., Any] | str, *args: Any) -> list[Any]:
+        """``[fn(state, *args)]``: the same shape as :meth:`ShardedSim.call`, one shard.
+
+        *fn* is a function or its name, ``"module:function"`` or
+        ``"path/file.py:function"``, as :meth:`ShardedSim.call` takes it.
+
+        Raises:
+            ConfigError: *fn* is neither callable nor the name of a function.
+        """
+        if isinstance(fn, str):
+            fn = resolve_callable(fn, "fn")
+        elif not callable(fn):
+            raise ConfigError(
+                f"call(fn): fn must be a function fn(state, *args) or its name "
+                f"'module:function', got {type(fn).__name__} {fn!r}"
+            )
         return [fn(self._runtime.state, *args)]
 
     def trace(self) -> Trace:
@@ -393,12 +407,22 @@ class ShardedSim:
     def call(self, fn: Callable[..., Any] | str, *args: Any) -> list[Any]:
         """``fn(state, *args)`` on every shard, where *state* is what its builder returned.
 
+        *fn* is a function or its name, ``"module:function"`` or
+        ``"path/file.py:function"`` (each shard imports it).
+
         Returns:
             The results in shard order. With processes, *fn* must be a
             module-level function and the results must pickle.
         """
         if self.mode == "processes" and not isinstance(fn, str):
             fn = callable_ref(fn, "fn")
+        elif isinstance(fn, str):
+            resolve_callable(fn, "fn")  # fail here, naming it, not in every shard
+        elif not callable(fn):
+            raise ConfigError(
+                f"call(fn): fn must be a function fn(state, *args) or its name "
+                f"'module:function', got {type(fn).__name__} {fn!r}"
+            )
         replies = self._request(dict.fromkeys(range(self.shards), ("call", fn, args)))
         return [replies[s] for s in range(self.shards)]
 

@@ -14,10 +14,15 @@ from __future__ import annotations
 
 import heapq
 import math
+import operator
+import pickle
 import random
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, TypeAlias
+from typing import TYPE_CHECKING, Any, SupportsIndex, TypeAlias, cast
+
+if TYPE_CHECKING:
+    from numpy.random import Generator
 
 from simulacra.core import Event, Process, Sim, TieStats
 from simulacra.errors import (
@@ -26,9 +31,12 @@ from simulacra.errors import (
     KernelBug,
     LookaheadViolation,
     PartitionError,
+    PayloadNotData,
+    ShardTypeError,
     UnknownEntity,
 )
 from simulacra.resources import Store
+from simulacra.rng import Streams
 from simulacra.trace import canonical
 
 __all__ = [
@@ -163,6 +171,70 @@ class _TagTracer:
         self.records.append((time, kind, who, canonical(payload), tag))
 
 
+class _SimStream(random.Random):
+    """A stream of a sharded model's Sim (``sim.rng(name)``): drawn from in build() only.
+
+    Every shard runs build() with the same seed, so draws there are the same
+    on every shard. Once the model runs, the entities of a shard would share
+    the stream, and its draws would depend on which entities the partition
+    put together: every draw then raises. Overriding ``random`` and
+    ``getrandbits`` (every other method draws through them) keeps the
+    draws of ``random.Random``.
+    """
+
+    _name: str
+    _ctx: ShardContext
+
+    def random(self) -> float:
+        if not self._ctx._building:
+            self._ctx._refuse_sim_stream(f"sim.rng({self._name!r})", f"entity.rng({self._name!r})")
+        return super().random()
+
+    def getrandbits(self, k: int, /) -> int:
+        if not self._ctx._building:
+            self._ctx._refuse_sim_stream(f"sim.rng({self._name!r})", f"entity.rng({self._name!r})")
+        return super().getrandbits(k)
+
+
+class _ModelStreams(Streams):
+    """A sharded model's streams: the Sim's (guarded, see :class:`_SimStream`) and the entities'."""
+
+    __slots__ = ("_ctx", "_shared")
+
+    def __init__(self, root: Any, ctx: ShardContext) -> None:
+        super().__init__(root)
+        self._ctx = ctx
+        self._shared: dict[str, _SimStream] = {}
+
+    def rng(self, name: str) -> random.Random:
+        """``sim.rng(name)``: a plain Sim stream's draws, refused once the model runs."""
+        try:
+            return self._shared[name]
+        except (KeyError, TypeError):
+            pass
+        plain = self._root.stream(name)  # checks the name
+        stream = _SimStream(0)
+        stream.setstate(plain.getstate())
+        stream._name = name
+        stream._ctx = self._ctx
+        self._shared[name] = stream
+        return stream
+
+    def np_rng(self, name: str) -> Generator:
+        """``sim.np_rng(name)``: refused once the model runs (its draws cannot be watched)."""
+        if not self._ctx._building:
+            self._ctx._refuse_sim_stream(f"sim.np_rng({name!r})", f"entity.np_rng({name!r})")
+        return super().np_rng(name)
+
+    def entity_rng(self, name: str) -> random.Random:
+        """An entity's stream ``"<entity>/<name>"``: a plain Sim stream, never refused."""
+        return super().rng(name)
+
+    def entity_np_rng(self, name: str) -> Generator:
+        """An entity's numpy stream ``"<entity>/<name>"``."""
+        return super().np_rng(name)
+
+
 class _Delivery:
     """The callback of a message event: put the payload into the destination's inbox."""
 
@@ -264,16 +336,30 @@ class Entity:
         Streams are per entity, so the draws of an entity do not depend on which
         other entities share its shard.
         """
-        return self._ctx.sim.rng(f"{self.name}/{name}")
+        return self._ctx._streams.entity_rng(f"{self.name}/{name}")
 
-    def spawn(self, fn: Any, *args: Any, name: str, **kwargs: Any) -> Process[Any]:
+    def np_rng(self, name: str) -> Generator:
+        """This entity's numpy stream *name* (needs ``simulacra[numpy]``); see :meth:`rng`."""
+        return self._ctx._streams.entity_np_rng(f"{self.name}/{name}")
+
+    def spawn(self, fn: Any, *args: Any, name: str | None = None, **kwargs: Any) -> Process[Any]:
         """Start ``fn(sim, entity, *args, **kwargs)``: another process of this entity.
 
-        The process is named ``"<entity>/<name>"``. Only while the model runs,
-        from this entity's own processes.
+        Only while the model runs, from this entity's own processes or its
+        ``on_message`` handler. With *name*, the process is named
+        ``"<entity>/<name>"`` (unique per entity, not all digits). Without
+        one, it is numbered by whoever spawned it: the *k*-th unnamed child of
+        the entity's process ``p`` is ``<fn>#n:<p>/<k>``, and one a handler
+        spawns is named after the message (``<fn>#n:<entity>/e:<key>/<k>``).
+        Either identity is a property of the model, not of the partition, so
+        both order the same on every shard; both processes may send for the
+        entity.
 
         Raises:
-            PartitionError: during build(), or the entity runs on another shard.
+            PartitionError: during build(), the entity runs on another shard,
+                or an unnamed spawn from a process or handler of another
+                entity (its identity would be that entity's).
+            ConfigError: *name* is taken, all digits, or not a valid name.
         """
         if self._ctx._building:
             raise PartitionError(
@@ -281,6 +367,23 @@ class Entity:
                 "the entity's own process once the model runs"
             )
         self._check_owned("spawn()")
+        sim = self._ctx.sim
+        if name is None:
+            proc = sim.active_process
+            origin = sim._origin
+            if proc is not None:
+                caller = entity_of(proc.who)
+            elif origin is not None:
+                caller = entity_of("#" + origin[0])
+            else:
+                caller = "host code"
+            if caller != self.name:
+                raise PartitionError(
+                    f"entity {self.name!r}: spawn() without a name from {caller!r}, not from "
+                    f"{self.name!r}'s own process or handler: an unnamed process is numbered by "
+                    "whoever spawns it, so it would belong to that caller; pass name=..."
+                )
+            return sim.spawn(fn, self, *args, **kwargs)
         check_entity_name(name)
         if name.isdigit():
             raise ConfigError(
@@ -295,7 +398,7 @@ class Entity:
                 f"name=f'{name}-{{k}}')"
             )
         spawned.add(name)
-        return self._ctx.sim.spawn(fn, self, *args, name=f"{self.name}/{name}", **kwargs)
+        return sim.spawn(fn, self, *args, name=f"{self.name}/{name}", **kwargs)
 
     def send(self, dst: str | Entity, payload: Any, delay: float | None = None) -> None:
         """Send *payload* to entity *dst*, arriving *delay* from now.
@@ -382,8 +485,8 @@ class ShardContext:
     """
 
     __slots__ = (
-        "_building", "_by_name", "_channels", "_entities", "_runtime", "_spawned", "config",
-        "shard", "shards", "sim",
+        "_building", "_by_name", "_channels", "_entities", "_runtime", "_spawned", "_streams",
+        "config", "shard", "shards", "sim",
     )
 
     #: The Sim of this shard (the only Sim, unpartitioned), in keyed ordering.
@@ -408,6 +511,9 @@ class ShardContext:
         #: The names each entity has spawned processes under (unique per entity).
         self._spawned: dict[str, set[str]] = {}
         self._building = True
+        #: The Sim's streams, replaced: its own streams may be drawn from in build() only.
+        self._streams = _ModelStreams(sim.streams.root, self)
+        sim._streams = self._streams
 
     def __repr__(self) -> str:
         where = "unpartitioned" if self.shard is None else f"shard {self.shard}/{self.shards}"
@@ -490,6 +596,23 @@ class ShardContext:
 
     # -- internals ------------------------------------------------------------
 
+    def _refuse_sim_stream(self, call: str, fix: str) -> None:
+        """Raise for a draw from a stream of the Sim once the model runs."""
+        sim = self.sim
+        proc = sim.active_process
+        origin = sim._origin
+        if proc is not None:
+            who = f"entity {entity_of(proc.who)!r} (process {proc.who!r})"
+        elif origin is not None:  # an event's callbacks: an on_message handler, a resource
+            who = f"entity {entity_of('#' + origin[0])!r}"
+        else:
+            who = "host code after build()"
+        raise PartitionError(
+            f"{call} drawn by {who}: a stream of the Sim is shared by the entities of a shard, "
+            f"so its draws would depend on the partition; draw from the entity's own stream, "
+            f"{fix}"
+        )
+
     def _check_building(self, what: str) -> None:
         if not self._building:
             raise ConfigError(f"{what}: entities and channels are declared in build() only")
@@ -558,13 +681,49 @@ def _owners(entities: list[Entity], partition: Partition, shards: int) -> list[i
                 f"got {type(partition).__name__}"
             )
         raw: object = shard  # a user function may return anything
-        if isinstance(raw, bool) or not isinstance(raw, int) or not 0 <= raw < shards:
+        try:
+            if isinstance(raw, bool):
+                raise TypeError
+            index = operator.index(cast("SupportsIndex", raw))  # also numpy's integers
+        except TypeError:
+            raise ShardTypeError(
+                f"the partition maps entity {entity.name!r} to shard {raw!r}, a "
+                f"{type(raw).__name__}: expected an int, and there are {shards} shards "
+                f"(0 to {shards - 1})"
+            ) from None
+        if not 0 <= index < shards:
             raise PartitionError(
-                f"the partition maps entity {entity.name!r} to shard {shard!r}, but there are "
+                f"the partition maps entity {entity.name!r} to shard {index!r}, but there are "
                 f"{shards} shards (0 to {shards - 1})"
             )
-        owners.append(shard)
+        owners.append(index)
     return owners
+
+
+#: Payload types that surely pickle: a send of one of them is not checked further.
+_ATOMIC = frozenset({int, float, str, bytes, bool, type(None), complex})
+
+
+def _check_data(channel: _Channel, payload: object) -> None:
+    """Refuse a payload that does not pickle, in every mode, as processes would.
+
+    A payload crosses a process boundary only between shards of
+    ``mode="processes"``; checking it at every send makes a model that sends
+    a lambda (a lock, a generator) fail the same way on one Sim, naming the
+    message, whatever the partition and the mode.
+    """
+    try:
+        pickle.dumps(payload, pickle.HIGHEST_PROTOCOL)
+    except Exception as exc:  # PicklingError, TypeError, AttributeError: all say "not data"
+        kind = type(payload)
+        why = (str(exc).splitlines() or [""])[0]
+        raise PayloadNotData(
+            f"send from {channel.src!r} to {channel.dst!r}: the payload is a "
+            f"{kind.__module__}.{kind.__qualname__}, which does not pickle "
+            f"({type(exc).__name__}: {why}); "
+            "payloads must be data (numbers, strings, tuples, lists, dicts, instances of "
+            "module-level classes), since they are pickled between shard processes"
+        ) from None
 
 
 class ShardRuntime:
@@ -669,6 +828,8 @@ class ShardRuntime:
 
     def send(self, channel: _Channel, payload: Any, delay: float) -> None:
         """Send a message on *channel*: a keyed event, local or shipped to another shard."""
+        if type(payload) not in _ATOMIC:
+            _check_data(channel, payload)
         sim = self.sim
         when = sim.now + delay
         key = sim._next_key()
