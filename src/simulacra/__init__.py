@@ -51,6 +51,7 @@ from .errors import OffloadError as OffloadError
 from .errors import OffloadTimeout as OffloadTimeout
 from .errors import OversubscribedWarning as OversubscribedWarning
 from .errors import PartitionError as PartitionError
+from .errors import PayloadNotData as PayloadNotData
 from .errors import PoolBusy as PoolBusy
 from .errors import PoolClosed as PoolClosed
 from .errors import PoolError as PoolError
@@ -70,6 +71,7 @@ from .errors import ScheduleError as ScheduleError
 from .errors import SelfInterrupt as SelfInterrupt
 from .errors import ShardCrashed as ShardCrashed
 from .errors import ShardError as ShardError
+from .errors import ShardTypeError as ShardTypeError
 from .errors import SimError as SimError
 from .errors import SpoolError as SpoolError
 from .errors import ThreadOwnershipError as ThreadOwnershipError
@@ -274,7 +276,8 @@ __all__ = [
     "BackendError", "BackendUnavailable", "WorkerLost", "RemoteError", "ExperimentError",
     "ReplicationFailed", "SpoolError", "PoolError", "PoolClosed", "PoolBusy",
     "OversubscribedWarning",
-    "PartitionError", "UnknownEntity", "LookaheadViolation", "ShardError", "ShardCrashed",
+    "PartitionError", "UnknownEntity", "PayloadNotData", "ShardTypeError", "LookaheadViolation",
+    "ShardError", "ShardCrashed",
     "OffloadError", "OffloadTimeout",
     "AgentError", "AgentActionError", "UnknownRecipient", "ContextClosed", "UncopyableState",
     "AgentStateError", "ChannelClosed", "AgentTimeout", "CheckpointError",
