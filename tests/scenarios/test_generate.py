@@ -359,18 +359,33 @@ def test_a_recorded_run_over_http_replays_byte_for_byte(
     assert sorted(p.name for p in tmp_path.iterdir()) == ["again", "live", "rec.sqlite"]
 
 
-def test_the_scripted_provider_needs_no_server(tmp_path: Path,
-                                               capsys: pytest.CaptureFixture[str]) -> None:
+def test_the_default_provider_needs_no_server_and_grounds_the_ferry_documents(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # Until grounding, the default invented values (3 artifacts); now it carries the
+    # documents' numbers and leaves out what it cannot ground (the closed berths).
     out = tmp_path / "out"
     assert cli("generate", *sorted(str(p.relative_to(ROOT)) for p in (DATA / "docs").iterdir()),
                "--target", "tests/scenarios/data/ferry.py", "--out", str(out)) == 0
     first = artifacts(out)
     assert cli("generate", DOCS, "--target", TARGET, "--out", str(tmp_path / "two")) == 0
+    assert "left out 'two berths'" in capsys.readouterr().err
 
-    assert len(first) == 3
     assert first == artifacts(tmp_path / "two")  # deterministic; files or their directory
+    made = {s.name: s for s in load_scenarios_in(out)}
+    [gate] = made["gate-incident-ticket-gate"].interventions
+    assert (gate.value, gate.at, gate.duration) == (False, 460.0, 90.0)  # 07:40, ninety minutes
+    [sea] = made["terminal-operations-sea-state"].interventions
+    assert sea.value == "storm"
+    assert sea.grounding is not None
+    assert sea.grounding["at"].assumption is not None
     assert cli("check", str(out), "--docs", DOCS, "--target", TARGET) == 0
-    assert "ok: 3 artifacts" in capsys.readouterr().out
+    captured = capsys.readouterr()
+    assert "ok: 2 artifacts" in captured.out
+    assert "at 0.0 assumed: the passage states no start time" in captured.err
+
+
+def load_scenarios_in(folder: Path) -> list[Scenario]:
+    return [load_scenario(p) for p in sorted(folder.glob("*.json"))]
 
 
 def test_a_replay_that_lacks_a_call_is_one_line_and_writes_nothing(
@@ -477,7 +492,7 @@ def test_check_passes_on_the_shipped_artifacts(capsys: pytest.CaptureFixture[str
                "--target", TARGET, "--until", "480") == 0
     assert capsys.readouterr().out == (
         "ok: 3 artifacts in tests/scenarios/data/artifacts (schema, hash, file name, knobs, "
-        "citations against 3 documents)\n")
+        "grounding, citations against 3 documents)\n")
 
 
 def test_check_without_documents_says_what_it_did_not_check(

@@ -90,11 +90,18 @@ def add_scenarios_command(commands: Any, *, load: Callable[[str], Any],
                                f"(the attribute defaults to {DEFAULT_KNOBS})")
     generate.add_argument("--out", required=True, metavar="DIR",
                           help="the directory the artifacts are written to")
-    generate.add_argument("--provider", choices=("scripted", "openai_compatible"),
-                          default="scripted",
-                          help="scripted (default): a deterministic stand-in that needs no "
-                               "server and no key; openai_compatible: a chat-completions "
-                               "server (--base-url, --model)")
+    generate.add_argument("--provider", choices=("extract", "scripted", "openai_compatible"),
+                          default="extract",
+                          help="extract (default): read the numbers, times and on/off events "
+                               "of the documents and ground every value in its quote (no "
+                               "model, no server); scripted: a stand-in language model that "
+                               "invents values (a test double of the model loop); "
+                               "openai_compatible: a chat-completions server (--base-url, "
+                               "--model)")
+    generate.add_argument("--time-unit", default="minute",
+                          choices=("second", "minute", "hour", "day"),
+                          help="extract: what one unit of the model's virtual time is; clock "
+                               "times and durations are converted to it (default minute)")
     generate.add_argument("--base-url", metavar="URL",
                           help="openai_compatible: the API root, e.g. http://127.0.0.1:8000/v1")
     generate.add_argument("--model", metavar="NAME",
@@ -132,6 +139,9 @@ def add_scenarios_command(commands: Any, *, load: Callable[[str], Any],
                        help="also check every intervention against these knobs")
     check.add_argument("--until", type=float, metavar="T",
                        help="with --target: the end of the run")
+    check.add_argument("--require-grounding", action="store_true",
+                       help="also fail artifacts of generator v1 that ground no value (by "
+                            "default they pass with a note)")
     check.set_defaults(command_fn=_cmd_check, load=load, usage_error=usage_error)
 
 
@@ -229,6 +239,9 @@ def _check_options(args: argparse.Namespace) -> None:
                           f"installed: {install_hint('llm')}")
     elif args.base_url is not None:
         raise _Failed("--base-url goes with --provider openai_compatible")
+    if args.provider == "extract" and (args.record is not None or args.tries != 3):
+        raise _Failed("--record and --tries go with a model (--provider scripted or "
+                      "openai_compatible); --provider extract calls none")
 
 
 def _recorded_model(store: RecordingStore, path: str) -> str:
@@ -321,6 +334,8 @@ def _generate(args: argparse.Namespace) -> int:
     out = Path(args.out)
     if out.exists() and not out.is_dir():
         raise _Failed(f"--out {args.out!r} is a file; expected a directory for the artifacts")
+    if args.provider == "extract" and args.replay is None:
+        return _extract(args, knobs, target, documents, out)
 
     def rejected(index: int, attempt: int, reason: str) -> None:
         print(f"note: scenario {index + 1} of {args.count}, try {attempt + 1} of {args.tries}: "
@@ -356,6 +371,24 @@ def _generate(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _extract(args: argparse.Namespace, knobs: Knobs, target: str, documents: Any,
+             out: Path) -> int:
+    from simulacra.scenarios import extract_scenarios  # noqa: PLC0415
+
+    scenarios, notes = extract_scenarios(documents, knobs, target=target, count=args.count,
+                                         until=args.until, time_unit=args.time_unit)
+    written = [scenario.save(out) for scenario in scenarios]
+    for path in written:
+        print(path)
+    for note in notes:
+        print(f"note: {note}", file=sys.stderr)
+    print(f"{len(written)} scenario{'s' if len(written) != 1 else ''} for {target} from "
+          f"{len(documents)} document{'s' if len(documents) != 1 else ''}, extracted (every "
+          f"value grounded in its quote; {len(notes)} thing{'s' if len(notes) != 1 else ''} "
+          "left out)")
+    return EXIT_OK
+
+
 # -- check --------------------------------------------------------------------------------
 
 
@@ -370,15 +403,20 @@ def _check(args: argparse.Namespace) -> int:
         raise _Failed("--until goes with --target")
     knobs = None if args.target is None else _load_knobs(args, args.target)[0]
     documents = None if args.docs is None else read_documents(args.docs)
-    scenarios = check_artifacts(args.dir, documents=documents, knobs=knobs, until=args.until)
+    notes: list[str] = []
+    scenarios = check_artifacts(args.dir, documents=documents, knobs=knobs, until=args.until,
+                                notes=notes, require_grounding=args.require_grounding)
     checked = ["schema", "hash", "file name"]
     if knobs is not None:
         checked.append("knobs")
+    checked.append("grounding")
     checked.append("citations" + ("" if documents is None else
                                   f" against {len(documents)} document"
                                   f"{'s' if len(documents) != 1 else ''}"))
     print(f"ok: {len(scenarios)} artifact{'s' if len(scenarios) != 1 else ''} in {args.dir} "
           f"({', '.join(checked)})")
+    for note in notes:
+        print(f"note: {note}", file=sys.stderr)
     if documents is None:
         print("note: the citations were not checked against the documents; give --docs DOCS",
               file=sys.stderr)

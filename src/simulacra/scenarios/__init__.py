@@ -36,11 +36,17 @@ if TYPE_CHECKING:  # the type checker sees every name; at run time they load laz
     from ._documents import parse_passage_id as parse_passage_id
     from ._documents import read_documents as read_documents
     from ._documents import split_passages as split_passages
+    from ._extract import EXTRACTOR as EXTRACTOR
+    from ._extract import extract_scenarios as extract_scenarios
     from ._generate import GENERATE_TASK as GENERATE_TASK
     from ._generate import GENERATOR as GENERATOR
     from ._generate import check_artifacts as check_artifacts
+    from ._generate import check_grounding as check_grounding
     from ._generate import generate_scenarios as generate_scenarios
     from ._generate import scenario_prompt as scenario_prompt
+    from ._grounding import Quantity as Quantity
+    from ._grounding import find_quantities as find_quantities
+    from ._grounding import grounds as grounds
     from ._knobs import KNOB_TYPES as KNOB_TYPES
     from ._knobs import Knob as Knob
     from ._knobs import KnobBoard as KnobBoard
@@ -48,6 +54,7 @@ if TYPE_CHECKING:  # the type checker sees every name; at run time they load laz
     from ._knobs import KnobValue as KnobValue
     from ._schema import SCENARIO_FORMAT as SCENARIO_FORMAT
     from ._schema import Citation as Citation
+    from ._schema import Ground as Ground
     from ._schema import Intervention as Intervention
     from ._schema import Scenario as Scenario
     from ._schema import canonical_json as canonical_json
@@ -60,7 +67,9 @@ __all__ = [
     "KNOB_TYPES", "SCENARIO_FORMAT", "Citation", "Intervention", "Knob", "KnobBoard", "KnobValue",
     "Knobs", "Scenario", "apply_scenario", "canonical_json", "load_scenario", "load_scenarios",
     # scenarios from documents, at design time
-    "DOCUMENT_SUFFIXES", "GENERATE_TASK", "GENERATOR", "Document", "Passage", "check_artifacts",
+    "DOCUMENT_SUFFIXES", "EXTRACTOR", "GENERATE_TASK", "GENERATOR", "Document", "Ground",
+    "Passage", "Quantity", "check_artifacts", "check_grounding", "extract_scenarios",
+    "find_quantities", "grounds",
     "generate_scenarios", "normalize_space", "parse_passage_id", "read_documents",
     "scenario_prompt", "scenario_rules", "scripted_scenario_model", "split_passages",
 ]
@@ -70,11 +79,13 @@ _LAZY: dict[str, str] = {
     "apply_scenario": "._apply",
     **dict.fromkeys(("DOCUMENT_SUFFIXES", "Document", "Passage", "normalize_space",
                      "parse_passage_id", "read_documents", "split_passages"), "._documents"),
-    **dict.fromkeys(("GENERATE_TASK", "GENERATOR", "check_artifacts", "generate_scenarios",
-                     "scenario_prompt"), "._generate"),
+    **dict.fromkeys(("GENERATE_TASK", "GENERATOR", "check_artifacts", "check_grounding",
+                     "generate_scenarios", "scenario_prompt"), "._generate"),
+    **dict.fromkeys(("EXTRACTOR", "extract_scenarios"), "._extract"),
+    **dict.fromkeys(("Quantity", "find_quantities", "grounds"), "._grounding"),
     **dict.fromkeys(("KNOB_TYPES", "Knob", "KnobBoard", "Knobs", "KnobValue"), "._knobs"),
-    **dict.fromkeys(("SCENARIO_FORMAT", "Citation", "Intervention", "Scenario", "canonical_json",
-                     "load_scenario", "load_scenarios"), "._schema"),
+    **dict.fromkeys(("SCENARIO_FORMAT", "Citation", "Ground", "Intervention", "Scenario",
+                     "canonical_json", "load_scenario", "load_scenarios"), "._schema"),
     **dict.fromkeys(("scenario_rules", "scripted_scenario_model"), "._scripted"),
 }
 

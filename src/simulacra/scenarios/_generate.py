@@ -38,11 +38,13 @@ from typing import Any, Final
 from simulacra.errors import ScenarioError
 from simulacra.llm import CallSite, ChatMessage, Completion, CompletionRequest, LanguageModel
 
-from ._documents import Document, Passage, parse_passage_id
+from ._documents import Document, Passage, normalize_space, parse_passage_id
+from ._grounding import grounds
 from ._knobs import Knobs
 from ._schema import Scenario, canonical_json, load_scenario
 
-__all__ = ["GENERATOR", "GENERATE_TASK", "check_artifacts", "generate_scenarios",
+__all__ = ["GENERATOR", "GENERATE_TASK", "check_artifacts", "check_grounding",
+           "generate_scenarios",
            "scenario_prompt"]
 
 #: The ``provenance.generator`` of every generated scenario; it changes with the prompt.
@@ -159,6 +161,11 @@ def _accept(data: dict[str, Any], *, knobs: Knobs, passages: dict[str, Passage],
                             f"in passage {passage.id} word for word; copy the words exactly")
     if scenario.name in taken:
         raise _Rejected(f"the name {scenario.name!r} is taken; choose another")
+    if any(item.grounding is not None for item in scenario.interventions):
+        try:  # a reply that grounds its values must ground them all, and truly
+            check_grounding(scenario, f"scenario {scenario.name!r}", require=True)
+        except ScenarioError as exc:
+            raise _Rejected(str(exc)) from None
     return scenario
 
 
@@ -308,16 +315,77 @@ def _check_citations(scenario: Scenario, where: str,
                                 "passage, word for word; it is not there")
 
 
+def check_grounding(scenario: Scenario, where: str, *,
+                    require: bool = False) -> list[str] | None:
+    """Check that each intervention's value and times are grounded; return the assumptions.
+
+    Every ``value``, ``at`` and (when given) ``duration`` and ``ramp`` must
+    state where it comes from: words inside the quote of one of the
+    scenario's citations that state it (re-read here: the value must be one
+    of their numbers, units and clock times normalised, or their on/off
+    word), or an assumption with its reason. A scenario made by the prompt of
+    ``simulacra.scenarios.generate.v1`` that grounds nothing was written
+    before grounding existed: it is let through (None is returned) unless
+    *require*.
+
+    Returns:
+        One line per assumption (``intervention I (knob K): FIELD V assumed: REASON``),
+        or None for an ungrounded artifact of generator v1.
+
+    Raises:
+        ScenarioError: One line naming the artifact, the knob and the quote.
+    """
+    items = scenario.interventions
+    if all(item.grounding is None for item in items) and not require and \
+            scenario.provenance.get("generator") == GENERATOR:
+        return None
+    assumed: list[str] = []
+    for index, item in enumerate(items):
+        label = f"{where}: intervention {index} (knob {item.knob!r})"
+        fields = {"value": item.value, "at": item.at, "duration": item.duration,
+                  "ramp": item.ramp}
+        for field, value in fields.items():
+            if value is None:
+                continue
+            ground = (item.grounding or {}).get(field)  # type: ignore[call-overload]
+            if ground is None:
+                version = scenario.provenance.get("generator", "no generator")
+                raise ScenarioError(
+                    f"{label}: {field} {value!r} states no grounding (expected words of its "
+                    f"quote or an assumption; made by {version}: regenerate it)")
+            if ground.assumption is not None:
+                assumed.append(f"intervention {index} (knob {item.knob!r}): {field} {value!r} "
+                               f"assumed: {ground.assumption}")
+                continue
+            if ground.citation >= len(scenario.citations):
+                raise ScenarioError(f"{label}: {field} {value!r} is grounded in citation "
+                                    f"{ground.citation}, which the scenario does not have")
+            quote = scenario.citations[ground.citation].quote
+            text = ground.text or ""
+            if normalize_space(text) not in normalize_space(quote):
+                raise ScenarioError(f"{label}: {field} {value!r} is grounded in {text!r}, which "
+                                    f"is not in its quote {quote!r}")
+            if not grounds(value, text, field=field):
+                raise ScenarioError(f"{label}: {field} {value!r} matches nothing in its quote "
+                                    f"{quote!r} (grounded in {text!r})")
+    return assumed
+
+
 def check_artifacts(directory: str | os.PathLike[str], *,
                     documents: Sequence[Document] | None = None,
-                    knobs: Knobs | None = None, until: float | None = None) -> list[Scenario]:
+                    knobs: Knobs | None = None, until: float | None = None,
+                    notes: list[str] | None = None,
+                    require_grounding: bool = False) -> list[Scenario]:
     """Re-validate every artifact (``*.json``) of *directory*; stop at the first that fails.
 
     Each artifact must fit the schema, carry the hash of its content and be
     called ``<name>-<hash prefix>.json``; with *knobs*, fit them; and cite at
     least one passage by a well-formed id. With *documents*, each cited
     passage's file, offsets and SHA-256 must match the document's current
-    text, and the quote must be in it.
+    text, and the quote must be in it. Each intervention's value and times
+    must be grounded (:func:`check_grounding`); the assumptions, and each
+    artifact of generator v1 that grounds nothing (an error with
+    *require_grounding*), are added to *notes*.
 
     Returns:
         The scenarios, in file-name order.
@@ -351,5 +419,12 @@ def check_artifacts(directory: str | os.PathLike[str], *,
             except ScenarioError as exc:
                 raise ScenarioError(f"{where}: {exc}") from None
         _check_citations(scenario, where, table)
+        assumed = check_grounding(scenario, where, require=require_grounding)
+        if notes is not None:
+            if assumed is None:
+                notes.append(f"{where}: not grounded: made by {GENERATOR}, before values were "
+                             "grounded; its values and times are not checked (regenerate it)")
+            else:
+                notes.extend(f"{where}: {line}" for line in assumed)
         scenarios.append(scenario)
     return scenarios

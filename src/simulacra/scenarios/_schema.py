@@ -27,8 +27,8 @@ from simulacra.errors import ScenarioError
 
 from ._knobs import Knobs, KnobValue
 
-__all__ = ["SCENARIO_FORMAT", "Citation", "Intervention", "Scenario", "canonical_json",
-           "load_scenario", "load_scenarios"]
+__all__ = ["GROUNDED_FIELDS", "SCENARIO_FORMAT", "Citation", "Ground", "Intervention",
+           "Scenario", "canonical_json", "load_scenario", "load_scenarios"]
 
 #: The ``format`` field of every scenario artifact.
 SCENARIO_FORMAT: Final = "simulacra.scenario.v1"
@@ -44,6 +44,35 @@ def canonical_json(data: object) -> str:
 
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+
+
+#: The fields of an intervention that a grounding may state the source of.
+GROUNDED_FIELDS: Final = ("value", "at", "duration", "ramp")
+
+
+class Ground(_Strict):
+    """Where one field of an intervention comes from: words of a citation, or an assumption.
+
+    Either *citation* (the index of one of the scenario's citations) and
+    *text* (words inside that citation's quote that state the number, the
+    time or the on/off event, e.g. ``"15 patients/h"``, ``"t=180-540"``,
+    ``"down"``), or *assumption* (why the value was assumed, in words).
+    ``simulacra scenarios check`` reads *text* again and requires the value
+    to be one of its numbers (units and clock times normalised).
+    """
+
+    citation: Annotated[int, Field(ge=0)] | None = None
+    text: Annotated[str, Field(min_length=1)] | None = None
+    assumption: Annotated[str, Field(min_length=1)] | None = None
+
+    def __init__(self, **data: Any) -> None:
+        """Validate: a citation with its text, or an assumption, never both."""
+        super().__init__(**data)
+        cited = self.citation is not None or self.text is not None
+        if cited == (self.assumption is not None) or (cited and (self.citation is None
+                                                                 or self.text is None)):
+            raise ValueError("a grounding is either {citation, text} (words of a citation's "
+                             "quote) or {assumption} (why it was assumed)")
 
 
 class Intervention(_Strict):
@@ -62,6 +91,9 @@ class Intervention(_Strict):
     ramp: Annotated[float, Field(gt=0.0, allow_inf_nan=False)] | None = None
     ramp_steps: Annotated[int, Field(ge=1, le=1000)] = 10
     note: str = ""
+    #: Where each of value, at, duration, ramp comes from (see :class:`Ground`); None: unstated.
+    grounding: Annotated[dict[Literal["value", "at", "duration", "ramp"], Ground],
+                         Field(strict=False)] | None = None
 
     @field_validator("at", "duration", "ramp", mode="before")
     @classmethod
@@ -122,7 +154,16 @@ class Scenario(_Strict):
 
     def content(self) -> dict[str, Any]:
         """Everything the hash covers, as plain data (JSON's types)."""
-        return json.loads(canonical_json(self.model_dump(mode="json")))  # type: ignore[no-any-return]
+        data: dict[str, Any] = json.loads(canonical_json(self.model_dump(mode="json")))
+        # An intervention without grounding is written as before grounding existed, so
+        # the hashes of earlier artifacts stay what they were; a ground keeps its own keys.
+        for item in data["interventions"]:
+            if item.get("grounding") is None:
+                item.pop("grounding", None)
+            else:
+                item["grounding"] = {field: {k: v for k, v in ground.items() if v is not None}
+                                     for field, ground in item["grounding"].items()}
+        return data
 
     @property
     def hash(self) -> str:
