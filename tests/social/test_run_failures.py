@@ -271,3 +271,31 @@ def test_after_the_provider_trips_no_checkpoint_is_written_and_the_named_one_res
     assert resumed.result.digest != reference
     replayed = simulacra.replay_run(tmp_path / "run")
     assert replayed.digest == resumed.result.digest
+
+
+def test_a_web_server_that_is_no_api_fails_the_preflight(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """`python -m http.server` answers /v1/models with a 404 page: no OpenAI-compatible API
+    answers like that, so the preflight stops (exit 2, nothing written) instead of the run
+    retrying chat calls against it and exiting 1 with its HTML in the message."""
+    import http.server
+    import threading
+
+    class Quiet(http.server.SimpleHTTPRequestHandler):
+        def log_message(self, format: str, *args: object) -> None:
+            pass  # its request log would go to the stderr the test reads
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Quiet)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        base_url = f"http://127.0.0.1:{server.server_address[1]}/v1"
+        assert main(_args(base_url, tmp_path / "run", "round")) == 2
+    finally:
+        server.shutdown()
+        server.server_close()
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1
+    assert "answered HTTP 404 without an OpenAI-style model list" in err
+    assert "<html" not in err.lower()
+    assert not (tmp_path / "run").exists()

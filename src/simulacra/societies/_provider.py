@@ -12,6 +12,7 @@ every remaining turn. An isolated failure passes through: it fails its turn.
 
 from __future__ import annotations
 
+import json
 import os
 import threading
 from typing import TYPE_CHECKING, Any
@@ -74,15 +75,25 @@ def preflight(config: RunConfig) -> None:
                  timeout=float(llm.timeout), names=("sim.llm.base_url", "sim.llm.model"))
 
 
+def _is_json(text: str) -> bool:
+    """Whether *text* is JSON (an API's error body) rather than a page or nothing."""
+    try:
+        json.loads(text)
+    except ValueError:
+        return False
+    return True
+
+
 def check_server(base_url: str, model: str, *, api_key_env: str = "OPENAI_API_KEY",
                  timeout: float = 10.0, names: tuple[str, str] = ("base_url", "model"),
                  strict: bool = False) -> None:
     """Check that the OpenAI-compatible server at *base_url* answers and lists *model*.
 
     ``GET {base_url}/models``, the key (if any) from ``$api_key_env``. A
-    server without a model list (404, or not an OpenAI-style list) passes
-    unless *strict*: the first call will tell. *names* are how the caller's
-    settings are called in the messages.
+    server without a model list (a JSON 404, or not an OpenAI-style list)
+    passes unless *strict*: the first call will tell. A 404 that is not JSON
+    (a web server's page: no API answers there) fails. *names* are how the
+    caller's settings are called in the messages.
 
     Raises:
         ProviderUnavailable: The server does not answer, refuses the
@@ -112,9 +123,9 @@ def check_server(base_url: str, model: str, *, api_key_env: str = "OPENAI_API_KE
                   f"list: is {url_name}={base_url!r} an OpenAI-compatible server (vLLM, "
                   "llama.cpp's server, Ollama)?")
     if status == 404:
-        if strict:
+        if strict or not _is_json(response.text):
             raise ProviderUnavailable(not_openai)
-        return  # a server without a model list: the first call will tell
+        return  # an API without a model list: the first call will tell
     if status != 200:
         raise ProviderUnavailable(f"preflight: GET {url} answered HTTP {status}: "
                                   f"{' '.join(response.text[:200].split())}")
