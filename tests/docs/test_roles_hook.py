@@ -32,3 +32,12 @@ def test_the_hook_is_registered_and_its_folder_is_not_a_page() -> None:
     config = (ROOT / "mkdocs.yml").read_text(encoding="utf-8")
     assert "  - docs/_hooks/roles.py" in config
     assert "_hooks/" in config.split("exclude_docs:", 1)[1].split("\n", 2)[1]
+
+
+def test_literal_block_markers_go_as_sphinx_drops_them() -> None:
+    hook = _hook()
+    html = ("<p>Example::</p>\n<pre><code>x = 1\n</code></pre>\n<p>::</p>\n"
+            "<pre><code>y = 2\n</code></pre>\n<p>Equal, and a:: inside stays.</p>")
+    assert hook.on_page_content(html) == (
+        "<p>Example:</p>\n<pre><code>x = 1\n</code></pre>\n"
+        "<pre><code>y = 2\n</code></pre>\n<p>Equal, and a:: inside stays.</p>")
