@@ -79,3 +79,22 @@ def test_a_study_whose_model_file_is_missing_names_the_key(
         f"error: {study}: model = 'examples/bank.py:run': no file "
         f"{str(tmp_path / 'examples' / 'bank.py')!r} (a path in the study is read relative "
         "to the study file's directory)"]
+
+
+def test_a_signal_in_the_last_step_says_the_run_finished(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """A Ctrl-C that lands in the last step lets it finish the run: exit 0 and one line
+    saying so (a stranger saw "stopping after this step", then a normal end, no word more)."""
+    from simulacra.cli._society import _society
+
+    class Finished:
+        digest = "d" * 64
+
+    def call(control: object) -> Finished:
+        control.request_stop("SIGINT")  # type: ignore[attr-defined]  # as the handler does
+        return Finished()
+
+    assert isinstance(_society(call, "unused"), Finished)
+    err = capsys.readouterr().err
+    assert err == ("SIGINT: it came during the last step, which finished the run "
+                   "(nothing to resume)\n")

@@ -234,6 +234,9 @@ def _society(call: Callable[[Any], Any], where: str, view: Any = None, *, name: 
         with _stoppable(control):
             run = call(control)
         ended = f"finished: digest {run.digest}"
+        if control.reason is not None:  # the signal came in the last step: nothing to stop
+            print(f"{control.reason}: it came during the last step, which finished the run "
+                  "(nothing to resume)", file=sys.stderr)
         return run
     except simulacra.RunStopped as exc:
         ended = str(exc)
