@@ -70,7 +70,7 @@ DEFAULTS: Final[Mapping[str, Any]] = {
     "run": {"out": None, "record": True, "checkpoint_every": None,
             "checkpoint_every_time": None, "max_consecutive_provider_failures": 3,
             "max_failed_fraction": 0.5, "preflight": True, "memory_limit_gb": None,
-            "budget": {"tokens": None, "cost": None}},
+            "budget": {"tokens": None, "cost": None}, "trace": {"otel": "off"}},
 }
 
 
@@ -167,6 +167,18 @@ def _schema() -> Any:
         llm: LLM = Field(default_factory=LLM)
         agents_memory: AgentsMemory = Field(default_factory=AgentsMemory)
 
+    class Trace(_Strict):
+        #: OpenTelemetry spans of every step, turn and model call: ``off``, ``jsonl``
+        #: (``otel_spans.jsonl`` in the run directory) or ``otlp`` (an OTLP collector at
+        #: ``$OTEL_EXPORTER_OTLP_ENDPOINT``); see docs/howto/tracing.md.
+        otel: Literal["off", "jsonl", "otlp"] = "off"
+
+        @field_validator("otel", mode="before")
+        @classmethod
+        def _off(cls, value: object) -> object:
+            # YAML 1.1 reads a bare `off` (and `no`, `false`) as False.
+            return "off" if value is False or value is None else value
+
     class Run(_Strict):
         out: str | None = None
         record: bool = True
@@ -183,6 +195,7 @@ def _schema() -> Any:
         #: estimated to need before it is built; None: what the machine has free.
         memory_limit_gb: float | None = Field(default=None, gt=0.0)
         budget: Budget = Field(default_factory=Budget)
+        trace: Trace = Field(default_factory=Trace)
 
     class Document(_Strict):
         name: str = "run"
@@ -364,6 +377,8 @@ def parse_config(data: object, source: str | None = None,
     if dumped.get("scenario") is None:
         dumped.pop("scenario", None)  # a run without one stores the config it always did
     _agents_memory_to_factory(dumped)
+    if dumped["run"]["trace"]["otel"] == "off":
+        dumped["run"].pop("trace")  # a run without tracing stores the config it always did
     return RunConfig(doc, dumped, source)
 
 

@@ -31,7 +31,7 @@ import time as _time
 import warnings
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Final, final
+from typing import TYPE_CHECKING, Any, Final, Protocol, final
 
 from simulacra.agents import ActionEvent, ActionSpec, Actor, AgentId, LLMAgent, World
 from simulacra.agents import canonical_line as _canonical_line
@@ -46,7 +46,7 @@ if TYPE_CHECKING:
     from ._scenario import SocietyScenario
 
 __all__ = ["MODES", "MODE_ALIASES", "RESOLUTIONS", "ROUNDS_SCHEME", "RoundEngine", "RoundResult",
-           "StepReport", "canonical_mode"]
+           "StepReport", "TurnTracer", "canonical_mode"]
 
 #: Header of the digests of a round-based run.
 ROUNDS_SCHEME: Final = "simulacra.engines.rounds.v1"
@@ -209,6 +209,29 @@ class Metered:
         return self._count(await self.inner.acomplete(request, site=site))
 
 
+class TurnTracer(Protocol):
+    """What an engine tells a tracer (``run.trace.otel``): steps and the turns in them.
+
+    The engine calls it only when one is set (``engine.tracer``), and nothing
+    it returns or does reaches the run: the events and the digest are those of
+    a run without it. ``turn_started`` and ``turn_ended`` are called from the
+    worker that runs the turn (a thread, or an asyncio task); an agent has at
+    most one turn in flight.
+    """
+
+    def step_started(self, step: int, time: float) -> None:
+        """Step (window) *step* begins at virtual *time*."""
+
+    def step_ended(self, step: int, participants: int, failed: int, events: int) -> None:
+        """Step *step* has been resolved: *participants* turns, *failed* of them failed."""
+
+    def turn_started(self, agent: str, step: int, time: float, turn: int) -> None:
+        """*agent* starts its turn *turn* (the events' ``step``) in step *step*, at *time*."""
+
+    def turn_ended(self, agent: str, ok: bool, error: BaseException | None) -> None:
+        """*agent*'s turn returned an action (*ok*) or raised *error*."""
+
+
 def _check_int(name: str, value: object, low: int) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < low:
         raise ConfigError(f"{name} must be an int >= {low}, got {type(value).__name__} {value!r}")
@@ -277,7 +300,7 @@ class RoundEngine:
     __slots__ = ("_agents", "_concurrency", "_events", "_fail_fast", "_failed", "_fatal",
                  "_flows", "_hash", "_ids", "_meter", "_mode", "_on_step", "_on_turn",
                  "_participation", "_pool", "_resolution", "_scenario", "_seed", "_step",
-                 "_step_digests", "_touched", "_world", "defer_digests")
+                 "_step_digests", "_touched", "_world", "defer_digests", "tracer")
 
     def __init__(self, world: World, agents: Iterable[Actor], *,
                  model: LanguageModel | None = None,
@@ -336,6 +359,9 @@ class RoundEngine:
         #: a scenario acted while they could be asked): the only ones whose
         #: state a checkpoint holds. None: all of them.
         self._touched: set[AgentId] | None = set()
+        #: Told of every step and turn when set (``run.trace.otel``); None: no
+        #: per-turn work at all.
+        self.tracer: TurnTracer | None = None
 
     def use_scenario(self, scenario: SocietyScenario | None) -> None:
         """Apply *scenario*'s changes at the start of the steps they are due in.
@@ -439,6 +465,24 @@ class RoundEngine:
             self._on_turn()
         return outcome
 
+    def _traced_turn(self, agent: Actor, snapshot: Any, spec: ActionSpec) -> _Outcome:
+        tracer = self.tracer
+        if tracer is None:  # chosen only with a tracer; never here
+            return self._turn(agent, snapshot, spec)
+        tracer.turn_started(str(agent.id), spec.step, spec.time, spec.step)
+        outcome = self._turn(agent, snapshot, spec)
+        tracer.turn_ended(str(agent.id), outcome[0], None if outcome[0] else outcome[1])
+        return outcome
+
+    async def _traced_aturn(self, agent: Actor, snapshot: Any, spec: ActionSpec) -> _Outcome:
+        tracer = self.tracer
+        if tracer is None:  # chosen only with a tracer; never here
+            return await self._aturn(agent, snapshot, spec)
+        tracer.turn_started(str(agent.id), spec.step, spec.time, spec.step)
+        outcome = await self._aturn(agent, snapshot, spec)
+        tracer.turn_ended(str(agent.id), outcome[0], None if outcome[0] else outcome[1])
+        return outcome
+
     async def _aturn(self, agent: Actor, snapshot: Any, spec: ActionSpec) -> _Outcome:
         try:
             agent.observe(self._world.observation_for(agent.id, snapshot))
@@ -457,7 +501,7 @@ class RoundEngine:
     def _run_batch(self, batch: list[AgentId], spec: ActionSpec) -> list[_Outcome]:
         snapshot = self._world.snapshot()
         agents = [self._agents[i] for i in batch]
-        turn = self._turn
+        turn = self._turn if self.tracer is None else self._traced_turn
         pool = self._pool
         if pool is None or len(batch) == 1:
             return [turn(agent, snapshot, spec) for agent in agents]
@@ -477,7 +521,7 @@ class RoundEngine:
     async def _arun_batch(self, batch: list[AgentId], spec: ActionSpec) -> list[_Outcome]:
         snapshot = self._world.snapshot()
         agents = [self._agents[i] for i in batch]
-        aturn = self._aturn
+        aturn = self._aturn if self.tracer is None else self._traced_aturn
         outcomes: list[_Outcome] = [(False, None)] * len(agents)
         indices = iter(range(len(agents)))
 
@@ -528,6 +572,8 @@ class RoundEngine:
         meter = self._meter
         tokens = (0, 0, 0) if meter is None else (meter.calls, meter.prompt_tokens,
                                                    meter.completion_tokens)
+        if self.tracer is not None:
+            self.tracer.step_started(step, float(step))
         return step, self._batches(step, ids), _time.perf_counter(), tokens
 
     def _end_step(  # noqa: PLR0917
@@ -541,6 +587,8 @@ class RoundEngine:
         self._events += len(events)
         self._failed += failed
         self._step = step + 1
+        if self.tracer is not None:
+            self.tracer.step_ended(step, participants, failed, len(events))
         if self._on_step is None:
             return
         meter = self._meter

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final, Protocol, TypeVar, final
 
-from simulacra._util import ModelWrapper, full_collections_deferred
+from simulacra._util import ModelWrapper, full_collections_deferred, install_hint
 from simulacra.agents import ActionEvent, Actor, World
 from simulacra.errors import (
     BackendUnavailable,
@@ -66,6 +66,8 @@ if TYPE_CHECKING:
 
     from simulacra.llm import CallSite, Completion, CompletionRequest, LanguageModel
     from simulacra.scenarios import Scenario
+
+    from ._otel import RunTracer
 
 __all__ = ["ReplayReport", "SocietyRun", "StepEngine", "build_model", "build_society",
            "load_factory", "register_step_engine", "replay_run", "resume_society",
@@ -512,6 +514,7 @@ def run_society(config: RunConfig | Mapping[str, Any], *,
     world, agents = _build_frozen(config)
     prepared = (world, agents,
                 None if artifact is None else _schedule(config, artifact, world, agents))
+    check_tracing(config, has_run_dir=target is not None)  # before anything is written
     if model is None and config.run.preflight:
         preflight(config)  # before anything is written or spent
     rundir = RunDirectory.create(target, config.data) if target is not None else None
@@ -525,6 +528,56 @@ def run_society(config: RunConfig | Mapping[str, Any], *,
                        scenario=entry)
     return _execute(config, rundir, model, on_step, on_turn, fatal=fatal, resume=None,
                     control=control, prepared=prepared)
+
+
+def check_tracing(config: RunConfig, *, has_run_dir: bool) -> None:
+    """Refuse ``run.trace.otel`` that cannot work, before anything is built, written or spent.
+
+    Raises:
+        ConfigError: The ``otel`` extra is not installed (one line, with the
+            command that installs it); ``jsonl`` without a run directory to
+            write ``otel_spans.jsonl`` into; an engine that takes no tracer.
+    """
+    mode = config.run.trace.otel
+    if mode == "off":
+        return
+    try:
+        import opentelemetry.sdk.trace  # noqa: PLC0415  (the otel extra)
+
+        if mode == "otlp":
+            import opentelemetry.exporter.otlp.proto.http.trace_exporter  # noqa: F401, PLC0415
+    except ImportError as exc:
+        raise ConfigError(
+            f"run.trace.otel={mode} needs the OpenTelemetry SDK"
+            f"{' and OTLP exporter' if mode == 'otlp' else ''}, which is not installed "
+            f"({exc.name or exc}): {install_hint('otel')}") from None
+    if mode == "jsonl" and not has_run_dir:
+        raise ConfigError("run.trace.otel=jsonl writes otel_spans.jsonl into the run "
+                          "directory, and this run writes none: set run.out (or --out), or "
+                          "use run.trace.otel=otlp")
+    if config.sim.engine.step.built_in not in _TRACED_ENGINES:
+        raise ConfigError(
+            f"run.trace.otel={mode}: the step engine {config.sim.engine.step.built_in!r} "
+            f"takes no tracer (traced: {', '.join(_TRACED_ENGINES)})")
+
+
+#: The step engines that take a tracer (``engine.tracer``).
+_TRACED_ENGINES: Final = ("round",)
+
+
+def _start_tracing(config: RunConfig, rundir: RunDirectory | None) -> RunTracer | None:
+    """The run's tracer (``run.trace.otel``), or None when it is off (nothing imported)."""
+    mode = config.run.trace.otel
+    if mode == "off":
+        return None
+    from ._otel import start_tracing  # noqa: PLC0415  (the otel extra, only when on)
+
+    event = config.sim.engine.step.built_in == "async_event"
+    return start_tracing(mode, path=None if rundir is None else rundir.file("otel"),
+                         seed=config.seed, run_name=config.name,
+                         provider_name=config.sim.llm.provider,
+                         unit="window" if event else "step",
+                         resource={"simulacra.engine": config.sim.engine.step.built_in})
 
 
 def _schedule(config: RunConfig, scenario: Scenario, world: World,
@@ -615,6 +668,7 @@ def resume_society(run_dir: str | os.PathLike[str], *,
     manifest_path = probe.file("manifest")
     scenario = run_scenario(probe.path, read_manifest(manifest_path) if manifest_path.is_file()
                             else {}, config.data.get("scenario"))
+    check_tracing(config, has_run_dir=True)
     if model is None and config.run.preflight:
         preflight(config)
     # The model's modules first: the checkpoint holds objects of its classes.
@@ -1036,6 +1090,7 @@ def _execute(config: RunConfig, rundir: RunDirectory | None, model: LanguageMode
     factory = _step_engine(config.sim.engine.step.built_in)
     store = None
     calllog: CallLog | None = None
+    tracer: RunTracer | None = None
     inner: LanguageModel | None = None
     recording: RecordingModel | None = None
     #: This session's counts, and those of the sessions before the resume.
@@ -1072,6 +1127,12 @@ def _execute(config: RunConfig, rundir: RunDirectory | None, model: LanguageMode
             calllog = CallLog(rundir.file("calls"), session=len(before),
                               price=lambda p, c: _price(config, p, c))
             used = CallLogModel(used, calllog)
+        tracer = _start_tracing(config, rundir)
+        if tracer is not None:
+            # Where calls.jsonl logs them: a call served from the recordings is no span.
+            from ._otel import TracedModel  # noqa: PLC0415  (only when on)
+
+            used = TracedModel(used, tracer)
         if rundir is not None and config.run.record:
             store = RecordingStore(rundir.file("recordings"))
             store.hold()  # one commit per step, in step_done
@@ -1101,6 +1162,8 @@ def _execute(config: RunConfig, rundir: RunDirectory | None, model: LanguageMode
                 store.commit(wait=False)
             if calllog is not None:
                 calllog.flush()
+            if tracer is not None:
+                tracer.flush()
             cost = _price(config, report.prompt_tokens, report.completion_tokens)
             # The step's turns that asked the model nothing: its turns less the
             # distinct agents that asked (one turn each a step on the round engine).
@@ -1125,6 +1188,8 @@ def _execute(config: RunConfig, rundir: RunDirectory | None, model: LanguageMode
             use(schedule)
         if resume is not None and not is_as_built(resume[1]):
             engine.restore(resume[1])
+        if tracer is not None:
+            engine.tracer = tracer  # type: ignore[attr-defined]  # a traced engine (checked)
         if calllog is not None:
             calllog.context = getattr(engine, "call_context", None) or (
                 lambda _agent: (first + tally.steps, first + tally.steps,
@@ -1213,6 +1278,8 @@ def _execute(config: RunConfig, rundir: RunDirectory | None, model: LanguageMode
     finally:
         if calllog is not None:
             calllog.close()
+        if tracer is not None:
+            tracer.close()
         if rundir is not None:
             rundir.close()
         if store is not None:
@@ -1585,7 +1652,8 @@ def replay_run(run_dir: str | os.PathLike[str], *, overrides: tuple[str, ...] = 
     # A replay spends nothing: budgets, failure limits and checkpoints do not bind it.
     config = parse_config(data, str(rundir.file("config")),
                           (*overrides, "run.budget.cost=null", "run.budget.tokens=null",
-                           "run.max_failed_fraction=1.0", "run.preflight=false"))
+                           "run.max_failed_fraction=1.0", "run.preflight=false",
+                           *(() if out is not None else ("run.trace.otel=off",))))
     moved = portable_factory(rundir.path, config.sim.world.factory)
     if moved is not None:
         config = config.with_overrides([f"sim.world.factory={moved}"])

@@ -18,6 +18,10 @@ A run directory holds:
 ``calls.jsonl``
     one line per model call: latency, tokens, cost, outcome, request key
     (``simulacra.societies._calls``; telemetry, not in the digest);
+``otel_spans.jsonl``
+    with ``run.trace.otel: jsonl``, the OpenTelemetry spans of every step,
+    turn and model call (``simulacra.societies._otel``; telemetry, not in the
+    digest);
 ``digest.txt`` and ``summary.json``
     the run's digest, and the headline numbers, written at the end.
 """
@@ -50,6 +54,7 @@ RUN_FILES: Final[Mapping[str, str]] = {
     "summary": "summary.json",
     "manifest": "manifest.json",
     "calls": "calls.jsonl",
+    "otel": "otel_spans.jsonl",
 }
 
 
