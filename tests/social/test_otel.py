@@ -244,3 +244,13 @@ def test_otlp_sends_every_span_to_the_collector(tmp_path: Path, monkeypatch: pyt
     assert sum(name.startswith("invoke_agent ") for name in names) == 18
     assert sorted(n for n in names if n.startswith("step ")) == ["step 0", "step 1", "step 2"]
     assert os.environ["OTEL_EXPORTER_OTLP_ENDPOINT"] == endpoint
+
+
+def test_the_event_engine_refuses_it_before_anything_is_written(tmp_path: Path) -> None:
+    """Not traced yet: one line naming the setting, and no run directory."""
+    config = simulacra.load_config(CONFIG, [*SMALL, "run.trace.otel=jsonl",
+                                            "sim.engine.step.built_in=async_event"])
+    with pytest.raises(ConfigError, match=r"run\.trace\.otel=jsonl: the step engine "
+                                          r"'async_event' takes no tracer"):
+        simulacra.run_society(config, out=tmp_path / "r")
+    assert not (tmp_path / "r").exists()
