@@ -94,9 +94,11 @@ def test_the_example_study_fits_80_columns_and_cuts_no_value(tmp_path: Path) -> 
     pytest.importorskip("polars")
     import shutil
 
+    # The example names the checkout's bank by its absolute path (it runs from anywhere);
+    # a copy beside the study, named relative to it, is what a user moving it would do.
     shutil.copy(ROOT / "examples" / "bank.py", tmp_path / "bank.py")
     code, lines = _in_terminal(["experiment", "--example"], tmp_path)
-    text = "\n".join(lines).replace("examples/bank.py", "bank.py")
+    text = "\n".join(lines).replace(str(ROOT / "examples" / "bank.py"), "bank.py")
     (tmp_path / "study.toml").write_text(text.replace("replications = 5", "replications = 2")
                                          .replace('backend = "auto"', 'backend = "sequential"'),
                                          encoding="utf-8")

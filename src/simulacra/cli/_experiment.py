@@ -93,7 +93,8 @@ class StudyError(Exception):
 #: so the study runs from any directory.
 EXAMPLE_STUDY = """\
 # simulacra experiment study.toml   (the format: simulacra experiment --help)
-model = {model}  # relative to this file, or "module:function"
+# the model: "file.py:function" (relative to this file) or "module:function"
+model = {model}
 master_seed = 2025
 replications = 5
 backend = "auto"                # or sequential, threads, processes, dask

@@ -339,7 +339,7 @@ class Entity:
         return self._ctx._streams.entity_rng(f"{self.name}/{name}")
 
     def np_rng(self, name: str) -> Generator:
-        """This entity's numpy stream *name* (needs ``simulacra[numpy]``); see :meth:`rng`."""
+        """This entity's numpy stream *name* (needs the ``numpy`` extra); see :meth:`rng`."""
         return self._ctx._streams.entity_np_rng(f"{self.name}/{name}")
 
     def spawn(self, fn: Any, *args: Any, name: str | None = None, **kwargs: Any) -> Process[Any]:
