@@ -132,3 +132,26 @@ def test_a_damaged_recording_stops_the_replay_at_its_own_call(tmp_path: Path) ->
     assert f"agent {agent!r} failed in step {n}" in message
     assert f"damaged completion at site {agent}/{n}" in message
     assert "ReplayMiss" not in message
+
+
+def test_a_config_changed_after_the_run_is_named_before_the_replay(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """manifest.json holds the config's SHA-256: an edited config.yaml is refused at once
+    (a stranger's edit of steps: 3 -> 4 ran three steps, then blamed a missing recording)."""
+    from simulacra.cli import main
+    from simulacra.errors import ConfigError
+
+    config = load_config(CONFIG, ["sim.agents=8", "sim.steps=3"])
+    run_society(config, out=tmp_path / "run")
+    replay_run(tmp_path / "run")  # as written: it replays
+    stored = tmp_path / "run" / "config.yaml"
+    text = stored.read_text(encoding="utf-8")
+    assert "  steps: 3\n" in text
+    stored.write_text(text.replace("  steps: 3\n", "  steps: 4\n"), encoding="utf-8")
+    with pytest.raises(ConfigError, match=r"config\.yaml: it was changed after the run"):
+        replay_run(tmp_path / "run")
+    capsys.readouterr()
+    assert main(["replay", str(tmp_path / "run"), "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1
+    assert "it was changed after the run" in err

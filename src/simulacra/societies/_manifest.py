@@ -55,6 +55,16 @@ def config_sha256(data: Mapping[str, Any]) -> str:
     return hashlib.sha256(canonical_line(data)).hexdigest()
 
 
+def simulation_sha256(data: Mapping[str, Any]) -> str:
+    """:func:`config_sha256` of the config less its ``run`` section: what the run simulates.
+
+    A resume may change ``run.*`` settings (a budget, checkpoints) and no other,
+    so this hash is the same in every session of a run; a replay checks the
+    stored ``config.yaml`` against it.
+    """
+    return config_sha256({key: value for key, value in data.items() if key != "run"})
+
+
 def factory_file(ref: str | None) -> Path | None:
     """The source file of a ``sim.world.factory`` reference (a file, or a module's file)."""
     if not ref:
@@ -97,6 +107,7 @@ def start_manifest(path: Path, config: RunConfig, *, completions: str,
         "platform": platform.platform(),
         "seed": config.seed,
         "config_sha256": config_sha256(config.data),
+        "simulation_sha256": simulation_sha256(config.data),
         "provider": {"name": llm.provider, "model": llm.model, "base_url": llm.base_url,
                      "api_key_env": llm.api_key_env if llm.provider != "scripted" else None},
         "world_factory": {

@@ -44,7 +44,13 @@ from simulacra.rng import SeedTree, as_seed_tree
 
 from ._calls import CallLog, CallLogModel
 from ._config import RunConfig, parse_config
-from ._manifest import finish_manifest, portable_factory, read_manifest, start_manifest
+from ._manifest import (
+    finish_manifest,
+    portable_factory,
+    read_manifest,
+    simulation_sha256,
+    start_manifest,
+)
 from ._provider import ProviderGuard, preflight
 from ._rounds import Metered, RoundEngine, RoundResult, StepReport, gc_paused
 from ._rounds import deprecated_count as _deprecated_count
@@ -1659,6 +1665,12 @@ def replay_run(run_dir: str | os.PathLike[str], *, overrides: tuple[str, ...] = 
         config = config.with_overrides([f"sim.world.factory={moved}"])
     manifest = rundir.file("manifest")
     stated = read_manifest(manifest) if manifest.is_file() else {}
+    simulated = stated.get("simulation_sha256")  # manifests written before it have none
+    if isinstance(simulated, str) and simulation_sha256(data) != simulated:
+        raise ConfigError(
+            f"{rundir.file('config')}: it was changed after the run (manifest.json has the "
+            f"SHA-256 of what the run simulated, {simulated[:12]}...): a replay re-runs the "
+            "run as it was made; restore the file, or run the changed config as a new run")
     scenario = run_scenario(rundir.path, stated, data.get("scenario"))
     if stated.get("replayable") is False:
         raise ConfigError(
