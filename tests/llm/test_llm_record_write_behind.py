@@ -187,3 +187,41 @@ def test_an_interrupted_sync_is_no_failed_write_and_is_waited_for_again(tmp_path
         assert store.held == 0
     with RecordingStore(path, readonly=True) as store:
         assert store.get(request.key(), _site(0, 0)) == Completion("yes")
+
+
+def test_no_call_is_made_while_the_last_steps_calls_could_still_be_lost(
+        tmp_path: Path) -> None:
+    """A RecordingModel's next call waits for the write-behind of the calls before it."""
+    path = tmp_path / "r.sqlite"
+    made: list[str] = []
+
+    class Counting:
+        def complete(self, request: CompletionRequest, *, site: CallSite | None = None
+                     ) -> Completion:
+            made.append(request.prompt)
+            return Completion(f"re: {request.prompt}")
+
+        async def acomplete(self, request: CompletionRequest, *,
+                            site: CallSite | None = None) -> Completion:
+            return self.complete(request, site=site)
+
+    first, second = CompletionRequest.chat("step 0"), CompletionRequest.chat("step 1")
+    with RecordingStore(path) as store:
+        store.hold()
+        recorder = RecordingModel(Counting(), store)
+        recorder.complete(first, site=_site(0, 0))
+        store._db.execute("PRAGMA busy_timeout = 60000")
+        with contextlib.closing(sqlite3.connect(path, isolation_level=None)) as other:
+            other.execute("BEGIN IMMEDIATE")  # the step's write waits for the file
+            assert store.commit(wait=False) == 1
+            caller = threading.Thread(target=recorder.complete, args=(second,),
+                                      kwargs={"site": _site(0, 1)})
+            caller.start()
+            caller.join(0.5)
+            assert caller.is_alive()
+            assert made == ["step 0"]  # the next call is not made yet
+            other.execute("ROLLBACK")
+        caller.join(30)
+        assert made == ["step 0", "step 1"]
+        with RecordingStore(path, readonly=True) as reader:
+            assert reader.get(first.key(), _site(0, 0)) == Completion("re: step 0")

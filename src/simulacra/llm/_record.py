@@ -38,6 +38,7 @@ compression.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import hashlib
 import json
@@ -613,9 +614,9 @@ class RecordingStore:
         """Hold the writes from now on until :meth:`commit`: one transaction for many calls.
 
         A society run holds its store and commits it at the end of every step
-        (``commit(wait=False)``: on the store's writer thread; the run syncs
-        before any checkpoint and before it finishes), so a step of a million
-        calls costs one commit. What is held is served by
+        (``commit(wait=False)``: on the store's writer thread; the next call
+        through a RecordingModel, a checkpoint and the run's end wait for it),
+        so a step of a million calls costs one commit. What is held is served by
         :meth:`get` and :meth:`get_failure` at once, and committed before any
         other read and by :meth:`close`. A process killed before the commit
         loses the held writes of that step only; a resumed run, which starts
@@ -795,22 +796,30 @@ class RecordingStore:
     def sync(self) -> None:
         """Wait until every ``commit(wait=False)`` so far is written (durable).
 
+        Several threads may wait at once: each returns once every write-behind
+        queued before it is written (a write is taken off the queue only when
+        done, so no thread returns early because another is waiting on it).
+
         Raises:
             RecordingError: One of them failed (its writes are held again:
-                the next commit tries them once more).
+                the next commit tries them once more); raised in the thread
+                that finds it first.
         """
-        with self._state:
-            behind, self._behind = self._behind, []
         failed: BaseException | None = None
-        for at, future in enumerate(behind):
+        while True:
+            with self._state:
+                if not self._behind:
+                    break
+                future = self._behind[0]
             try:
-                future.result()
+                future.result()  # a Ctrl-C here leaves it queued, for the next sync
             except Exception as exc:  # the first is raised, after all were waited for
                 failed = failed or exc
-            except BaseException:  # this thread interrupted (Ctrl-C): no write failed
-                with self._state:
-                    self._behind = behind[at:] + self._behind  # still to wait for
-                raise
+            with self._state:
+                if self._behind and self._behind[0] is future:
+                    del self._behind[0]
+                elif future in self._behind:  # another thread took the ones before it
+                    self._behind.remove(future)
         if failed is not None:
             if isinstance(failed, RecordingError):
                 raise failed
@@ -1334,10 +1343,17 @@ class RecordingModel(ModelWrapper):
         return completion
 
     def complete(self, request: CompletionRequest, *, site: CallSite | None = None) -> Completion:
-        """Return *inner*'s completion of *request*, recorded under its call site."""
+        """Return *inner*'s completion of *request*, recorded under its call site.
+
+        A write-behind of the store (``commit(wait=False)``: the last step's
+        calls) is written before this call is made: no call is paid while the
+        calls before it could still be lost.
+        """
         found = self._hit(request, site)
         if found is not None:
             return found
+        if self.store._behind:
+            self.store.sync()
         try:
             completion = self.inner.complete(request, site=site)
         except ProviderError as exc:
@@ -1352,6 +1368,8 @@ class RecordingModel(ModelWrapper):
         found = self._hit(request, site)
         if found is not None:
             return found
+        if self.store._behind:
+            await asyncio.to_thread(self.store.sync)  # as complete(), off the event loop
         try:
             completion = await self.inner.acomplete(request, site=site)
         except ProviderError as exc:

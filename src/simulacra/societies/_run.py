@@ -1159,11 +1159,10 @@ def _execute(config: RunConfig, rundir: RunDirectory | None, model: LanguageMode
 
         def step_done(report: StepReport) -> None:
             # The step's calls go to the store's writer thread (SQLite writes them
-            # on another core while the next step runs). They are durable before
-            # any checkpoint after this step is written and before the run ends
-            # (durable(), below): a resume from a checkpoint finds them, and a
-            # crash loses only calls after the last checkpoint, which a resume
-            # (starting there) asks again.
+            # on another core while the step's events are written). They are durable
+            # before the next step makes its first call (RecordingModel waits), before
+            # any checkpoint (durable(), below) and before the run ends: a crash loses
+            # only the calls of the step in flight, which a resume asks again.
             if store is not None:
                 store.commit(wait=False)
             if calllog is not None:
