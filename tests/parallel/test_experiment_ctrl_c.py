@@ -94,10 +94,6 @@ if "from multiprocessing.forkserver import main" in " ".join(sys.orig_argv):
 """
 
 
-@pytest.mark.xfail(
-    reason="open: the forkserver, started with SIGINT as the parent has it, prints a "
-    "KeyboardInterrupt traceback if Ctrl-C lands in its preload; blocking SIGINT does not "
-    "survive its exec, and ignoring it in the parent lost the Ctrl-C here", strict=False)
 @pytest.mark.timeout(120)
 def test_ctrl_c_while_the_forkserver_starts_is_still_one_line(tmp_path: Path) -> None:
     """The forkserver is in the process group too: it must not print a KeyboardInterrupt."""

@@ -119,6 +119,30 @@ def warn_if_oversubscribed(workers: int, field: str = "max_workers") -> None:
         )
 
 
+def _start_forkserver_deaf() -> None:
+    """Start multiprocessing's forkserver (if it is not running) with SIGINT ignored.
+
+    The forkserver is in the terminal's process group, so a Ctrl-C reaches it
+    too; it ignores SIGINT only once its preload is imported, and a Ctrl-C that
+    landed in the preload printed its KeyboardInterrupt traceback under the
+    run's one line. An ignored SIGINT stays ignored across its exec, so it is
+    ignored here, in the main thread, for the moment of the spawn only (a few
+    milliseconds, in which a Ctrl-C to this process is lost too), and the
+    forkserver starts deaf to it.
+    """
+    from multiprocessing import forkserver  # noqa: PLC0415  (not on Windows)
+
+    server = getattr(forkserver, "_forkserver", None)
+    if (server is None or getattr(server, "_forkserver_pid", None) is not None
+            or threading.current_thread() is not threading.main_thread()):
+        return
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        server.ensure_running()
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
 def _use_preloaded_forkserver(context: Any, preload: Sequence[str]) -> None:
     """Ask multiprocessing's forkserver to import *preload* before it forks anything.
 
@@ -318,6 +342,8 @@ class WorkerPool:
             raise
 
     def _start(self, slot: int) -> None:
+        if self._context.get_start_method() == "forkserver":
+            _start_forkserver_deaf()
         parent, child = self._context.Pipe(duplex=True)
         process = self._context.Process(target=serve, args=(child,),
                                         name=f"simulacra-worker-{slot}")
