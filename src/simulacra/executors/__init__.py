@@ -32,6 +32,7 @@ if TYPE_CHECKING:  # the type checker sees every name; at run time they load laz
     from ._pool import ThreadExecutor as ThreadExecutor
     from ._pool import process_pool as process_pool
     from ._refs import callable_ref as callable_ref
+    from ._refs import main_script as main_script
     from ._refs import resolve_callable as resolve_callable
     from ._registry import EXECUTOR_ALIASES as EXECUTOR_ALIASES
     from ._registry import EXECUTOR_NAMES as EXECUTOR_NAMES
@@ -66,6 +67,7 @@ __all__ = [
     "START_METHODS",
     # helpers
     "callable_ref",
+    "main_script",
     "resolve_callable",
     "available_cpus",
     "free_threaded",
@@ -80,7 +82,7 @@ _LAZY: dict[str, str] = {
     **dict.fromkeys(("DaskExecutor", "import_distributed", "local_dask_client"), "._dask"),
     **dict.fromkeys(("START_METHODS", "InterpreterExecutor", "ProcessExecutor",
                      "SequentialExecutor", "ThreadExecutor", "process_pool"), "._pool"),
-    **dict.fromkeys(("callable_ref", "resolve_callable"), "._refs"),
+    **dict.fromkeys(("callable_ref", "main_script", "resolve_callable"), "._refs"),
     **dict.fromkeys(("PoolLease", "WorkerPool", "default_start_method"), "._workers"),
     **dict.fromkeys(("EXECUTOR_ALIASES", "EXECUTOR_NAMES", "auto_backend", "executor_name",
                      "free_threaded", "get_executor"), "._registry"),

@@ -22,7 +22,7 @@ from typing import Any
 
 from simulacra.errors import ConfigError
 
-__all__ = ["callable_ref", "resolve_callable"]
+__all__ = ["callable_ref", "main_script", "resolve_callable"]
 
 #: Module names that do not name the same module in another process: a worker
 #: started by ``spawn`` (or a Dask worker) has its own ``__main__``.
@@ -45,7 +45,26 @@ def _refuse(field: str, obj: object, why: str) -> ConfigError:
     return ConfigError(f"{field} must be {_EXPECTED}, got {_describe(obj)}: {why}")
 
 
-def callable_ref(fn: object, field: str = "fn") -> str:
+def main_script(ref: str) -> str | None:
+    """How *ref* names a function of the program's own script: ``"file"``, ``"session"``, None.
+
+    ``"file"``: the script file that runs as ``__main__`` (a worker process of
+    ``multiprocessing`` has it as ``__mp_main__``, imported without its main
+    block); ``"session"``: ``__main__`` without a file (an interactive session,
+    a script read from stdin), which no other process can import.
+    """
+    where = ref.rpartition(":")[0]
+    if where in _MAIN_MODULES:
+        return "session"
+    if is_file_ref(where):
+        for name in _MAIN_MODULES:
+            file = getattr(sys.modules.get(name), "__file__", None)
+            if isinstance(file, str) and Path(file).resolve() == Path(where).resolve():
+                return "file"
+    return None
+
+
+def callable_ref(fn: object, field: str = "fn", *, main: bool = False) -> str:
     """Return the reference that names *fn* in any process.
 
     Accepted: functions (and classes, or classmethods of classes) defined at the
@@ -54,9 +73,16 @@ def callable_ref(fn: object, field: str = "fn") -> str:
     ``"package.module:qualname"`` or ``"path/to/file.py:qualname"``, which is
     checked by resolving it (a relative file path is made absolute).
 
+    With *main*, a function of the program's own script (``__main__``) is
+    accepted too, as ``"/path/to/script.py:qualname"`` (a worker process
+    imports the script as ``multiprocessing`` does, without its main block), or
+    as ``"__main__:qualname"`` when the script has no file: the caller checks
+    what can run it (:func:`main_script`).
+
     Args:
         fn: The callable to name, or its reference string.
         field: The argument name to use in the error message.
+        main: Accept a function of the program's own script (see above).
 
     Returns:
         ``"package.module:qualname"`` or ``"/absolute/path/file.py:qualname"``.
@@ -104,7 +130,7 @@ def callable_ref(fn: object, field: str = "fn") -> str:
             "a function defined inside another function (a closure) has "
             "no importable name; move it to the top level of a module",
         )
-    if module in _MAIN_MODULES:
+    if module in _MAIN_MODULES and not main:
         raise _refuse(
             field,
             fn,
@@ -112,6 +138,10 @@ def callable_ref(fn: object, field: str = "fn") -> str:
             "move it into a module, or name its file as 'path/to/file.py:function'",
         )
     ref = f"{module}:{qualname}"
+    if module in _MAIN_MODULES:
+        file = getattr(sys.modules.get(module), "__file__", None)
+        if isinstance(file, str) and file.endswith(".py") and Path(file).is_file():
+            ref = f"{Path(file).resolve()}:{qualname}"
     try:
         found = resolve_callable(ref, field)
     except ConfigError as exc:
@@ -194,6 +224,11 @@ def resolve_callable(ref: str, field: str = "fn") -> Callable[..., Any]:
 def _load_file(path: Path, field: str) -> ModuleType:
     path = path.resolve()
     key = str(path)
+    for name in _MAIN_MODULES:  # the program's own script: the module it already is
+        running = sys.modules.get(name)
+        file = getattr(running, "__file__", None)
+        if running is not None and isinstance(file, str) and Path(file).resolve() == path:
+            return running
     with _FILE_LOCK:
         module = _FILE_MODULES.get(key)
         if module is not None:

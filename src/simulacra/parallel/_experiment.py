@@ -50,6 +50,7 @@ from simulacra.executors import (
     callable_ref,
     executor_name,
     get_executor,
+    main_script,
 )
 from simulacra.rng import SeedTree
 
@@ -598,6 +599,33 @@ def _import_polars() -> Any:
     return polars
 
 
+#: Backends that run a function of the study's own script: in this process, or in
+#: worker processes that import the script as multiprocessing does (without its
+#: ``if __name__ == "__main__":`` block).
+_MAIN_FILE_BACKENDS = ("sequential", "threads", "processes")
+
+
+def _check_main_model(model: str, backend: str) -> None:
+    """Refuse a model of the study's own script on a backend that cannot import it.
+
+    Raises:
+        BackendUnavailable: One line naming the backends that can run it.
+    """
+    kind = main_script(model)
+    if kind is None:
+        return
+    if kind == "session" and backend not in ("sequential", "threads"):
+        raise BackendUnavailable(
+            f"model_fn {model!r} is defined in an interactive session (or a script read "
+            f"from stdin), which backend {backend!r} cannot import: run it with backend="
+            "'sequential' or 'threads', or save it in a file")
+    if kind == "file" and backend not in _MAIN_FILE_BACKENDS:
+        raise BackendUnavailable(
+            f"model_fn {model!r} is a function of the study's own script, which backend "
+            f"{backend!r} does not import as multiprocessing does: run it with backend="
+            "'sequential', 'threads' or 'processes', or move it into a module")
+
+
 @final
 class ExperimentResults:
     """The results of a study, in identity order ``(config_index, replication)``.
@@ -963,8 +991,11 @@ class Experiment:
     **The model must be importable by name** (it runs in other processes):
     a module-level function, given as the function itself or as
     ``"package.module:function"`` or ``"path/to/file.py:function"``. Lambdas,
-    closures, bound methods and functions defined in ``__main__`` are refused
-    when the Experiment is built.
+    closures and bound methods are refused when the Experiment is built. A
+    function of the study's own script (``__main__``) runs on sequential,
+    threads and processes (whose workers import the script as multiprocessing
+    does, so the script needs its ``if __name__ == "__main__":`` guard); the
+    other backends refuse it when the study runs.
 
     **Nothing is lost.** With a *spool_dir*, each finished replication is
     appended to ``spool_dir/results.jsonl`` (flushed and fsynced) as it
@@ -1011,7 +1042,9 @@ class Experiment:
             raise ConfigError(
                 f"common_random_numbers must be a bool, got {common_random_numbers!r}"
             )
-        self._model = callable_ref(model_fn, "model_fn")
+        # A function of the study's own script is fine: each backend that runs it
+        # imports the script as multiprocessing does (see _check_main_model).
+        self._model = callable_ref(model_fn, "model_fn", main=True)
         self._convention: str = convention
         self._configs = _check_configs(configs, convention)
         self._master_seed = _check_master_seed(master_seed)
@@ -1246,6 +1279,12 @@ class Experiment:
             executor, name, reason = self._executor(
                 backend, max_workers, scheduler_address, retries
             )
+        try:
+            _check_main_model(self._model, name)
+        except BaseException:
+            if not isinstance(backend, Executor):
+                executor.close()
+            raise
         try:
             spool = (
                 None if self._spool_dir is None else _Spool(self._spool_dir, self.identity, resume)
