@@ -98,3 +98,27 @@ def test_a_signal_in_the_last_step_says_the_run_finished(
     err = capsys.readouterr().err
     assert err == ("SIGINT: it came during the last step, which finished the run "
                    "(nothing to resume)\n")
+
+
+def test_the_summary_explains_calls_against_agent_steps(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """On the event-driven engine a run makes more calls than it resolves turns: the calls of
+    turns whose answer falls after the end. The summary says so, and the counts agree with
+    calls.jsonl and action_events.jsonl; the round engine, one call a turn, has no such row."""
+    import json
+
+    config = str(ROOT / "examples" / "social" / "config.yaml")
+    out = tmp_path / "event"
+    assert main(["run", config, "sim.agents=10", "sim.steps=3", "--out", str(out),
+                 "--no-progress", "sim.engine.step.built_in=async_event"]) == 0
+    text = capsys.readouterr().out
+    lines = (out / "calls.jsonl").read_text(encoding="utf-8").splitlines()
+    calls = {(c["agent"], c["n"]) for c in map(json.loads, lines)}
+    lines = (out / "action_events.jsonl").read_text(encoding="utf-8").splitlines()
+    turns = {(e["agent"], e["step"]) for e in map(json.loads, lines)}
+    assert turns < calls  # every resolved turn called; some calls resolved no turn
+    row = next(line for line in text.splitlines() if "calls per agent-step" in line)
+    assert f"{len(calls) / len(turns):.2f}: a turn called more than once" in row
+    assert main(["run", config, "sim.agents=10", "sim.steps=3", "--out",
+                 str(tmp_path / "round"), "--no-progress"]) == 0
+    assert "calls per agent-step" not in capsys.readouterr().out

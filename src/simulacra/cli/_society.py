@@ -437,6 +437,12 @@ def _rows(config: Any, run: Any) -> dict[str, Any]:
                                + ("" if rate is None else
                                   f" ({rate:,.0f}/s, {speed['us_per_agent_step']:,.1f} us each)"))
         rows["  needing no call"] = f"{speed.get('no_call_share', 0.0):.1%}"
+        steps_taken, calls = speed.get("agent_steps", 0), llm.get("calls", 0)
+        if steps_taken and calls > steps_taken:
+            # Calls against events: an agent-step is a resolved turn (one event or more).
+            rows["  calls per agent-step"] = (
+                f"{calls / steps_taken:.2f}: a turn called more than once, or its "
+                "answer came after the run's end (called, not resolved)")
     rows["tokens"] = (f"{llm.get('prompt_tokens', 0)} prompt, "
                       f"{llm.get('completion_tokens', 0)} completion")
     if llm.get("cost"):
