@@ -1,0 +1,315 @@
+"""Against global sync: a barrier per step, lookahead, and an oracle on one LLM workload.
+
+One workload: the social society (``examples/social``) of N agents, each
+taking K turns (one model call a turn), against a loopback OpenAI-compatible
+mock (``ScriptedServer`` answering from a model that sleeps). Three schedulers:
+
+(a) **global sync**: the round engine on threads, ``concurrency`` calls open at
+    once, a barrier after every step (K steps);
+(b) **lookahead**: the event-driven engine (``async_event``) on threads,
+    ``max_turns=K``, overlapping every call whose wake-up lies before the
+    horizon ``t0 + min_duration`` (``docs/events.md``);
+(c) **oracle**: an idealised schedule computed, not run, from (b)'s recorded
+    dependency graph (below).
+
+The mock server. Each call's service time is the seeded latency model of the
+bench (prefill per prompt token, decode per completion token over the server's
+throughput, a base, lognormal noise with a stream keyed by the request key and
+the call site) times ``--scale`` wall seconds per simulated second, and at most
+``--capacity`` calls are served at once: the others wait in the server's queue
+(a semaphore), as on an inference server with a fixed batch. The reply is
+``ScriptedModel(seed=0)``'s, so the replies over HTTP equal the scripted model's
+in process, and a repeated run of one scheduler sees the same replies and the
+same service times.
+
+Think time. "Issue the next turn's call as the previous one completes plus its
+recorded think time": on (b) an agent's next wake-up is the resolution of its
+turn plus an exponential pause (``wake_interval``; ``reaction_delay`` after a
+mention or reply), in *simulated* time, and the turn's simulated duration is
+the same latency model (its own noise stream). Neither engine paces to the wall
+clock: think time costs no wall time, it only places turns on the virtual clock,
+and so decides which calls fall inside one lookahead horizon and may run at once.
+On (a) think time is the barrier itself: every agent acts once per step.
+Wall time is therefore the time the server takes to serve the calls as each
+scheduler lets them overlap, plus the engines' own cost.
+
+The oracle (c). From (b)'s run directory: ``calls.jsonl`` (one call per turn,
+agent and turn), ``action_events.jsonl`` (which turn wrote which post) and the
+recordings (the prompt each turn saw). Turn (a, n) depends on (a, n - 1) and
+on every turn that wrote a post its prompt shows (``#id`` in FEED and
+MENTIONS): what it read is exactly what it depends on, so a schedule that
+honours these edges produces the same replies and the same events as (b).
+Think time costs no wall time (as in the engines). Each turn takes its
+service time (recomputed exactly as the server slept, with no HTTP or engine
+cost) on one of ``capacity`` slots; a discrete-event list schedule starts a
+ready turn whenever a slot is free, earliest-ready first (ties: (b)'s virtual
+wake time). Its makespan is the oracle; ``max(critical path, work /
+capacity)`` is printed beside it as a bound no schedule can beat. Likes and
+follows are not in the prompt's ``#ids``: their effect is through the agent's
+own previous turn (follows) or not visible in the prompt (like counts), so the
+graph is exact for this world.
+
+Digests. Each scheduler is run ``--repeat`` times and its digests must be
+identical. (a) and (b) are different engines with different semantics (a step
+is a round on (a), a window of virtual time on (b); turns see different
+worlds), so their digests differ by design and are not compared.
+
+(b) runs ``sim.steps = 8 K`` windows of virtual time, enough for every agent
+to reach ``max_turns`` here (the bench warns when fewer than N K calls were
+made): the engine does not stop when every agent has retired, and each empty
+window still costs about a millisecond of wall time.
+
+Mean calls in flight is the sum of the calls' wall seconds (``calls.jsonl``
+``wall_s``, client side, queueing at the server included) over the run's wall
+time; the peak is a sweep over the intervals ``[at, at + wall_s]``.
+
+Usage::
+
+    python bench/society_schedulers.py                       # 25 and 100 agents, 4 turns
+    python bench/society_schedulers.py --agents 1000 --repeat 1
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import heapq
+import json
+import random
+import re
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "src"))
+
+from simulacra.llm import (  # noqa: E402
+    CallSite,
+    Completion,
+    CompletionRequest,
+    LatencyModel,
+    RecordingStore,
+    ScriptedModel,
+    ScriptedServer,
+)
+from simulacra.rng import derive_seed  # noqa: E402
+from simulacra.societies import load_config, run_society  # noqa: E402
+
+CONFIG = ROOT / "examples" / "social" / "config.yaml"
+#: Simulated seconds: a base, prefill and decode over the server's throughput, noise.
+LATENCY = {"base": 0.5, "prefill_per_token": 0.0002, "decode_per_token": 0.01,
+           "noise_sigma": 0.5, "min_duration": 0.5}
+_TAG = "bench.society_schedulers.server.v1"
+_POST_ID = re.compile(r"#(\d+)")
+
+
+class ServedModel:
+    """The scripted model behind a server: at most *capacity* calls served at once,
+    each for its seeded service time (simulated seconds x *scale*) of wall time."""
+
+    def __init__(self, capacity: int, scale: float) -> None:
+        self.inner = ScriptedModel(seed=0)
+        self.latency = LatencyModel.from_dict(LATENCY)
+        self.scale = scale
+        self._slots = threading.BoundedSemaphore(capacity)
+        self._lock = threading.Lock()
+        self.serving = self.peak = 0
+
+    def service(self, request: CompletionRequest, completion: Completion,
+                site: CallSite | None) -> float:
+        """Wall seconds the server serves this call (a pure function of it)."""
+        path: tuple[str | int, ...] = (request.key(),)
+        if site is not None:
+            path += (site.agent, site.n)
+        rng = random.Random(derive_seed(0, _TAG, *path))
+        return self.latency.duration(request, completion, rng) * self.scale
+
+    def complete(self, request: CompletionRequest, *,
+                 site: CallSite | None = None) -> Completion:
+        completion = self.inner.complete(request, site=site)
+        with self._slots:
+            with self._lock:
+                self.serving += 1
+                self.peak = max(self.peak, self.serving)
+            time.sleep(self.service(request, completion, site))
+            with self._lock:
+                self.serving -= 1
+        return completion
+
+    async def acomplete(self, request: CompletionRequest, *,
+                        site: CallSite | None = None) -> Completion:
+        return await asyncio.to_thread(self.complete, request, site=site)
+
+
+def overrides(scheduler: str, agents: int, turns: int, concurrency: int, *, think: float,
+              base_url: str) -> list[str]:
+    common = [f"sim.agents={agents}", "sim.engine.mode=threads",
+              f"sim.engine.concurrency={concurrency}", "sim.llm.provider=openai_compatible",
+              f"sim.llm.base_url={base_url}", f"sim.llm.concurrency={concurrency}",
+              "sim.llm.timeout=600", "run.checkpoint_every=null"]
+    if scheduler == "global sync":
+        return [*common, "sim.engine.step.built_in=round", f"sim.steps={turns}"]
+    latency = [f"sim.llm.latency.{k}={v}" for k, v in LATENCY.items()]
+    return [*common, *latency, "sim.engine.step.built_in=async_event",
+            f"sim.steps={turns * 8}", f"sim.engine.step.options.max_turns={turns}",
+            f"sim.engine.step.options.wake_interval={think}",
+            f"sim.engine.step.options.reaction_delay={think / 5}"]
+
+
+def read_jsonl(path: Path) -> list[dict[str, Any]]:
+    with path.open(encoding="utf-8") as file:
+        return [json.loads(line) for line in file if line.strip()]
+
+
+def in_flight(calls: list[dict[str, Any]], wall: float) -> tuple[float, int]:
+    """(mean, peak) calls in flight over *wall* seconds, from their start and length."""
+    edges = sorted([(c["at"], 1) for c in calls] + [(c["at"] + c["wall_s"], -1) for c in calls])
+    peak = now = 0
+    for _, step in edges:
+        now += step
+        peak = max(peak, now)
+    return sum(c["wall_s"] for c in calls) / wall, peak
+
+
+def run_once(scheduler: str, args: argparse.Namespace, agents: int,
+             out: Path) -> dict[str, Any]:
+    server_model = ServedModel(args.capacity, args.scale)
+    concurrency = min(agents, args.concurrency)
+    with ScriptedServer(server_model) as server:
+        config = load_config(CONFIG, overrides(scheduler, agents, args.turns, concurrency,
+                                               think=args.think, base_url=server.base_url))
+        start = time.perf_counter()
+        run = run_society(config, out=out)
+        wall = time.perf_counter() - start
+    calls = [c for c in read_jsonl(out / "calls.jsonl") if c.get("ok", True)]
+    if len(calls) != agents * args.turns:
+        print(f"  warning: {scheduler} made {len(calls)} calls, not {agents * args.turns}")
+    mean, peak = in_flight(calls, wall)
+    return {"wall_s": wall, "digest": run.result.digest, "calls": len(calls),
+            "mean": mean, "peak": peak, "served_peak": server_model.peak,
+            "failed": run.result.failed if hasattr(run.result, "failed") else 0}
+
+
+def oracle(run_dir: Path, capacity: int, scale: float) -> dict[str, float]:
+    """The list schedule of (b)'s recorded turns on *capacity* slots (module docstring)."""
+    served = ServedModel(capacity, scale)
+    calls = [c for c in read_jsonl(run_dir / "calls.jsonl") if c.get("ok", True)]
+    writer: dict[int, tuple[str, int]] = {}
+    for event in read_jsonl(run_dir / "action_events.jsonl"):
+        data = event.get("data") or {}
+        if event["kind"] in ("post", "reply") and "post" in data:
+            writer[data["post"]] = (event["agent"], event["step"])
+    turns: dict[tuple[str, int], dict[str, Any]] = {}
+    with RecordingStore(run_dir / "llm_recordings.sqlite", readonly=True) as store:
+        for call in calls:
+            request = store.request(call["key"])
+            assert request is not None, call
+            site = CallSite(call["agent"], call["n"])
+            completion = served.inner.complete(request, site=site)
+            me = (call["agent"], call["turn"])
+            deps = {writer[int(p)] for p in _POST_ID.findall(request.prompt) if int(p) in writer}
+            if call["turn"] > 0:
+                deps.add((call["agent"], call["turn"] - 1))
+            deps.discard(me)
+            turns[me] = {"s": served.service(request, completion, site), "deps": deps,
+                         "t": call["t"]}
+    for turn in turns.values():  # a dependency with no call (a failed turn) costs nothing
+        turn["deps"] = {d for d in turn["deps"] if d in turns}
+    # Critical path (the graph is acyclic: a turn reads only posts resolved before it woke).
+    finish: dict[tuple[str, int], float] = {}
+    order = sorted(turns, key=lambda k: turns[k]["t"])
+    for key in order:
+        finish[key] = max((finish[d] for d in turns[key]["deps"]), default=0.0) + turns[key]["s"]
+    critical = max(finish.values(), default=0.0)
+    work = sum(t["s"] for t in turns.values())
+    # List schedule: a ready heap (ready time, wake time) and a heap of busy slots.
+    waiting = {k: len(t["deps"]) for k, t in turns.items()}
+    users: dict[tuple[str, int], list[tuple[str, int]]] = {k: [] for k in turns}
+    for key, turn in turns.items():
+        for dep in turn["deps"]:
+            users[dep].append(key)
+    ready = [(0.0, turns[k]["t"], k) for k, n in waiting.items() if n == 0]
+    heapq.heapify(ready)
+    busy: list[tuple[float, tuple[str, int]]] = []
+    now = end = 0.0
+    while ready or busy:
+        while ready and len(busy) < capacity and ready[0][0] <= now:
+            _, _, key = heapq.heappop(ready)
+            heapq.heappush(busy, (now + turns[key]["s"], key))
+        if busy and (not ready or len(busy) >= capacity or busy[0][0] <= ready[0][0]):
+            now, key = heapq.heappop(busy)
+            end = max(end, now)
+            for user in users[key]:
+                waiting[user] -= 1
+                if waiting[user] == 0:
+                    heapq.heappush(ready, (now, turns[user]["t"], user))
+        elif ready:
+            now = max(now, ready[0][0])
+    return {"oracle_s": end, "bound_s": max(critical, work / capacity),
+            "critical_s": critical, "work_s": work, "turns": len(turns)}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--agents", default="25,100", help="comma-separated sizes")
+    parser.add_argument("--turns", type=int, default=4, help="turns (calls) per agent")
+    parser.add_argument("--repeat", type=int, default=2, help="runs per scheduler")
+    parser.add_argument("--capacity", type=int, default=64, help="calls the server serves at once")
+    parser.add_argument("--concurrency", type=int, default=256,
+                        help="engine and client calls open at once (at most N)")
+    parser.add_argument("--scale", type=float, default=0.1,
+                        help="wall seconds the server takes per simulated second")
+    parser.add_argument("--think", type=float, default=0.5,
+                        help="mean simulated think time (wake_interval) of (b)")
+    args = parser.parse_args()
+    print(f"latency (simulated s) {LATENCY}, x{args.scale} wall; server capacity "
+          f"{args.capacity}; {args.turns} turns an agent; think {args.think}")
+    rows = []
+    for agents in (int(a) for a in args.agents.split(",")):
+        with tempfile.TemporaryDirectory(prefix="simulacra-sched-") as tmp:
+            results: dict[str, list[dict[str, Any]]] = {}
+            for scheduler in ("global sync", "lookahead"):
+                results[scheduler] = [
+                    run_once(scheduler, args, agents, Path(tmp) / f"{scheduler[0]}{i}")
+                    for i in range(args.repeat)]
+            best = oracle(Path(tmp) / "l0", args.capacity, args.scale)
+            own = oracle(Path(tmp) / "g0", args.capacity, args.scale)
+        sync = min(r["wall_s"] for r in results["global sync"])
+        print(f"\nN={agents}: oracle {best['oracle_s']:.2f} s over {best['turns']} turns "
+              f"(bound {best['bound_s']:.2f} s: critical path {best['critical_s']:.2f} s, "
+              f"work/capacity {best['work_s'] / args.capacity:.2f} s)")
+        print(f"  (a)'s own graph: oracle {own['oracle_s']:.2f} s (bound {own['bound_s']:.2f} s)")
+        for scheduler, runs in results.items():
+            wall = min(r["wall_s"] for r in runs)
+            mine = own if scheduler == "global sync" else best
+            first = runs[0]
+            same = len({r["digest"] for r in runs}) == 1
+            row = {"agents": agents, "scheduler": scheduler, "wall_s": wall,
+                   "calls": first["calls"], "mean": first["mean"], "peak": first["peak"],
+                   "oracle_share": mine["oracle_s"] / wall,
+                   "of_b_oracle": best["oracle_s"] / wall, "speedup": sync / wall,
+                   "same_digest": same, "runs": len(runs), "failed": first["failed"]}
+            rows.append(row)
+            print(f"  {scheduler:<11} wall {wall:7.2f} s  calls {row['calls']:5d}  in flight "
+                  f"mean {row['mean']:6.1f} peak {row['peak']:4d}  x{row['speedup']:.2f} "
+                  f"over sync  {row['oracle_share']:.0%} of own oracle "
+                  f"({row['of_b_oracle']:.0%} of (b)'s)  digests of {len(runs)} "
+                  f"runs identical: {same}")
+        print("  (a) and (b) are different engines: their digests differ by design; "
+              f"sync {results['global sync'][0]['digest'][:12]} vs lookahead "
+              f"{results['lookahead'][0]['digest'][:12]}")
+    print("\n| N | scheduler | wall s | calls | in flight mean | peak | x sync | of own oracle "
+          "| of (b)'s oracle | digests equal |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    for r in rows:
+        print(f"| {r['agents']} | {r['scheduler']} | {r['wall_s']:.2f} | {r['calls']} | "
+              f"{r['mean']:.1f} | {r['peak']} | {r['speedup']:.2f} | {r['oracle_share']:.0%} | "
+              f"{r['of_b_oracle']:.0%} | {r['same_digest']} ({r['runs']} runs) |")
+
+
+if __name__ == "__main__":
+    main()
