@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import importlib
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any, Final
 
@@ -144,3 +145,33 @@ def full_collections_deferred(enabled: bool = True) -> Iterator[None]:
         yield
     finally:
         gc.set_threshold(*old)
+
+
+def lazy_names(package: str, table: Mapping[str, str], namespace: dict[str, Any]
+               ) -> tuple[Callable[[str], Any], Callable[[], list[str]]]:
+    """The PEP 562 ``__getattr__`` and ``__dir__`` of a package whose names load on first use.
+
+    *table* maps each public name to the private module (relative to
+    *package*) that defines it. The first use of a name imports its module and
+    puts every public name of that module in *namespace* (the package's
+    globals) at once, claimed as ``package.X`` (reprs, tracebacks and pickles
+    never show the private module). Used as::
+
+        __getattr__, __dir__ = lazy_names(__name__, _LAZY, globals())
+    """
+
+    def getattr_(name: str) -> Any:
+        where = table.get(name)
+        if where is None:
+            raise AttributeError(f"module {package!r} has no attribute {name!r}")
+        module = importlib.import_module(where, package)
+        names = [n for n, w in table.items() if w == where]
+        loaded = {n: getattr(module, n) for n in names}
+        claim_public_module(package, {"__all__": names, **loaded})
+        namespace.update(loaded)
+        return loaded[name]
+
+    def dir_() -> list[str]:
+        return sorted(set(namespace) | set(namespace.get("__all__", ())))
+
+    return getattr_, dir_

@@ -11,10 +11,9 @@ This package imports only the standard library and :mod:`simulacra.errors`;
 ``dask.distributed`` is imported when a Dask executor is created.
 """
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from simulacra._util import claim_public_module
+from simulacra._util import lazy_names
 
 if TYPE_CHECKING:  # the type checker sees every name; at run time they load lazily
     from ._base import Done as Done
@@ -89,18 +88,4 @@ _LAZY: dict[str, str] = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    where = _LAZY.get(name)
-    if where is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    module = importlib.import_module(where, __name__)
-    # Every public name of that module at once, claimed as simulacra.executors.X.
-    names = [n for n, w in _LAZY.items() if w == where]
-    loaded = {n: getattr(module, n) for n in names}
-    claim_public_module(__name__, {"__all__": names, **loaded})
-    globals().update(loaded)
-    return loaded[name]
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(__all__))
+__getattr__, __dir__ = lazy_names(__name__, _LAZY, globals())

@@ -12,10 +12,9 @@ for a replication, ``_pdes_workers.py`` for a shard), pays for nothing else:
 ``import simulacra.parallel`` costs about what ``import simulacra.core`` costs.
 """
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from simulacra._util import claim_public_module
+from simulacra._util import lazy_names
 
 if TYPE_CHECKING:  # the type checker sees every name; at run time they load lazily
     from ._experiment import CONVENTIONS as CONVENTIONS
@@ -63,19 +62,4 @@ _LAZY: dict[str, str] = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    where = _LAZY.get(name)
-    if where is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    module = importlib.import_module(where, __name__)
-    # Every public name of that module at once, claimed as simulacra.parallel.X
-    # (reprs, tracebacks and pickles never show the private module).
-    names = [n for n, w in _LAZY.items() if w == where]
-    loaded = {n: getattr(module, n) for n in names}
-    claim_public_module(__name__, {"__all__": names, **loaded})
-    globals().update(loaded)
-    return loaded[name]
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(__all__))
+__getattr__, __dir__ = lazy_names(__name__, _LAZY, globals())

@@ -22,10 +22,9 @@ scenario imports none of this package's dependencies (pydantic's extension
 module refuses sub-interpreters).
 """
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from simulacra._util import claim_public_module
+from simulacra._util import lazy_names
 
 if TYPE_CHECKING:  # the type checker sees every name; at run time they load lazily
     from ._apply import apply_scenario as apply_scenario
@@ -90,19 +89,4 @@ _LAZY: dict[str, str] = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    where = _LAZY.get(name)
-    if where is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    module = importlib.import_module(where, __name__)
-    # Every name of that module at once, claimed as they were when this package
-    # imported them all eagerly: reprs and pickles say simulacra.scenarios.X.
-    names = [n for n, w in _LAZY.items() if w == where]
-    loaded = {n: getattr(module, n) for n in names}
-    claim_public_module(__name__, {"__all__": names, **loaded})
-    globals().update(loaded)
-    return loaded[name]
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(__all__))
+__getattr__, __dir__ = lazy_names(__name__, _LAZY, globals())
