@@ -122,3 +122,19 @@ def test_the_summary_explains_calls_against_agent_steps(
     assert main(["run", config, "sim.agents=10", "sim.steps=3", "--out",
                  str(tmp_path / "round"), "--no-progress"]) == 0
     assert "calls per agent-step" not in capsys.readouterr().out
+
+
+def test_resume_with_a_config_file_and_replay_of_a_missing_directory_say_what_is_wrong(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A stranger's `run CONFIG --resume DIR` was told the config path is not a run.*
+    override; `replay runs/nope` said "not a run directory" where `report` says it does not
+    exist."""
+    config = str(ROOT / "examples" / "social" / "config.yaml")
+    assert main(["run", config, "--resume", str(tmp_path / "run")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1
+    assert "continues the run with the config stored in RUN_DIR: leave out" in err
+    missing = tmp_path / "nope"
+    assert main(["replay", str(missing), "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert err == f"error: {str(missing)!r} is not a run directory: it does not exist\n"

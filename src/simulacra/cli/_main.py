@@ -196,6 +196,10 @@ def _cmd_run(args: argparse.Namespace) -> int:
         if args.scenario is not None:
             raise _UsageError("--scenario starts a run; --resume RUN_DIR continues the scenario "
                               "the run started with (its scenario.json)")
+        if args.target is not None and args.target.endswith((".yaml", ".yml", ".json")):
+            raise _UsageError(f"--resume RUN_DIR continues the run with the config stored in "
+                              f"RUN_DIR: leave out {args.target!r} (run.* overrides may "
+                              "follow: run.budget.cost=...)")
         if args.settings or any(not item.startswith("run.") for item in items):
             bad = next((i for i in items if not i.startswith("run.")), "--set")
             raise _UsageError(f"--resume RUN_DIR takes overrides of run.* settings only "

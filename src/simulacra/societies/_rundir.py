@@ -243,6 +243,8 @@ class RunDirectory:
 
         where = self.file("config")
         if not where.is_file():
+            if not self.path.exists():
+                raise ConfigError(f"{str(self.path)!r} is not a run directory: it does not exist")
             raise ConfigError(f"{str(self.path)!r} is not a run directory: no {where.name}")
         try:
             with where.open(encoding="utf-8") as file:
