@@ -190,6 +190,10 @@ def test_a_model_bug_exits_1_and_names_the_replication(
             "grid.x must be a non-empty list of values, got int 3",
         ),
         (
+            'model = "m:f"\nmaster_seed = 1\nreplications = 2\n[grid]\n',
+            r"grid is empty: give each parameter a list of values \(servers = \[2, 3\]\)",
+        ),
+        (
             'model = "m:f"\nmaster_seed = 1\nreplications = 2\nconfigs = [{}]\n[grid]\nx = [3]\n',
             "give either grid or configs, not both",
         ),

@@ -370,7 +370,10 @@ def _configs(study: Mapping[str, Any]) -> list[dict[str, Any]]:
         raise StudyError("give either grid or configs, not both")
     if "grid" in study:
         grid = study["grid"]
-        _expect(isinstance(grid, dict) and bool(grid), "grid", grid)
+        if grid == {}:
+            raise StudyError("grid is empty: give each parameter a list of values "
+                             "(servers = [2, 3]), or leave [grid] out for one config")
+        _expect(isinstance(grid, dict), "grid", grid)
         for name, values in grid.items():
             if not isinstance(values, list) or not values:
                 raise StudyError(
