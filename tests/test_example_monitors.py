@@ -6,12 +6,12 @@ Monitoring changes no KPI and no trace digest; the file is in the
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
 import os
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
 
@@ -24,26 +24,15 @@ ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = ROOT / "examples"
 
 
-def _load(name: str, path: Path) -> ModuleType:
-    if name in sys.modules:
-        return sys.modules[name]
-    spec = importlib.util.spec_from_file_location(name, path)
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
+
+@pytest.fixture(scope="module")
+def bank(load_module: Callable[[str, Path], ModuleType]) -> ModuleType:
+    return load_module("_monitored_example_bank", EXAMPLES / "bank.py")
 
 
 @pytest.fixture(scope="module")
-def bank() -> ModuleType:
-    return _load("_monitored_example_bank", EXAMPLES / "bank.py")
-
-
-@pytest.fixture(scope="module")
-def fleet() -> ModuleType:
-    return _load("_monitored_example_ride_hailing", EXAMPLES / "ride_hailing" / "model.py")
+def fleet(load_module: Callable[[str, Path], ModuleType]) -> ModuleType:
+    return load_module("_monitored_example_ride_hailing", EXAMPLES / "ride_hailing" / "model.py")
 
 
 def _script(*args: str) -> subprocess.CompletedProcess[str]:

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import importlib.util
 import math
 import os
 import re
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -30,27 +30,15 @@ FLEET_KPIS = ("requests", "served", "abandoned", "open", "abandonment_rate", "me
               "utilisation", "charges", "mean_charger_wait", "charger_utilisation")
 
 
-def _load(name: str, path: Path) -> ModuleType:
-    """Import an example file under *name* (examples are not an installed package)."""
-    if name in sys.modules:
-        return sys.modules[name]
-    spec = importlib.util.spec_from_file_location(name, path)
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module  # dataclasses look their module up here
-    spec.loader.exec_module(module)
-    return module
+
+@pytest.fixture(scope="module")
+def bank(load_module: Callable[[str, Path], ModuleType]) -> ModuleType:
+    return load_module("_example_bank", EXAMPLES / "bank.py")
 
 
 @pytest.fixture(scope="module")
-def bank() -> ModuleType:
-    return _load("_example_bank", EXAMPLES / "bank.py")
-
-
-@pytest.fixture(scope="module")
-def fleet_model() -> ModuleType:
-    return _load("_example_ride_hailing_model", EXAMPLES / "ride_hailing" / "model.py")
+def fleet_model(load_module: Callable[[str, Path], ModuleType]) -> ModuleType:
+    return load_module("_example_ride_hailing_model", EXAMPLES / "ride_hailing" / "model.py")
 
 
 def _script(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess[str]:
@@ -343,13 +331,15 @@ def _fleet_state(fleet: Any) -> tuple[Any, ...]:
     {"policy": "power_of_d"},
     {"vehicles": 15, "chargers": 1, "patience": 3.0},
 ], ids=["closest", "power_of_d", "starved"])
-def test_fleet_matches_simpy(seed: int, params: dict[str, Any]) -> None:
+def test_fleet_matches_simpy(seed: int, params: dict[str, Any],
+                             load_module: Callable[[str, Path], ModuleType]) -> None:
     """The fleet model gives bit-identical results on SimPy: the kernel is SimPy's."""
     pytest.importorskip("simpy")
     import simpy
 
-    ours_model = _load("_example_ride_hailing_model_a", EXAMPLES / "ride_hailing" / "model.py")
-    simpy_model = _load("_example_ride_hailing_model_b", EXAMPLES / "ride_hailing" / "model.py")
+    model = EXAMPLES / "ride_hailing" / "model.py"
+    ours_model = load_module("_example_ride_hailing_model_a", model)
+    simpy_model = load_module("_example_ride_hailing_model_b", model)
     # The model looks these names up in its module globals when it builds.
     setattr(simpy_model, "FilterStore", lambda sim: simpy.FilterStore(sim.env))  # noqa: B010
     setattr(simpy_model, "Resource",  # noqa: B010
