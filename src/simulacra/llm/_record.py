@@ -307,8 +307,8 @@ def _variable_limit(db: sqlite3.Connection) -> int:
         return 999
 
 
-def _write_rows(db: sqlite3.Connection, rows: list[_Row], known: dict[bytes, int],
-                chunks: tuple[int, ...] = _CHUNKS) -> dict[bytes, int]:
+def _write_rows(db: sqlite3.Connection, rows: list[_Row], known: dict[bytes, int]
+                ) -> dict[bytes, int]:
     """Write *rows* (inside the caller's transaction); return the new blobs' ids by digest.
 
     *known* maps the digests of blobs the store holds to their ids; the blobs
@@ -327,7 +327,7 @@ def _write_rows(db: sqlite3.Connection, rows: list[_Row], known: dict[bytes, int
         first = 1 + (int(top) if top is not None else 0)
         ids = {digest: first + i for i, digest in enumerate(new)}
         stored = _insert(db, "INSERT OR IGNORE INTO blobs (id, sha256, codec, data)", 4,
-                         [(ids[d], d, *b.pack()) for d, b in new.items()], chunks=chunks)
+                         [(ids[d], d, *b.pack()) for d, b in new.items()])
         if stored != len(new):  # some were there already (another session wrote them)
             digests = list(new)
             for i in range(0, len(digests), 500):
@@ -349,9 +349,9 @@ def _write_rows(db: sqlite3.Connection, rows: list[_Row], known: dict[bytes, int
         else:
             failures.append((*row[1:4], *row[4]))
     _insert(db, "INSERT INTO completions (request_key, agent, n, completion, request)", 5,
-            calls, _UPSERT_CALL, chunks)
+            calls, _UPSERT_CALL)
     _insert(db, "INSERT OR REPLACE INTO failures (request_key, agent, n, error, message)", 5,
-            failures, chunks=chunks)
+            failures)
     return ids
 
 
@@ -434,11 +434,10 @@ class _Write:
     when its thread is to commit the next group.
     """
 
-    __slots__ = ("args", "behind", "done", "error", "wake")
+    __slots__ = ("args", "done", "error", "wake")
 
-    def __init__(self, args: list[tuple[Any, ...]], behind: bool = False) -> None:
+    def __init__(self, args: list[tuple[Any, ...]]) -> None:
         self.args = args
-        self.behind = behind  # a write-behind's: big statements (see _BIG_CHUNKS)
         self.done = False
         self.error: BaseException | None = None
         self.wake = threading.Lock()
@@ -783,7 +782,7 @@ class RecordingStore:
         try:
             if batch.epoch != self._epoch or not self._write_fast(batch):
                 self._forget_ids()  # and the groups queued behind this one go this way too
-                self._submit(rows, behind=True)
+                self._submit(rows)
         except BaseException:
             self._forget_ids()
             with self._state:
@@ -836,14 +835,14 @@ class RecordingStore:
                 raise RecordingError(f"recording store {self.path} is closed")
             self._pending[(row[0], row[1], row[2], row[3])] = row
 
-    def _submit(self, args: list[_Row], behind: bool = False) -> None:
+    def _submit(self, args: list[_Row]) -> None:
         """Write the rows *args*; return once committed (with the writes queued beside it).
 
         The first writer to find nobody committing commits the queue; the
         writers that queue up meanwhile wait, each on its own lock, and the
         first of them commits them all next.
         """
-        write = _Write(args, behind)
+        write = _Write(args)
         with self._state:
             if self._closed:
                 raise RecordingError(f"recording store {self.path} is closed")
@@ -908,9 +907,8 @@ class RecordingStore:
             db = self._db
             db.execute("BEGIN IMMEDIATE")
             try:
-                chunks = _BIG_CHUNKS if any(write.behind for write in group) else _CHUNKS
                 ids = _write_rows(db, [row for write in group for row in write.args],
-                                  self._known, chunks)
+                                  self._known)
                 db.execute("COMMIT")
             except BaseException:
                 if db.in_transaction:
