@@ -1,7 +1,7 @@
 """DaskBackend on a real LocalCluster: partitions on workers, failures, settings, lifecycle.
 
 Same-seed-same-result on 1, 2, 3 and 4 workers is in the conformance suite
-(``tests/engines/_conf_dask.py``); this module checks what is particular to
+(``tests/backends/_conf_dask.py``); this module checks what is particular to
 Dask. Most tests share one two-worker ``LocalCluster`` (start-ups are slow);
 one test starts the backend's own cluster, then kills one of its workers.
 """
@@ -35,9 +35,9 @@ from simulacra._util import install_hint  # noqa: E402
 from simulacra.backends import get_backend  # noqa: E402
 from simulacra.distributed import _dask_worker  # noqa: E402
 
-ENGINE_TESTS = Path(__file__).resolve().parents[1] / "engines"
-if str(ENGINE_TESTS) not in sys.path:  # workers inherit sys.path and import the models by name
-    sys.path.insert(0, str(ENGINE_TESTS))
+BACKEND_TESTS = Path(__file__).resolve().parents[1] / "backends"
+if str(BACKEND_TESTS) not in sys.path:  # workers inherit sys.path and import the models by name
+    sys.path.insert(0, str(BACKEND_TESTS))
 
 import _engine_models as models  # noqa: E402
 

@@ -1,7 +1,7 @@
 """EmulatorBackend and the worker protocol: distributed logic, in-process, no network.
 
 The same-seed-same-result checks for 1, 2 and 4 emulated workers are in the
-conformance suite (``tests/engines/_conf_mcp.py``); here: the protocol's
+conformance suite (``tests/backends/_conf_mcp.py``); here: the protocol's
 encoding, the worker's dispatch and its errors, and failures through the
 emulator.
 """
@@ -40,9 +40,9 @@ from simulacra.distributed._protocol import (
     unpack_error,
 )
 
-ENGINES = Path(__file__).resolve().parents[1] / "engines"
-if str(ENGINES) not in sys.path:
-    sys.path.insert(0, str(ENGINES))
+BACKEND_TESTS = Path(__file__).resolve().parents[1] / "backends"
+if str(BACKEND_TESTS) not in sys.path:
+    sys.path.insert(0, str(BACKEND_TESTS))
 
 import _engine_models as models  # noqa: E402
 

@@ -3,7 +3,7 @@
 Most tests share one module-wide set of two worker servers (connected to by
 URL and token); the tests of killed workers start their own. The
 same-seed-same-result checks for 1, 2 and 4 workers are in the conformance
-suite (``tests/engines/_conf_mcp.py``).
+suite (``tests/backends/_conf_mcp.py``).
 """
 
 from __future__ import annotations
@@ -31,9 +31,9 @@ from simulacra import (
 )
 from simulacra.distributed import MCPBackend, MCPConfig, WorkerProcesses, spawn_workers
 
-ENGINES = Path(__file__).resolve().parents[1] / "engines"
-if str(ENGINES) not in sys.path:  # workers get this sys.path and import the models by name
-    sys.path.insert(0, str(ENGINES))
+BACKEND_TESTS = Path(__file__).resolve().parents[1] / "backends"
+if str(BACKEND_TESTS) not in sys.path:  # workers get this sys.path and import the models by name
+    sys.path.insert(0, str(BACKEND_TESTS))
 
 import _engine_models as models  # noqa: E402
 

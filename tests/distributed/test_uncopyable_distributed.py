@@ -8,8 +8,8 @@ pickled too) fails there. Each backend raises the ``UncopyableState`` that
 class, the attribute, argument or message, the phase and the step, and what
 would work -- never a raw pickling error, and runs the next model as before.
 
-The models are those of ``tests/engines/test_uncopyable.py``
-(``tests/engines/_copy_models.py``), imported by name by every worker.
+The models are those of ``tests/backends/test_uncopyable.py``
+(``tests/backends/_copy_models.py``), imported by name by every worker.
 """
 
 from __future__ import annotations
@@ -25,9 +25,9 @@ from simulacra import ExecutionBackend, Model, ProcessPoolBackend
 from simulacra.distributed import DaskBackend, EmulatorBackend, MCPBackend
 from simulacra.errors import AgentError, UncopyableState
 
-ENGINES = Path(__file__).resolve().parents[1] / "engines"
-if str(ENGINES) not in sys.path:  # workers inherit (or get) sys.path and import the models
-    sys.path.insert(0, str(ENGINES))
+BACKEND_TESTS = Path(__file__).resolve().parents[1] / "backends"
+if str(BACKEND_TESTS) not in sys.path:  # workers inherit (or get) sys.path and import the models
+    sys.path.insert(0, str(BACKEND_TESTS))
 
 import _copy_models as cm  # noqa: E402
 

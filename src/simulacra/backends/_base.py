@@ -85,7 +85,7 @@ class ExecutionBackend(Protocol):
     owns its partition for the whole run); only phases, step numbers and
     messages travel. It must give results identical to :class:`LocalBackend`,
     the sequential reference: every parallel backend has a same-seed-same-result
-    test against it (``tests/engines/test_conformance.py``).
+    test against it (``tests/backends/test_conformance.py``).
     """
 
     @property

@@ -54,7 +54,7 @@ def test_resume_in_a_new_process_ends_where_an_uncut_run_ends(tmp_path: Path) ->
     first.run(until=3.0)
     path = write_checkpoint(tmp_path, 1, "events", first.state())
     script = RESUME.format(src=str(ROOT / "src"), social=str(SOCIAL),
-                           tests=str(ROOT / "tests" / "engines"), path=str(path))
+                           tests=str(Path(__file__).resolve().parent), path=str(path))
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
                           timeout=110, check=False, env={**os.environ, "PYTHONPATH": ""})
 

@@ -1,7 +1,7 @@
 """Same seed, same result: every backend and worker count against the LocalBackend reference.
 
 To check a new backend, add a factory to ``BACKENDS`` -- or, for a backend
-that lives in its own module, a ``tests/engines/_conf_<name>.py`` file with a
+that lives in its own module, a ``tests/backends/_conf_<name>.py`` file with a
 ``BACKENDS`` list of its own: every test here then runs the conformance model
 on it and compares per-step state digests, message digests, message counts and
 final agent states with the reference, bit for bit.

@@ -1,4 +1,4 @@
-"""PregelBackend in the conformance suite (tests/engines/test_conformance.py picks this up).
+"""PregelBackend in the conformance suite (tests/backends/test_conformance.py picks this up).
 
 The conformance model never votes to halt, so a PregelBackend must give the
 LocalBackend reference's digests exactly; declared but unused combiners and
