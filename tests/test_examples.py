@@ -433,14 +433,14 @@ NEWCOMER_RUNS: dict[str, tuple[tuple[str, ...], str]] = {
 
 #: Examples the docs name that run as scripts in a test of their own.
 RUN_ELSEWHERE = {
-    "social": "tests/social/test_social.py::test_python_examples_social_runs",
+    "social": "tests/societies/test_social.py::test_python_examples_social_runs",
     "pdes_models.py": "test_the_pdes_examples_run_as_scripts_and_agree",
     "ride_hailing/sharded.py": "test_the_pdes_examples_run_as_scripts_and_agree",
     # A module that docs/scenarios.md names for its knobs, not a script.
     "ride_hailing/model.py": "tests/test_ride_hailing_scenarios.py",
-    "social/model.py": "tests/social/test_social_scenarios_example.py",
+    "social/model.py": "tests/examples/test_social_scenarios_example.py",
     # The social demo's agents, named by docs/social.md as an example of AgentMemory.
-    "social/agents.py": "tests/social/test_memory_budget.py",
+    "social/agents.py": "tests/societies/test_memory_budget.py",
 }
 
 

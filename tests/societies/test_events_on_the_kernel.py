@@ -1,7 +1,7 @@
 """The event engine on the kernel's queue: what the rebuild must keep the same in every mode.
 
 The digests are pinned by tests/societies/test_events.py (every mode against the
-sequential reference) and by the run directories of tests/social/data/runs_v1
+sequential reference) and by the run directories of tests/societies/data/runs_v1
 (written before the rebuild). Here: the per-window telemetry that is a property of
 the model, not of the wall clock, is the same in every mode too.
 """
