@@ -20,7 +20,7 @@ import pytest
 import simulacra
 from simulacra import MonitorSet, read_monitors
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples"
 
 

@@ -23,7 +23,7 @@ import simulacra
 from simulacra.cli import main
 from simulacra.parallel import Offloader, use_pool
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples"
 EXAMPLE = EXAMPLES / "llm_workflow"
 SRC = ROOT / "src"

@@ -13,7 +13,7 @@ import pytest
 
 from simulacra import AsyncBackend, ProcessPoolBackend, SeedTree, ThreadPoolBackend
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples"
 if str(EXAMPLES) not in sys.path:  # worker processes inherit sys.path: they import it too
     sys.path.insert(0, str(EXAMPLES))

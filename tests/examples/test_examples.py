@@ -20,7 +20,7 @@ from simulacra._util import install_hint
 from simulacra.cli import main
 from simulacra.parallel import mean_interval
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples"
 SRC = ROOT / "src"
 
@@ -357,7 +357,7 @@ def test_fleet_matches_simpy(seed: int, params: dict[str, Any],
 
 def test_the_sharded_run_of_docs_parallel_runs_as_written(tmp_path: Path) -> None:
     """The ShardedSim example of docs/parallel.md, saved as branches.py and run as a script."""
-    text = (Path(__file__).resolve().parents[1] / "docs" / "parallel.md").read_text()
+    text = (ROOT / "docs" / "parallel.md").read_text()
     start = text.index("```python", text.index("# Sharded runs")) + len("```python\n")
     (tmp_path / "branches.py").write_text(text[start:text.index("```", start)])
     done = subprocess.run([sys.executable, "branches.py"], cwd=tmp_path, capture_output=True,
@@ -369,8 +369,8 @@ def test_the_sharded_run_of_docs_parallel_runs_as_written(tmp_path: Path) -> Non
 @pytest.mark.parametrize("script", ["pdes_models.py", "ride_hailing/sharded.py"])
 def test_the_pdes_examples_run_as_scripts_and_agree(script: str, tmp_path: Path) -> None:
     """`python examples/...` prints each partition's verdict against the unpartitioned run."""
-    path = Path(__file__).resolve().parents[1] / "examples" / script
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1] / "src")}
+    path = ROOT / "examples" / script
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
     done = subprocess.run([sys.executable, str(path)], cwd=tmp_path, capture_output=True,
                           text=True, timeout=300, check=False, env=env)
     assert done.returncode == 0, done.stderr
@@ -380,12 +380,12 @@ def test_the_pdes_examples_run_as_scripts_and_agree(script: str, tmp_path: Path)
 
 def test_the_readme_bank_model_runs_with_the_readme_commands(tmp_path: Path) -> None:
     """The README's bank.py, saved as written, runs with the commands shown under it."""
-    text = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    text = (ROOT / "README.md").read_text()
     start = text.index("```python\n# bank.py") + len("```python\n")
     (tmp_path / "bank.py").write_text(text[start:text.index("```", start)])
     commands = text[text.index("```bash", start) + len("```bash\n"):]
     commands = commands[:commands.index("```")]
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1] / "src")}
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
     ran = 0
     for line in commands.splitlines():
         args = line.split("#")[0].split()
@@ -437,7 +437,7 @@ RUN_ELSEWHERE = {
     "pdes_models.py": "test_the_pdes_examples_run_as_scripts_and_agree",
     "ride_hailing/sharded.py": "test_the_pdes_examples_run_as_scripts_and_agree",
     # A module that docs/scenarios.md names for its knobs, not a script.
-    "ride_hailing/model.py": "tests/test_ride_hailing_scenarios.py",
+    "ride_hailing/model.py": "tests/examples/test_ride_hailing_scenarios.py",
     "social/model.py": "tests/examples/test_social_scenarios_example.py",
     # The social demo's agents, named by docs/social.md as an example of AgentMemory.
     "social/agents.py": "tests/societies/test_memory_budget.py",
