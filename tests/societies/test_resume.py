@@ -257,7 +257,7 @@ def test_resume_refuses_missing_or_short_recordings_unless_told_to_re_record(
     recordings.unlink()
     before = {p.name: p.read_bytes() for p in cut.iterdir() if p.is_file()}
     refused = _simulacra("run", "--resume", str(cut), "--no-progress")
-    assert refused.returncode == 1
+    assert refused.returncode == 2  # missing input, as a missing run directory is
     assert "llm_recordings.sqlite is missing" in refused.stderr
     assert "--re-record" in refused.stderr
     assert {p.name: p.read_bytes() for p in cut.iterdir() if p.is_file()} == before
@@ -266,7 +266,7 @@ def test_resume_refuses_missing_or_short_recordings_unless_told_to_re_record(
     with sqlite3.connect(recordings) as db:  # lose one agent's calls
         db.execute("DELETE FROM completions WHERE agent = (SELECT MIN(agent) FROM completions)")
     short = _simulacra("run", "--resume", str(cut), "--no-progress")
-    assert short.returncode == 1
+    assert short.returncode == 2
     assert "does not match the checkpoint of step 4" in short.stderr
 
     forced = _simulacra("run", "--resume", str(cut), "--re-record", "--no-progress")
@@ -283,7 +283,7 @@ def test_a_damaged_newest_checkpoint_names_the_newest_valid_one(tmp_path: Path) 
     newest.write_bytes(bytes(data))
 
     refused = _simulacra("run", "--resume", str(cut), "--no-progress")
-    assert refused.returncode == 1
+    assert refused.returncode == 2  # damaged input
     assert "corrupted or truncated checkpoint" in refused.stderr
     assert f"--resume {cut} --from-checkpoint 2" in refused.stderr
 

@@ -216,6 +216,11 @@ def _cmd_experiment(args: argparse.Namespace) -> int:
                 hint = " (on the command line: --resume, or another --output)"
             print(f"error: {path}: {exc}{hint}", file=sys.stderr)
             return EXIT_USAGE
+        except simulacra.SpoolError as exc:
+            # Found before any replication ran: the output directory holds another
+            # study, or its study.json or results.jsonl is damaged (bad input).
+            print(f"error: {exc}", file=sys.stderr)
+            return EXIT_USAGE
         except simulacra.SimError as exc:
             print(f"error: {type(exc).__name__}: {exc}", file=sys.stderr)
             return EXIT_SIM_ERROR

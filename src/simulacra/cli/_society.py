@@ -8,10 +8,14 @@ recorded completions -- no model is called -- and checks that the digest is
 the one the run ended with.
 
 Exit status: 0 done (replay: the run and its events match); 1 the run failed
-(its provider became unusable, or more than ``run.max_failed_fraction`` of its
-turns failed) or the replay does not match (the message says where); 2 a usage
-or config error (the message names the dotted field) or a failed preflight of
-the provider; 3 stopped by ``run.budget``, with a checkpoint; 130 stopped by
+(its provider became unusable, more than ``run.max_failed_fraction`` of its
+turns failed, or a write of the run directory failed during the run) or the
+replay does not match (the message says where); 2 bad input: a usage or config
+error (the message names the dotted field), a failed preflight of the
+provider, or a run directory found missing or damaged before the run began
+(``--resume``: no checkpoint, a damaged one, recordings missing, short or
+unreadable; ``replay``: recordings unreadable; the message names the file);
+3 stopped by ``run.budget``, with a checkpoint; 130 stopped by
 SIGINT or SIGTERM (Ctrl-C), with a checkpoint. The message of 3 and 130 says
 how to continue: ``simulacra run --resume RUN_DIR``.
 
@@ -74,6 +78,10 @@ class _Progress:
         #: "turns" counts turns; "steps" or "windows" counts steps (report.step + 1).
         self._windows = unit != "turns"
         self._started = False
+        #: Whether a turn or a step has finished, bar or no bar: the run has begun its
+        #: work. An error before that was found in what the command was given (a damaged
+        #: checkpoint or recording store): bad input, exit 2, not a failed run.
+        self.began = False
         if not enabled:
             return
         try:
@@ -103,6 +111,7 @@ class _Progress:
         # Called after every turn, from the workers: counted here, and the bar moved at
         # most every _TURN_S seconds (redrawing it for each of a million turns took
         # longer than the turns).
+        self.began = True
         if self._bar is not None and not self._windows:
             with self._lock:
                 self._pending += 1
@@ -114,6 +123,7 @@ class _Progress:
             self._bar.advance(self._task, pending)
 
     def step(self, report: Any) -> None:
+        self.began = True
         if self._bar is not None:
             self._start()
             with self._lock:
@@ -166,6 +176,16 @@ def _print_summary(title: str, rows: Mapping[str, Any], out: Any) -> None:
     if not console.is_terminal:
         console.width = 80
     console.print(table)
+
+
+def _bad_input(exc: BaseException) -> int:
+    """The one line of input found damaged or missing before the run began: exit 2.
+
+    The message names the file and what is wrong with it (and, for a damaged newest
+    checkpoint, which older one ``--from-checkpoint`` resumes from).
+    """
+    print(f"error: {exc}", file=sys.stderr)
+    return EXIT_USAGE
 
 
 def _failure(exc: BaseException) -> int:
@@ -480,6 +500,7 @@ def resume_run(run_dir: str, *, progress: bool, overrides: Sequence[str] = (),
         print(f"error: {run_dir!r} is not a run directory: it has no config.yaml "
               "(--resume takes the directory a run wrote)", file=sys.stderr)
         return EXIT_USAGE
+    bar: _Progress | None = None
     try:
         config = simulacra.load_config(str(where / "config.yaml"), list(overrides))
         sim = config.sim
@@ -489,11 +510,12 @@ def resume_run(run_dir: str, *, progress: bool, overrides: Sequence[str] = (),
             except simulacra.ProviderUnavailable as exc:
                 print(f"error: {exc}", file=sys.stderr)
                 return EXIT_USAGE
-        bar = _Progress(progress, sim.steps, f"resume {Path(run_dir).name}", unit="steps")
+        bar = shown = _Progress(progress, sim.steps, f"resume {Path(run_dir).name}",
+                                unit="steps")
 
         def call(control: Any) -> Any:
-            with bar.shown():
-                return simulacra.resume_society(run_dir, on_step=bar.step, on_turn=bar.turn,
+            with shown.shown():
+                return simulacra.resume_society(run_dir, on_step=shown.step, on_turn=shown.turn,
                                                 from_checkpoint=from_checkpoint,
                                                 re_record=re_record, overrides=tuple(overrides),
                                                 control=control)
@@ -502,6 +524,11 @@ def resume_run(run_dir: str, *, progress: bool, overrides: Sequence[str] = (),
     except simulacra.ConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_USAGE
+    except simulacra.CheckpointError as exc:
+        # Before the first step: no checkpoint to resume from, or a damaged one, or
+        # recordings missing, short or damaged (bad input). Once steps ran, only
+        # writing a checkpoint can fail: the run failed.
+        return _failure(exc) if bar is not None and bar.began else _bad_input(exc)
     except simulacra.SimError as exc:
         return _failure(exc)
     if isinstance(run, int):
@@ -513,16 +540,22 @@ def _cmd_replay(args: argparse.Namespace) -> int:
     import simulacra  # noqa: PLC0415
 
     run_dir = Path(args.run_dir)
+    bar: _Progress | None = None
     try:
         summary = simulacra.RunDirectory(run_dir).read_summary()
         steps = int(summary.get("steps", 0))
-        bar = _Progress(not args.no_progress, steps, f"replay {run_dir.name}", unit="steps")
-        with bar.shown():
+        bar = shown = _Progress(not args.no_progress, steps, f"replay {run_dir.name}",
+                                unit="steps")
+        with shown.shown():
             report = simulacra.replay_run(run_dir, overrides=tuple(args.overrides), out=args.out,
-                                          on_step=bar.step, on_turn=bar.turn, check=False)
+                                          on_step=shown.step, on_turn=shown.turn, check=False)
     except simulacra.ConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_USAGE
+    except simulacra.RecordingError as exc:
+        # Before the first turn: the recordings are not a store this simulacra reads
+        # (garbage, truncated, another format): bad input. Later, a write of --out failed.
+        return _failure(exc) if bar is not None and bar.began else _bad_input(exc)
     except simulacra.SimError as exc:
         return _failure(exc)
     print(f"replayed {run_dir}")
