@@ -406,7 +406,8 @@ def _named_examples() -> set[str]:
     """The examples README.md and docs/*.md name: a .py file, or an example's directory."""
     named: set[str] = set()
     for doc in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]:
-        for mention in re.findall(r"examples/[\w./]+", doc.read_text(encoding="utf-8")):
+        # (not tests/examples/..., which the docs cite as the tests of an example)
+        for mention in re.findall(r"(?<![\w/])examples/[\w./]+", doc.read_text(encoding="utf-8")):
             parts = mention.rstrip("./").split("/")[1:]
             named.add("/".join(parts) if parts[-1].endswith(".py") else parts[0])
     return named
