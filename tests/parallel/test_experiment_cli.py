@@ -131,7 +131,8 @@ def test_rerunning_needs_resume(tmp_path: Path, capsys: pytest.CaptureFixture[st
     capsys.readouterr()
 
     assert main(["experiment", str(study)]) == 2
-    assert "(on the command line: --resume, or another --output)" in capsys.readouterr().err
+    assert "add --resume to keep them and run only the rest, or give another --output DIR" in (
+        capsys.readouterr().err)
 
     assert main(["experiment", str(study), "--resume", "--replications", "4"]) == 0
     assert "; 12 resumed" in capsys.readouterr().out
@@ -212,7 +213,7 @@ def test_a_model_bug_exits_1_and_names_the_replication(
         ),
         (
             'model = "no_such_pkg_xyz:run"\nmaster_seed = 1\nreplications = 2\n',
-            "model_fn: no module named 'no_such_pkg_xyz'",
+            "model: no module named 'no_such_pkg_xyz'",
         ),
         (
             'model = "_experiment_models:run_style"\nmaster_seed = 1\nreplications = 2\n'

@@ -48,6 +48,7 @@ import argparse
 import contextlib
 import json
 import math
+import re
 import sys
 import textwrap
 import tomllib
@@ -85,6 +86,47 @@ _KEYS: dict[str, str] = {
 
 class StudyError(Exception):
     """A study file that cannot be used; the message names the field."""
+
+
+#: What :class:`~simulacra.Experiment` says in the Python API's words (``spool_dir``,
+#: ``resume=True``, ``model_fn``), and what the command line says instead: the flags
+#: and study keys its user typed. Whole phrases of simulacra's own messages, anchored
+#: where they can be, so that a model's own error text quoted in a message is left as
+#: it is. tests/cli/test_cli_experiment_words.py runs a study into each of them.
+_CLI_WORDS: tuple[tuple[re.Pattern[str], str], ...] = tuple(
+    (re.compile(pattern), words) for pattern, words in (
+        # results already in the output directory, and no --resume
+        (r"^resume is False, but spool_dir (?=['\"])", "the output directory "),
+        (r"; pass resume=True to keep them and run only the rest, or use an empty spool_dir$",
+         "; add --resume to keep them and run only the rest, or give another --output DIR"),
+        # a replication failed, or its worker died too often
+        (r"; once the cause is fixed, run again with resume=True \(simulacra experiment "
+         r"--resume\) to finish the study, or in another spool_dir if the model changed",
+         "; once the cause is fixed, the same command with --resume finishes the study "
+         "(with another --output DIR if the model changed)"),
+        # advice for a script that runs a study: here simulacra is the main module
+        (r"\. If no replication can finish, the workers may die as they start: a script that "
+         r"runs a study must guard it with `if __name__ == '__main__':`, because spawned "
+         r"workers import the main module again$", ""),
+        # an output directory that holds another study, or is damaged
+        (r"^spool_dir (?=['\"])", "the output directory "),
+        (r"; use another spool_dir for this study$", "; give this study another --output DIR"),
+        (r"; use another spool_dir$", "; give this study another --output DIR"),
+        (r"; run the study again in another spool_dir \(or without resume\)$",
+         "; run the study again with another --output DIR"),
+        (r"^spool_dir must be a directory simulacra can create and write",
+         "the output directory (output in the study file, or --output DIR) must be a "
+         "directory simulacra can create and write"),
+        # the model's reference (model = "..." in the study file)
+        (r"^model_fn\b", "model"),
+    ))
+
+
+def _in_cli_words(message: str) -> str:
+    """*message* of the Python API, in the words of ``simulacra experiment``."""
+    for pattern, words in _CLI_WORDS:
+        message = pattern.sub(words, message, count=1)
+    return message
 
 
 #: What ``simulacra experiment --example`` prints: a study of the bank of
@@ -211,18 +253,15 @@ def _cmd_experiment(args: argparse.Namespace) -> int:
             effects = (results.scenario_effects(settings["confidence"])
                        if experiment.scenarios else None)
         except simulacra.ConfigError as exc:
-            hint = ""
-            if str(exc).startswith("resume is False"):
-                hint = " (on the command line: --resume, or another --output)"
-            print(f"error: {path}: {exc}{hint}", file=sys.stderr)
+            print(f"error: {path}: {_in_cli_words(str(exc))}", file=sys.stderr)
             return EXIT_USAGE
         except simulacra.SpoolError as exc:
             # Found before any replication ran: the output directory holds another
             # study, or its study.json or results.jsonl is damaged (bad input).
-            print(f"error: {exc}", file=sys.stderr)
+            print(f"error: {_in_cli_words(str(exc))}", file=sys.stderr)
             return EXIT_USAGE
         except simulacra.SimError as exc:
-            print(f"error: {type(exc).__name__}: {exc}", file=sys.stderr)
+            print(f"error: {type(exc).__name__}: {_in_cli_words(str(exc))}", file=sys.stderr)
             return EXIT_SIM_ERROR
     results.to_csv(output / "results.csv")
     results.to_parquet(output / "results.parquet")
