@@ -15,6 +15,7 @@ import sqlite3
 import subprocess
 import sys
 import threading
+import time
 import zlib
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -315,12 +316,15 @@ def test_a_failed_group_commit_keeps_its_writes_held(tmp_path: Path) -> None:
         assert store.get(request.key(), CallSite("a", 0)) == Completion("yes")
 
 
-@pytest.mark.parametrize("commit", ["store.commit()", "store.commit(wait=False); store.sync()"])
+@pytest.mark.parametrize(("commit", "offload"), [
+    ("store.commit()", False), ("store.commit(wait=False); store.sync()", False),
+    ("store.commit(wait=False); store.sync()", True)], ids=["commit", "behind", "child"])
 def test_sigkill_keeps_every_committed_step_whole_and_drops_the_step_in_flight(
-        tmp_path: Path, commit: str) -> None:
+        tmp_path: Path, commit: str, offload: bool) -> None:
     """Killed in the middle of a step: the file opens, holds every call of the steps whose
     commit returned, byte for byte, and none of the step in flight (asked again on resume).
-    A society run's steps end with a write-behind it syncs before each checkpoint."""
+    A society run's steps end with a write-behind it syncs before each checkpoint; a large
+    one's is written by a child process, which ends when the run is killed."""
     path = tmp_path / "r.sqlite"
     steps, per_step = 6, 300
     script = f"""
@@ -328,7 +332,7 @@ import os, signal, sys, time
 sys.path.insert(0, {str(SRC)!r})
 from simulacra.llm import CallSite, CompletionRequest, RecordingModel, RecordingStore, ScriptedModel
 store = RecordingStore({str(path)!r})
-store.hold()
+store.hold(offload={offload})
 recorder = RecordingModel(ScriptedModel(seed=9), store)
 for step in range({steps}):
     for i in range({per_step}):
@@ -339,6 +343,8 @@ for step in range({steps}):
             time.sleep(60)  # killed here, half a step held
     {commit}
     print("committed", step, flush=True)
+    if step == 0 and store._offload is not None:
+        print("child", store._offload._proc.pid, flush=True)
 """
     process = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE,
                                stderr=subprocess.PIPE, text=True)
@@ -351,7 +357,15 @@ for step in range({steps}):
     process.kill()
     process.communicate(timeout=30)
     assert lines[-1] == "in flight", lines
-    assert lines[:-1] == [f"committed {s}" for s in range(steps - 1)]
+    children = [int(line.split()[1]) for line in lines if line.startswith("child ")]
+    assert len(children) == int(offload), lines
+    for pid in children:  # the writer process ends with the run it wrote for
+        deadline = time.monotonic() + 30
+        while Path(f"/proc/{pid}").exists() and "zombie" not in _state(pid):
+            assert time.monotonic() < deadline, "the writer process outlived the run"
+            time.sleep(0.05)
+    assert [line for line in lines[:-1] if not line.startswith("child ")] == [
+        f"committed {s}" for s in range(steps - 1)]
     with contextlib.closing(sqlite3.connect(path)) as db:
         assert db.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
     model = ScriptedModel(seed=9)
@@ -367,6 +381,14 @@ for step in range({steps}):
                     assert store.request(request.key()) == request
                 else:
                     assert found is None
+
+
+def _state(pid: int) -> str:
+    try:
+        status = Path(f"/proc/{pid}/status").read_text(encoding="utf-8")
+    except OSError:
+        return "zombie"  # gone
+    return "zombie" if "\nState:\tZ" in status else "running"
 
 
 def test_concurrent_writers_share_commits_and_lose_nothing(tmp_path: Path) -> None:

@@ -76,11 +76,12 @@ def _contents(path: Path) -> dict[str, Any]:
     return {"calls": calls, "failures": failures}
 
 
-def _play(path: Path, ops: list[tuple[Any, ...]], *, behind: bool, ahead: int | None) -> None:
+def _play(path: Path, ops: list[tuple[Any, ...]], *, behind: bool, ahead: int | None,
+          offload: bool = False) -> None:
     store = RecordingStore(path)
     if ahead is not None:
         store._AHEAD = ahead  # type: ignore[misc]  # forget ids often: the careful path runs
-    store.hold()
+    store.hold(offload=offload)
     try:
         for op in ops:
             if op[0] == "put":
@@ -118,6 +119,75 @@ def test_a_write_behind_leaves_what_a_plain_commit_leaves(
     _play(where / "plain.sqlite", ops, behind=False, ahead=None)
     _play(where / "behind.sqlite", ops, behind=True, ahead=ahead)
     assert _contents(where / "behind.sqlite") == _contents(where / "plain.sqlite")
+
+
+@settings(max_examples=25, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(ops=st.lists(_OPS, max_size=40))
+def test_an_offloaded_write_behind_leaves_what_a_plain_commit_leaves(
+        tmp_path_factory: pytest.TempPathFactory, ops: list[tuple[Any, ...]]) -> None:
+    """hold(offload=True): a child process writes the groups; the file is the same."""
+    where = tmp_path_factory.mktemp("off")
+    _play(where / "plain.sqlite", ops, behind=False, ahead=None)
+    _play(where / "child.sqlite", ops, behind=True, ahead=None, offload=True)
+    assert _contents(where / "child.sqlite") == _contents(where / "plain.sqlite")
+
+
+def _poison(path: Path) -> None:
+    """Make the file refuse the call row of agent 'poison' (a real SQLite failure)."""
+    with contextlib.closing(sqlite3.connect(path, isolation_level=None)) as db:
+        db.execute("CREATE TRIGGER poison BEFORE INSERT ON completions WHEN NEW.agent = "
+                   "'poison' BEGIN SELECT RAISE(ABORT, 'poisoned row'); END")
+
+
+@pytest.mark.parametrize("offload", [False, True], ids=["thread", "child"])
+def test_a_write_behind_the_file_refuses_is_kept_held_and_said(tmp_path: Path,
+                                                              offload: bool) -> None:
+    path = tmp_path / "r.sqlite"
+    good, bad = CompletionRequest.chat("good"), CompletionRequest.chat("bad")
+    with RecordingStore(path) as store:
+        store.hold(offload=offload)
+        _poison(path)
+        store.put(good.key(), _site(0, 0), Completion("fine"), request=good)
+        store.put(bad.key(), CallSite("poison", 0), Completion("never"), request=bad)
+        assert store.commit(wait=False) == 2
+        with pytest.raises(RecordingError, match=r"rolled back.*poisoned row"):
+            store.sync()
+        assert store.held == 2  # nothing of the group was written: both held again
+        assert store.get(good.key(), _site(0, 0)) == Completion("fine")
+        with contextlib.closing(sqlite3.connect(path, isolation_level=None)) as db:
+            assert db.execute("SELECT COUNT(*) FROM completions").fetchone()[0] == 0
+            db.execute("DROP TRIGGER poison")
+        assert store.commit(wait=False) == 2
+        store.sync()
+    with RecordingStore(path, readonly=True) as store:
+        assert store.get(good.key(), _site(0, 0)) == Completion("fine")
+        assert store.get(bad.key(), CallSite("poison", 0)) == Completion("never")
+
+
+def test_a_dead_writer_process_leaves_the_writes_to_this_one(tmp_path: Path) -> None:
+    """The child killed between two steps: the next group is written here, nothing lost."""
+    path = tmp_path / "r.sqlite"
+    requests = [CompletionRequest.chat(f"call {i}", system="S") for i in range(6)]
+    with RecordingStore(path) as store:
+        store.hold(offload=True)
+        for i in range(3):
+            store.put(requests[i].key(), _site(i, 0), Completion(f"r{i}"), request=requests[i])
+        store.commit(wait=False)
+        store.sync()
+        child = store._offload._proc  # type: ignore[union-attr]
+        assert child is not None
+        child.kill()
+        child.wait()
+        for i in range(3, 6):
+            store.put(requests[i].key(), _site(i, 0), Completion(f"r{i}"), request=requests[i])
+        store.commit(wait=False)
+        store.sync()
+        assert store._offload.gone is not None  # type: ignore[union-attr]
+    with RecordingStore(path, readonly=True) as store:
+        for i in range(6):
+            assert store.get(requests[i].key(), _site(i, 0)) == Completion(f"r{i}")
+            assert store.request(requests[i].key()) == requests[i]
 
 
 def test_flying_writes_are_served_and_durable_after_sync(tmp_path: Path) -> None:

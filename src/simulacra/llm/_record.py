@@ -43,6 +43,7 @@ import contextlib
 import hashlib
 import json
 import os
+import pickle
 import sqlite3
 import threading
 import zlib
@@ -62,6 +63,7 @@ from simulacra.errors import (
     ReplayMiss,
 )
 
+from ._offload import Offload, WriterGone
 from ._types import (
     CallSite,
     ChatMessage,
@@ -70,6 +72,7 @@ from ._types import (
     LanguageModel,
     canonical_json,
     message_json,
+    message_text,
 )
 
 __all__ = ["STORE_FORMAT", "RecordingModel", "RecordingStore", "ReplayModel"]
@@ -355,6 +358,64 @@ def _write_rows(db: sqlite3.Connection, rows: list[_Row], known: dict[bytes, int
     return ids
 
 
+def _flat_row(row: _Row) -> tuple[Any, ...]:
+    """A held row as the plain data an offloaded write-behind sends (see ``_offload``)."""
+    if row[0] != "call":
+        return row
+    _, raw, agent, n, completion, request = row
+    if type(completion) is _Blob:  # held as blobs (before hold(offload=True)): as bytes
+        return ("blobs", raw, agent, n, completion.data, None,
+                None if request is None else tuple(b.data for b in request))
+    if request is None:
+        return ("call", raw, agent, n, completion.to_json(), None, None)
+    return ("call", raw, agent, n, completion.to_json(), request._settings_json(),
+            [(m.role, m.content, m.name) for m in request.messages])
+
+
+def offloaded_rows(flat: list[tuple[Any, ...]], cache: dict[Any, Any]) -> list[_Row]:
+    """The held rows :func:`_flat_row` made *flat* from (in the child process).
+
+    *cache* keeps the blobs of settings and messages met lately, as
+    ``RecordingStore._request_blobs`` does.
+    """
+    rows: list[_Row] = []
+    for row in flat:
+        kind = row[0]
+        if kind == "failure":
+            rows.append(row)
+            continue
+        _, raw, agent, n, completion, settings, messages = row
+        if kind == "blobs":
+            rows.append(("call", raw, agent, n, _held_blob(completion),
+                         None if messages is None else [_held_blob(m) for m in messages]))
+            continue
+        request: list[_Blob] | None = None
+        if settings is not None:
+            if len(cache) >= 4096:
+                cache.clear()
+            head, tail = settings
+            first = cache.get(settings)
+            if first is None:
+                first = cache[settings] = _held_blob(
+                    (head[:-len(',"messages":[')] + tail[1:]).encode("utf-8"))
+            request = [first]
+            for message in messages:
+                blob = cache.get(message)
+                if blob is None:
+                    blob = cache[message] = _held_blob(message_text(*message).encode("utf-8"))
+                request.append(blob)
+        rows.append(("call", raw, agent, n, _held_blob(completion.encode("utf-8")), request))
+    return rows
+
+
+def _held_blob(data: bytes) -> _Blob:
+    """A blob as a held store writes it: short texts as they are (see RecordingStore.hold)."""
+    blob = _Blob(data)
+    if len(data) < _HELD_RAW:
+        blob.packed = (_RAW, data)
+    return blob
+
+
 def _create_schema(db: sqlite3.Connection) -> None:
     """Create the tables (statement by statement: ``executescript`` would commit first)."""
     for statement in _SCHEMA.split(";"):
@@ -489,6 +550,8 @@ class RecordingStore:
         self._flying: list[dict[tuple[str, bytes, str, int], _Row]] = []
         self._behind: list[Future[None]] = []
         self._writer: ThreadPoolExecutor | None = None
+        #: The child process that writes the write-behinds (hold(offload=True)), or None.
+        self._offload: Offload | None = None
         # The blob ids write-behinds count on (see _prepare), and their generation.
         self._ids = threading.RLock()
         self._epoch = 0
@@ -609,7 +672,7 @@ class RecordingStore:
 
     # -- held writes: one commit per step -----------------------------------------
 
-    def hold(self) -> None:
+    def hold(self, *, offload: bool = False) -> None:
         """Hold the writes from now on until :meth:`commit`: one transaction for many calls.
 
         A society run holds its store and commits it at the end of every step
@@ -625,7 +688,19 @@ class RecordingStore:
         are, not deflated (codec 0, which every reader of the format reads):
         a scripted society run's file is about twice the size, and each call
         costs some 20 us less to record.
+
+        Args:
+            offload: The write-behinds are written by a child process (see
+                ``simulacra.llm._offload``): this process only lists each call
+                (about 2 us) where encoding, hashing and packing it here costs
+                10-20 us of the run's own thread. Worth it for steps of a
+                thousand calls and more; a store in memory, or read-only, is
+                not offloaded. The files written are the same either way.
         """
+        if offload and self._offload is None and self.path != ":memory:" and not self.readonly:
+            if self._pending:  # held before as blobs: written before the objects
+                self.commit()
+            self._offload = Offload(self.path)
         self._held = True
 
     @property
@@ -665,8 +740,13 @@ class RecordingStore:
             if not wait:
                 self._flying.append(pending)
         if not wait:
+            offload = self._offload
             try:
-                batch = self._prepare(rows)
+                if offload is not None and offload.gone is None:
+                    work: Any = (self._send_behind, pending, rows,
+                                 pickle.dumps([_flat_row(row) for row in rows], protocol=5))
+                else:
+                    work = (self._write_behind, pending, rows, self._prepare(rows))
             except BaseException:
                 with self._state:
                     self._pending = {**pending, **self._pending}
@@ -676,8 +756,7 @@ class RecordingStore:
                 if self._writer is None:
                     self._writer = ThreadPoolExecutor(
                         1, thread_name_prefix="simulacra-recordings")
-                self._behind.append(self._writer.submit(self._write_behind, pending, rows,
-                                                        batch))
+                self._behind.append(self._writer.submit(*work))
             return len(rows)
         try:
             self._submit(rows)
@@ -704,6 +783,8 @@ class RecordingStore:
         or a remembered id was dropped), the writer finds out (fewer rows
         inserted than given) and writes the group the careful way instead.
         """
+        if self._offload is not None:  # its child is gone: this process writes
+            rows = [self._blob_row(row) for row in rows]
         with self._ids:
             if self._next_id is None:
                 self.sync()  # the ids the writer thread has yet to write are in the file
@@ -792,6 +873,42 @@ class RecordingStore:
         with self._state:
             self._flying = [each for each in self._flying if each is not pending]
 
+    def write_group(self, rows: list[_Row]) -> None:
+        """Write held *rows* now, in one transaction, as a write-behind would (the child's).
+
+        Not for a store whose writes are held or behind: it does not wait for them.
+        """
+        try:
+            batch = self._prepare(rows)
+            if batch.epoch != self._epoch or not self._write_fast(batch):
+                self._forget_ids()
+                self._submit(rows)
+        except BaseException:
+            self._forget_ids()  # the ids it counted on were rolled back with the group
+            raise
+
+    def _send_behind(self, pending: dict[tuple[str, bytes, str, int], _Row],
+                     rows: list[_Row], data: bytes) -> None:
+        """An offloaded write-behind (on the writer thread): the child writes *data*."""
+        offload = self._offload
+        assert offload is not None  # noqa: S101  (only queued when offloaded)
+        try:
+            try:
+                offload.write(data)
+            except WriterGone:  # this process writes the group (and every later one)
+                self._forget_ids()
+                self._submit(rows)
+            except RuntimeError as exc:
+                raise RecordingError(f"recording store {self.path}: the write failed and was "
+                                     f"rolled back: {exc}") from None
+        except BaseException:
+            with self._state:
+                self._pending = {**pending, **self._pending}
+                self._flying = [each for each in self._flying if each is not pending]
+            raise
+        with self._state:
+            self._flying = [each for each in self._flying if each is not pending]
+
     def sync(self) -> None:
         """Wait until every ``commit(wait=False)`` so far is written (durable).
 
@@ -842,6 +959,8 @@ class RecordingStore:
         writers that queue up meanwhile wait, each on its own lock, and the
         first of them commits them all next.
         """
+        if self._offload is not None:
+            args = [self._blob_row(row) for row in args]
         write = _Write(args)
         with self._state:
             if self._closed:
@@ -953,6 +1072,15 @@ class RecordingStore:
         if request is not None and not isinstance(request, CompletionRequest):
             raise ConfigError(f"request must be a CompletionRequest or None, "
                               f"got {type(request).__name__}")
+        row: _Row = ("call", raw, agent, n, completion, request)
+        # Offloaded (see hold()), the child process encodes the call: this thread lists it.
+        self._keep(row if self._offload is not None else self._blob_row(row))
+
+    def _blob_row(self, row: _Row) -> _Row:
+        """*row* with its completion and request as blobs (a call put as objects when offloaded)."""
+        if row[0] != "call" or type(row[4]) is _Blob:
+            return row
+        _, raw, agent, n, completion, request = row
         blobs = [_Blob(completion.to_json().encode("utf-8"))]
         if request is not None:
             blobs.extend(self._request_blobs(request))
@@ -963,7 +1091,7 @@ class RecordingStore:
         for blob in blobs:
             if blob.packed is None and blob.digest not in known:
                 blob.packed = (_RAW, blob.data) if len(blob.data) < short else _pack(blob.data)
-        self._keep(("call", raw, agent, n, blobs[0], blobs[1:] if request is not None else None))
+        return ("call", raw, agent, n, blobs[0], blobs[1:] if request is not None else None)
 
     def _request_blobs(self, request: CompletionRequest) -> list[_Blob]:
         """The blobs of *request*: its settings, then its messages.
@@ -1078,6 +1206,8 @@ class RecordingStore:
             return None if stored is None else self._load(stored, key, site)
         held = self._held_row(("call", raw, agent, n))
         if held is not None:
+            if type(held[4]) is not _Blob:  # offloaded: the completion as it was put
+                return held[4]  # type: ignore[no-any-return]
             return self._load((_RAW, held[4].data), key, site)
         rows = self._query(
             "SELECT b.codec, b.data FROM completions AS c LEFT JOIN blobs AS b "
@@ -1257,6 +1387,8 @@ class RecordingStore:
         writer, self._writer = self._writer, None
         if writer is not None:
             writer.shutdown(wait=True)
+        if self._offload is not None:
+            self._offload.close()
         with self._state:
             if self._closed:
                 return

@@ -77,14 +77,18 @@ def message_json(message: ChatMessage) -> str:
     """
     text = _MESSAGE_JSON.get(message)
     if text is None:
-        name = message.name
-        text = ('{"content":' + _encode_str(message.content)
-                + ("" if name is None else ',"name":' + _encode_str(name))
-                + ',"role":' + _encode_str(message.role) + "}")
+        text = message_text(message.role, message.content, message.name)
         if len(_MESSAGE_JSON) >= _MESSAGE_JSON_MAX:
             _MESSAGE_JSON.clear()
         _MESSAGE_JSON[message] = text
     return text
+
+
+def message_text(role: str, content: str, name: str | None) -> str:
+    """The canonical JSON of the message of these fields (see :func:`message_json`)."""
+    return ('{"content":' + _encode_str(content)
+            + ("" if name is None else ',"name":' + _encode_str(name))
+            + ',"role":' + _encode_str(role) + "}")
 
 
 def _canonical_json_text(text: object, field_name: str) -> str:

@@ -300,7 +300,7 @@ class RoundEngine:
     __slots__ = ("_agents", "_concurrency", "_events", "_fail_fast", "_failed", "_fatal",
                  "_flows", "_hash", "_ids", "_meter", "_mode", "_on_step", "_on_turn",
                  "_participation", "_pool", "_resolution", "_scenario", "_seed", "_step",
-                 "_step_digests", "_touched", "_world", "defer_digests", "tracer")
+                 "_step_digests", "_touched", "_world", "calls_done", "defer_digests", "tracer")
 
     def __init__(self, world: World, agents: Iterable[Actor], *,
                  model: LanguageModel | None = None,
@@ -362,6 +362,10 @@ class RoundEngine:
         #: Told of every step and turn when set (``run.trace.otel``); None: no
         #: per-turn work at all.
         self.tracer: TurnTracer | None = None
+        #: Called once a step's turns are over (its model calls all made), before its
+        #: last batch is resolved: a run commits the step's recordings there, so that
+        #: they are written while the step's events are resolved and written.
+        self.calls_done: Callable[[], object] | None = None
 
     def use_scenario(self, scenario: SocietyScenario | None) -> None:
         """Apply *scenario*'s changes at the start of the steps they are due in.
@@ -633,8 +637,11 @@ class RoundEngine:
         failed = 0
         self._apply_scenario(step, events)
         self._touch(batches)
+        last = len(batches) - 1
         for flow, batch in enumerate(batches):
             outcomes = self._run_batch(batch, spec)
+            if flow == last and self.calls_done is not None:
+                self.calls_done()
             failed += self._resolve(step, flow, batch, outcomes, events)
         self._end_step(step, sum(map(len, batches)), failed, events, start, tokens)
 
@@ -648,8 +655,11 @@ class RoundEngine:
             failed = 0
             self._apply_scenario(step, events)
             self._touch(batches)
+            last = len(batches) - 1
             for flow, batch in enumerate(batches):
                 outcomes = await self._arun_batch(batch, spec)
+                if flow == last and self.calls_done is not None:
+                    self.calls_done()
                 failed += self._resolve(step, flow, batch, outcomes, events)
             self._end_step(step, sum(map(len, batches)), failed, events, start, tokens)
 

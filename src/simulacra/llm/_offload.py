@@ -1,0 +1,169 @@
+"""A recording store's write-behinds written by a child process (off this process's GIL).
+
+A society run of thousands of calls a step spends most of what recording costs it
+in Python: each call's completion and messages encoded, hashed and packed. On the
+store's writer thread that work still holds the run's GIL. ``RecordingStore.hold(
+offload=True)`` hands it to a child process instead: the run's thread only lists
+the step's calls as plain data (one ``pickle`` of flat tuples), the writer thread
+sends them down a pipe, and the child (``python -c ...`` of :func:`serve`)
+encodes, hashes and packs them and writes them in one transaction, as
+``RecordingStore`` itself would, then answers one line. The step's calls are
+durable when that line came back: the guarantee of a write-behind is the same.
+
+The child starts when the first group is sent (its imports overlap the run), in
+a session of its own (a Ctrl-C in the terminal reaches only the run, which
+stops the way it always does). A group it receives whole is written whole; one
+cut off (the run was killed) is not written at all. If the child cannot start
+or dies, the store writes the groups in this process instead: slower, never
+different (:class:`WriterGone`).
+
+Frames: an 8-byte big-endian length, then a pickle of a list of rows; a length
+of 0 asks the child to close the store and exit. Rows:
+
+* ``("call", key bytes, agent, n, completion JSON, settings, messages)``, where
+  *settings* is the request's ``(head, tail)`` canonical text around its
+  messages (``CompletionRequest._settings_json()``) and *messages* the canonical
+  JSON of each message, or both ``None`` for a call stored without its request;
+* ``("failure", key bytes, agent, n, (error type name, message))``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pickle
+import signal
+import subprocess
+import sys
+from pathlib import Path
+from typing import IO, Any
+
+__all__ = ["Offload", "WriterGone", "serve"]
+
+_FRAME = 8
+
+
+class WriterGone(Exception):
+    """The child could not be started, or died: the caller writes the group itself."""
+
+
+class Offload:
+    """The parent's end: one child process, fed from one thread at a time (the store's writer)."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self._proc: subprocess.Popen[bytes] | None = None
+        self.gone: str | None = None
+
+    def _start(self) -> subprocess.Popen[bytes]:
+        # The package the child imports is this one (a checkout on sys.path, or installed).
+        root = str(Path(__file__).resolve().parents[2])
+        env = dict(os.environ)
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
+        code = "from simulacra.llm._offload import serve; serve()"
+        try:
+            return subprocess.Popen(  # noqa: S603  (this interpreter, our own code)
+                [sys.executable, "-c", code, self.path], stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env,
+                start_new_session=True)
+        except OSError as exc:
+            raise self._lost(f"cannot start it: {exc}") from None
+
+    def _lost(self, why: str) -> WriterGone:
+        self.gone = why
+        proc, self._proc = self._proc, None
+        if proc is not None:
+            _stop(proc)
+        return WriterGone(why)
+
+    def write(self, data: bytes) -> None:
+        """Send one group (a pickled list of rows); return once the child committed it.
+
+        Raises:
+            WriterGone: The child is not there (or no longer): nothing is known
+                of the group, which the caller writes itself (writing it twice
+                is harmless: the store's writes are idempotent).
+            RuntimeError: The child wrote nothing of the group; its message.
+        """
+        if self.gone is not None:
+            raise WriterGone(self.gone)
+        proc = self._proc
+        if proc is None:
+            proc = self._proc = self._start()
+        stdin, stdout = proc.stdin, proc.stdout
+        assert stdin is not None  # noqa: S101  (PIPE)
+        assert stdout is not None  # noqa: S101
+        try:
+            stdin.write(len(data).to_bytes(_FRAME, "big"))
+            stdin.write(data)
+            stdin.flush()
+            line = stdout.readline()
+        except (OSError, ValueError) as exc:
+            raise self._lost(f"it died ({exc})") from None
+        if not line:
+            raise self._lost(f"it died (exit status {proc.poll()})")
+        try:
+            answer = json.loads(line)
+        except ValueError:
+            raise self._lost(f"it answered {line[:80]!r}") from None
+        if answer.get("error") is not None:
+            raise RuntimeError(str(answer["error"]))
+
+    def close(self) -> None:
+        """Ask the child to close the store and exit (after every group sent was answered)."""
+        proc, self._proc = self._proc, None
+        if proc is None:
+            return
+        try:
+            assert proc.stdin is not None  # noqa: S101
+            proc.stdin.write(bytes(_FRAME))
+            proc.stdin.flush()
+            proc.stdin.close()
+            proc.wait(timeout=30)
+        except (OSError, ValueError, subprocess.TimeoutExpired):
+            pass
+        _stop(proc)
+
+
+def _stop(proc: subprocess.Popen[bytes]) -> None:
+    if proc.poll() is None:
+        proc.kill()
+    proc.wait()
+    for stream in (proc.stdin, proc.stdout):
+        if stream is not None:
+            try:
+                stream.close()
+            except OSError:
+                pass
+
+
+def _read(stream: IO[bytes], size: int) -> bytes | None:
+    """Exactly *size* bytes of *stream*, or None at its end (a frame cut off: not written)."""
+    data = stream.read(size)
+    return data if len(data) == size else None
+
+
+def serve() -> None:
+    """The child: write the groups read from stdin into the store ``sys.argv[1]``."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    from ._record import RecordingStore, offloaded_rows  # noqa: PLC0415  (the child only)
+
+    source, answers = sys.stdin.buffer, sys.stdout.buffer
+    store = RecordingStore(sys.argv[1])
+    cache: dict[Any, Any] = {}
+    try:
+        while True:
+            head = _read(source, _FRAME)
+            size = 0 if head is None else int.from_bytes(head, "big")
+            data = _read(source, size) if size else None
+            if data is None:
+                break
+            try:
+                store.write_group(offloaded_rows(pickle.loads(data), cache))  # noqa: S301
+                answer: dict[str, Any] = {"ok": True}
+            except Exception as exc:  # said to the parent, which raises it
+                answer = {"error": f"{type(exc).__name__}: {exc}"}
+            answers.write(json.dumps(answer).encode("utf-8") + b"\n")
+            answers.flush()
+    finally:
+        store.close()
