@@ -188,7 +188,8 @@ def test_calls_and_tokens_are_counted_once_across_a_resume(tmp_path: Path, engin
     assert [s["from_step"] for s in again["sessions"]] == [0, 2]
     assert sum(s["calls"] for s in again["sessions"]) == again["calls"]
     assert 0 < again["sessions"][0]["calls"] < again["calls"]
-    assert f"{uncut['calls']} (" in resumed.stdout  # the resumed table has the calls row
+    # The resumed table has the calls row, of the whole run
+    assert f"{uncut['calls']}, whole run (" in resumed.stdout
 
 
 LOOSE = HERE / "loose" / "bazaar.py"

@@ -295,14 +295,34 @@ def _stopped_at_once(where: str) -> int:
     """The one line of a run stopped by a second signal, naming the checkpoint it resumes from."""
     import simulacra  # noqa: PLC0415
 
-    step = simulacra.RunDirectory(where).last_checkpoint()
+    rundir = simulacra.RunDirectory(where)
+    step = rundir.last_checkpoint()
     if step is not None:
+        finished = _finished_steps(rundir)
+        again = ""
+        if finished > step:
+            # The steps that finished after the checkpoint are in the files and their calls
+            # in the recordings: a resume runs them again, served, and goes on from there.
+            steps = (f"the finished step {step} runs" if finished == step + 1
+                     else f"the finished steps {step}-{finished - 1} run")
+            again = (f"; {steps} again from the recordings, without calling the model"
+                     if rundir.file("recordings").exists()
+                     else f"; {steps} again, calling the model again (run.record is off)")
         print(f"interrupted: stopped at once; `simulacra run --resume {where}` continues "
-              f"from its checkpoint of step {step}", file=sys.stderr)
+              f"from its checkpoint of step {step}{again}", file=sys.stderr)
     else:
         print(f"interrupted: stopped at once, before any checkpoint was written: {where} "
               "cannot be resumed; run it again", file=sys.stderr)
     return EXIT_INTERRUPTED
+
+
+def _finished_steps(rundir: Any) -> int:
+    """The steps a run directory's telemetry counts as finished (a line each)."""
+    try:
+        with rundir.file("telemetry").open("rb") as lines:
+            return sum(1 for line in lines if line.strip())
+    except OSError:
+        return 0
 
 
 def _bytes(size: int) -> str:
@@ -430,6 +450,13 @@ def _title(config: Any, run: Any, *, resumed: bool) -> str:
             f"{sim.engine.mode}, seed {config.seed})")
 
 
+def _steps(first: int, count: int) -> str:
+    """Steps *first* .. *first + count - 1* as the event log numbers them: "steps 3-5"."""
+    if count <= 0:
+        return f"no step (from step {first})"
+    return f"step {first}" if count == 1 else f"steps {first}-{first + count - 1}"
+
+
 def _rows(config: Any, run: Any) -> dict[str, Any]:
     """The summary table: the world's summary, then what the run cost, counted once."""
     sim = config.sim
@@ -447,13 +474,28 @@ def _rows(config: Any, run: Any) -> dict[str, Any]:
     if scenario:
         rows["scenario"] = (f"{scenario['name']} ({scenario['sha256'][:12]}): "
                             f"{scenario['applied']} of {scenario['changes']} changes applied")
-    rows["model calls"] = f"{llm.get('calls', 0)} ({sim.llm.provider}, {sim.llm.model})"
+    sessions = llm.get("sessions", [])
+    # A resumed run's totals are the whole run's (every session, the steps of each
+    # counted once); what this session made and served is its own. The rows say which,
+    # and the rows under "model calls" add up to it.
+    resumed = len(sessions) > 1
+    whole = ", whole run" if resumed else ""
+    rows["model calls"] = (f"{llm.get('calls', 0)}{whole} ({sim.llm.provider}, "
+                           f"{sim.llm.model})")
     speed = llm.get("throughput") or {}
-    if speed:
-        made, served = speed.get("calls_made", 0), speed.get("served_from_recordings", 0)
+    made, served = speed.get("calls_made", 0), speed.get("served_from_recordings", 0)
+    if resumed:
+        for number, session in enumerate(sessions, 1):
+            last = number == len(sessions)
+            who = "this session" if last else f"session {number}"
+            key = f"  {who}, {_steps(int(session['from_step']), int(session['steps']))}"
+            rows[key] = (f"{session['calls']}: {made} made, {served} from recordings" if last
+                         else f"{session['calls']}")
+    elif speed:
         rows["  made / from recordings"] = f"{made} / {served}"
+    if speed:
         rate = speed.get("per_s")
-        rows["agent-steps"] = (f"{speed.get('agent_steps', 0)}"
+        rows["agent-steps"] = (f"{speed.get('agent_steps', 0)}{whole}"
                                + ("" if rate is None else
                                   f" ({rate:,.0f}/s, {speed['us_per_agent_step']:,.1f} us each)"))
         rows["  needing no call"] = f"{speed.get('no_call_share', 0.0):.1%}"
@@ -464,20 +506,14 @@ def _rows(config: Any, run: Any) -> dict[str, Any]:
                 f"{calls / steps_taken:.2f}: a turn called more than once, or its "
                 "answer came after the run's end (called, not resolved)")
     rows["tokens"] = (f"{llm.get('prompt_tokens', 0)} prompt, "
-                      f"{llm.get('completion_tokens', 0)} completion")
+                      f"{llm.get('completion_tokens', 0)} completion{whole}")
     if llm.get("cost"):
         pricing = llm.get("pricing") or {}
-        rows["cost"] = (f"{llm['cost']:.4g} ({pricing.get('prompt_per_mtok', 0):g} / "
+        rows["cost"] = (f"{llm['cost']:.4g}{whole} ({pricing.get('prompt_per_mtok', 0):g} / "
                         f"{pricing.get('completion_per_mtok', 0):g} per million prompt / "
                         "completion tokens)")
-    sessions = llm.get("sessions", [])
-    if len(sessions) > 1:
-        ends = [s["from_step"] for s in sessions[1:]] + [run.result.steps]
-        rows["sessions"] = "; ".join(
-            f"steps {s['from_step']}-{end}: {s['calls']} calls"
-            for s, end in zip(sessions, ends, strict=True))
-    rows["wall clock"] = (f"{run.result.wall_s:.2f} s ({sim.engine.mode}, "
-                          f"concurrency {sim.engine.concurrency})")
+    rows["wall clock"] = (f"{run.result.wall_s:.2f} s{whole}"
+                          f" ({sim.engine.mode}, concurrency {sim.engine.concurrency})")
     return rows
 
 
