@@ -7,6 +7,7 @@ says when it has begun). The checkpoint must land: a real process, real signals.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
@@ -134,3 +135,51 @@ run:
     kept = sorted(p.name for p in (run_dir / "checkpoints").glob("checkpoint-*.ckpt"))
     assert kept == ["checkpoint-000000.ckpt", f"checkpoint-{steps:06d}.ckpt"], (kept, err)
     assert f"simulacra run --resume {run_dir}" in err
+
+
+def test_a_second_sigint_in_the_middle_of_a_step_loses_no_finished_steps_calls(
+        tmp_path: Path) -> None:
+    """Stopped at once mid-step: the resume runs the steps finished after the checkpoint
+    again from the recordings (no call made for them), and ends where the run would have."""
+    config = ROOT / "examples" / "social" / "config.yaml"
+    settings = ["sim.agents=1500", "sim.steps=8", "sim.engine.mode=sequential",
+                "run.checkpoint_every=100000"]
+    run_dir = tmp_path / "run"
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+    command = [sys.executable, "-m", "simulacra", "run", str(config), *settings,
+               "--out", str(run_dir), "--no-progress"]
+    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                               text=True, env=env)
+    try:
+        telemetry = run_dir / "telemetry.jsonl"
+        _wait_for(lambda: telemetry.is_file() and len(telemetry.read_bytes().splitlines()) >= 2,
+                  "two steps")
+        process.send_signal(signal.SIGINT)
+        time.sleep(0.02)
+        process.send_signal(signal.SIGINT)
+        _, err = process.communicate(timeout=60)
+    finally:
+        if process.poll() is None:
+            process.kill()
+    assert process.returncode == 130, err
+    assert "Traceback" not in err
+    finished = len(telemetry.read_bytes().splitlines())
+    kept = sorted(p.name for p in (run_dir / "checkpoints").glob("checkpoint-*.ckpt"))
+    if kept == ["checkpoint-000000.ckpt"]:  # stopped at once (the usual case)
+        assert "stopped at once" in err
+        steps = "step 0 runs" if finished == 1 else f"steps 0-{finished - 1} run"
+        assert (f"continues from its checkpoint of step 0; the finished {steps} again from "
+                "the recordings, without calling the model") in err, err
+    resumed = subprocess.run([sys.executable, "-m", "simulacra", "run", "--resume",
+                              str(run_dir), "--no-progress"], capture_output=True, text=True,
+                             env=env, timeout=120, check=False)
+    assert resumed.returncode == 0, resumed.stderr
+    whole = subprocess.run([*command[:-3], "--out", str(tmp_path / "whole"), "--no-progress"],
+                           capture_output=True, text=True, env=env, timeout=120, check=False)
+    assert whole.returncode == 0, whole.stderr
+    cut = json.loads((run_dir / "summary.json").read_text(encoding="utf-8"))
+    uncut = json.loads((tmp_path / "whole" / "summary.json").read_text(encoding="utf-8"))
+    assert cut["digest"] == uncut["digest"]
+    per_step = uncut["llm"]["calls"] // 8  # participation 1: every agent asks once a step
+    # None of the finished steps' calls reached the model again.
+    assert cut["llm"]["recorded_this_session"] <= uncut["llm"]["calls"] - finished * per_step

@@ -5,7 +5,7 @@ in Python: each call's completion and messages encoded, hashed and packed. On th
 store's writer thread that work still holds the run's GIL. ``RecordingStore.hold(
 offload=True)`` hands it to a child process instead: the run's thread only lists
 the step's calls as plain data (one ``pickle`` of flat tuples), the writer thread
-sends them down a pipe, and the child (``python -c ...`` of :func:`serve`)
+sends them down a pipe, and the child (``python -c ...`` of ``_record.serve_offload``)
 encodes, hashes and packs them and writes them in one transaction, as
 ``RecordingStore`` itself would, then answers one line. The step's calls are
 durable when that line came back: the guarantee of a write-behind is the same.
@@ -31,16 +31,14 @@ from __future__ import annotations
 
 import json
 import os
-import pickle
-import signal
 import subprocess
 import sys
 from pathlib import Path
-from typing import IO, Any
 
-__all__ = ["Offload", "WriterGone", "serve"]
+__all__ = ["FRAME", "Offload", "WriterGone"]
 
-_FRAME = 8
+#: The bytes of a frame's length.
+FRAME = 8
 
 
 class WriterGone(Exception):
@@ -60,7 +58,7 @@ class Offload:
         root = str(Path(__file__).resolve().parents[2])
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
-        code = "from simulacra.llm._offload import serve; serve()"
+        code = "from simulacra.llm._record import serve_offload; serve_offload()"
         try:
             return subprocess.Popen(  # noqa: S603  (this interpreter, our own code)
                 [sys.executable, "-c", code, self.path], stdin=subprocess.PIPE,
@@ -94,7 +92,7 @@ class Offload:
         assert stdin is not None  # noqa: S101  (PIPE)
         assert stdout is not None  # noqa: S101
         try:
-            stdin.write(len(data).to_bytes(_FRAME, "big"))
+            stdin.write(len(data).to_bytes(FRAME, "big"))
             stdin.write(data)
             stdin.flush()
             line = stdout.readline()
@@ -116,7 +114,7 @@ class Offload:
             return
         try:
             assert proc.stdin is not None  # noqa: S101
-            proc.stdin.write(bytes(_FRAME))
+            proc.stdin.write(bytes(FRAME))
             proc.stdin.flush()
             proc.stdin.close()
             proc.wait(timeout=30)
@@ -135,35 +133,3 @@ def _stop(proc: subprocess.Popen[bytes]) -> None:
                 stream.close()
             except OSError:
                 pass
-
-
-def _read(stream: IO[bytes], size: int) -> bytes | None:
-    """Exactly *size* bytes of *stream*, or None at its end (a frame cut off: not written)."""
-    data = stream.read(size)
-    return data if len(data) == size else None
-
-
-def serve() -> None:
-    """The child: write the groups read from stdin into the store ``sys.argv[1]``."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    from ._record import RecordingStore, offloaded_rows  # noqa: PLC0415  (the child only)
-
-    source, answers = sys.stdin.buffer, sys.stdout.buffer
-    store = RecordingStore(sys.argv[1])
-    cache: dict[Any, Any] = {}
-    try:
-        while True:
-            head = _read(source, _FRAME)
-            size = 0 if head is None else int.from_bytes(head, "big")
-            data = _read(source, size) if size else None
-            if data is None:
-                break
-            try:
-                store.write_group(offloaded_rows(pickle.loads(data), cache))  # noqa: S301
-                answer: dict[str, Any] = {"ok": True}
-            except Exception as exc:  # said to the parent, which raises it
-                answer = {"error": f"{type(exc).__name__}: {exc}"}
-            answers.write(json.dumps(answer).encode("utf-8") + b"\n")
-            answers.flush()
-    finally:
-        store.close()

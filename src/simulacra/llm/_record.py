@@ -44,13 +44,15 @@ import hashlib
 import json
 import os
 import pickle
+import signal
 import sqlite3
+import sys
 import threading
 import zlib
 from collections.abc import Iterable, Iterator, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import IO, Any, NamedTuple
 
 from simulacra._util import ModelWrapper
 from simulacra.errors import (
@@ -63,7 +65,7 @@ from simulacra.errors import (
     ReplayMiss,
 )
 
-from ._offload import Offload, WriterGone
+from ._offload import FRAME, Offload, WriterGone
 from ._types import (
     CallSite,
     ChatMessage,
@@ -1624,3 +1626,37 @@ class ReplayModel:
         if self.fallback is None:  # pragma: no cover - _lookup raised already
             raise self._miss(request.key(), site)
         return await self.fallback.acomplete(request, site=site)
+
+
+def _read_exactly(stream: IO[bytes], size: int) -> bytes | None:
+    """Exactly *size* bytes of *stream*, or None at its end (a frame cut off: not written)."""
+    data = stream.read(size)
+    return data if len(data) == size else None
+
+
+def serve_offload() -> None:
+    """The child of an offloaded store (``_offload``): write the groups read from stdin.
+
+    The store is ``sys.argv[1]``; each group is written in one transaction and
+    answered with one JSON line. Ctrl-C is the run's, not the child's.
+    """
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    source, answers = sys.stdin.buffer, sys.stdout.buffer
+    store = RecordingStore(sys.argv[1])
+    cache: dict[Any, Any] = {}
+    try:
+        while True:
+            head = _read_exactly(source, FRAME)
+            size = 0 if head is None else int.from_bytes(head, "big")
+            data = _read_exactly(source, size) if size else None
+            if data is None:
+                break
+            try:
+                store.write_group(offloaded_rows(pickle.loads(data), cache))  # noqa: S301
+                answer: dict[str, Any] = {"ok": True}
+            except Exception as exc:  # said to the parent, which raises it
+                answer = {"error": f"{type(exc).__name__}: {exc}"}
+            answers.write(json.dumps(answer).encode("utf-8") + b"\n")
+            answers.flush()
+    finally:
+        store.close()
