@@ -60,6 +60,7 @@ from .errors import ProviderError as ProviderError
 from .errors import ProviderTimeout as ProviderTimeout
 from .errors import ProviderUnavailable as ProviderUnavailable
 from .errors import RateLimited as RateLimited
+from .errors import RecordingDamaged as RecordingDamaged
 from .errors import RecordingError as RecordingError
 from .errors import RemoteError as RemoteError
 from .errors import ReplayMiss as ReplayMiss
@@ -282,7 +283,7 @@ __all__ = [
     "AgentError", "AgentActionError", "UnknownRecipient", "ContextClosed", "UncopyableState",
     "AgentStateError", "ChannelClosed", "AgentTimeout", "CheckpointError",
     "LLMError", "ProviderError", "ProviderUnavailable", "RateLimited", "ProviderTimeout",
-    "ReplayMiss", "RecordingError", "RunStopped",
+    "ReplayMiss", "RecordingDamaged", "RecordingError", "RunStopped",
     # LLM agent societies: worlds, observe/act agents, the round-based engine, runs
     "World", "LLMAgent", "ActionSpec", "ActionEvent", "RoundEngine", "RoundResult", "StepReport",
     "AgentMemory", "EventEngine", "EventResult", "WindowReport", "LLMRuntime", "LLMContext",

@@ -57,6 +57,7 @@ catches ``ValueError`` or ``RuntimeError`` keeps working::
     │   │   └── ProviderUnavailable  the provider cannot serve the run: the run stops
     │   ├── ReplayMiss             strict replay: no recording for a call site (also LookupError)
     │   └── RecordingError         a recording store that cannot be used (also ValueError)
+    │       └── RecordingDamaged   a stored text that does not read back: the file was damaged
     ├── AgentStateError            AgentError: a pausable agent driven against its status
     ├── ChannelClosed              AgentError: a closed Channel sent to, or drained
     ├── AgentTimeout               AgentError: an async wait timed out (also TimeoutError)
@@ -138,6 +139,7 @@ __all__ = [
     "RateLimited",
     "ProviderTimeout",
     "ReplayMiss",
+    "RecordingDamaged",
     "RecordingError",
 ]
 
@@ -513,6 +515,15 @@ class ReplayMiss(LLMError, LookupError):
 
 class RecordingError(LLMError, ValueError):
     """A recording store cannot be used: unreadable, damaged or of another format version."""
+
+
+class RecordingDamaged(RecordingError):
+    """A completion, request or message of a recording store does not read back as written.
+
+    The file was changed or damaged after it was written (its rows no longer
+    inflate, parse or hash to their keys). The command line treats it as bad
+    input (exit 2), wherever in a replay or resume it is found.
+    """
 
 
 class InvalidAction(AgentError, ValueError):

@@ -216,3 +216,25 @@ def test_a_damaged_study_directory_exits_2(tmp_path: Path) -> None:
     assert done.returncode == 2, done.stderr
     assert f"{str(tmp_path / 'out' / 'study.json')!r} cannot be read as a study" in _one_line(
         done)
+
+
+@pytest.mark.parametrize("command", ["replay", "resume"])
+def test_a_damaged_completion_found_in_the_middle_of_the_run_exits_2(
+        finished: Path, stopped: Path, tmp_path: Path, command: str) -> None:
+    """A completion whose stored bytes no longer read back, met at its own call in step 1:
+    the file was damaged before the command started, whenever the command meets it."""
+    import contextlib
+    import sqlite3
+
+    run = _copy(finished if command == "replay" else stopped, tmp_path)
+    with contextlib.closing(sqlite3.connect(run / RECORDINGS)) as db, db:
+        agent, n, blob = db.execute("SELECT agent, n, completion FROM completions "
+                                    "WHERE n = 1 ORDER BY agent LIMIT 1").fetchone()
+        db.execute("UPDATE blobs SET codec = 0, data = ? WHERE id = ?", (b'{"text', blob))
+    args = (["replay", str(run)] if command == "replay"
+            else ["run", "--resume", str(run), "--from-checkpoint", "0"])
+    done = _simulacra(*args, "--no-progress", cwd=tmp_path)
+    assert done.returncode == 2, done.stderr
+    line = _one_line(done)
+    assert f"damaged completion at site {agent}/{n}" in line
+    assert str(run / RECORDINGS) in line

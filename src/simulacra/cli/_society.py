@@ -32,7 +32,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 __all__ = ["add_replay_command", "is_config_target", "run_config"]
 
@@ -41,6 +41,8 @@ EXIT_FAILED = 1
 EXIT_USAGE = 2
 EXIT_BUDGET = 3
 EXIT_INTERRUPTED = 130
+
+_E = TypeVar("_E", bound=BaseException)
 
 CONFIG_SUFFIXES = (".yaml", ".yml")
 #: The progress bar moves for turns at most this often (seconds); a step moves it too.
@@ -189,6 +191,11 @@ def _bad_input(exc: BaseException) -> int:
 
 
 def _failure(exc: BaseException) -> int:
+    import simulacra  # noqa: PLC0415
+
+    damaged = _cause(exc, simulacra.RecordingDamaged)
+    if damaged is not None:  # the recordings were damaged before the command: bad input
+        return _bad_input(damaged)
     cause = exc.__cause__
     extra = f" ({type(cause).__name__}: {cause})" if cause is not None and str(cause) not in str(
         exc) else ""
@@ -281,14 +288,19 @@ def _society(call: Callable[[Any], Any], where: str, view: Any = None, *, name: 
 
 def _interrupted(exc: BaseException) -> bool:
     """Whether *exc* was raised because a KeyboardInterrupt cut its work short."""
+    return _cause(exc, KeyboardInterrupt) is not None
+
+
+def _cause(exc: BaseException, kind: type[_E]) -> _E | None:
+    """The first exception of *kind* in *exc*'s chain of causes (itself included), or None."""
     seen: BaseException | None = exc
     for _ in range(16):
         if seen is None:
-            return False
-        if isinstance(seen, KeyboardInterrupt):
-            return True
+            return None
+        if isinstance(seen, kind):
+            return seen
         seen = seen.__cause__ or seen.__context__
-    return False
+    return None
 
 
 def _stopped_at_once(where: str) -> int:

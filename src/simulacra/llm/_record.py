@@ -61,6 +61,7 @@ from simulacra.errors import (
     ProviderTimeout,
     ProviderUnavailable,
     RateLimited,
+    RecordingDamaged,
     RecordingError,
     ReplayMiss,
 )
@@ -1249,10 +1250,10 @@ class RecordingStore:
                 parts = [self._blob_json(int(blob)) for blob in str(row[0]).split()]
                 request = CompletionRequest.from_dict({**parts[0], "messages": parts[1:]})
             except (ValueError, TypeError, KeyError, IndexError) as exc:  # ConfigError: ValueError
-                raise RecordingError(f"recording store {self.path}: damaged request {key}: "
+                raise RecordingDamaged(f"recording store {self.path}: damaged request {key}: "
                                      f"{exc}") from None
         if request.key() != key:
-            raise RecordingError(f"recording store {self.path}: damaged request {key}: it "
+            raise RecordingDamaged(f"recording store {self.path}: damaged request {key}: it "
                                  f"hashes to {request.key()}")
         return request
 
@@ -1310,7 +1311,7 @@ class RecordingStore:
                         message = json.loads(_unpack(codec, data))
                         texts[blob] = (str(message["role"]), str(message["content"]))
                     except (ValueError, KeyError, TypeError) as exc:
-                        raise RecordingError(f"recording store {self.path}: damaged message "
+                        raise RecordingDamaged(f"recording store {self.path}: damaged message "
                                              f"blob {blob}: {exc}") from None
         try:
             return {raw.hex(): tuple(texts[blob] for blob in ids) for raw, ids in refs.items()}
@@ -1346,7 +1347,7 @@ class RecordingStore:
                 raise ValueError("its blob is missing")
             return Completion.from_json(_unpack(*stored))
         except ValueError as exc:  # ConfigError is a ValueError
-            raise RecordingError(
+            raise RecordingDamaged(
                 f"recording store {self.path}: damaged completion at site {site} key {key}: {exc}"
             ) from None
 
