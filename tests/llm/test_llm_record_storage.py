@@ -332,6 +332,7 @@ import os, signal, sys, time
 sys.path.insert(0, {str(SRC)!r})
 from simulacra.llm import CallSite, CompletionRequest, RecordingModel, RecordingStore, ScriptedModel
 store = RecordingStore({str(path)!r})
+store._PART = 64  # a step of 300 goes to the child in parts, as it runs
 store.hold(offload={offload})
 recorder = RecordingModel(ScriptedModel(seed=9), store)
 for step in range({steps}):

@@ -18,6 +18,7 @@ import os
 import signal
 import sqlite3
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -77,10 +78,12 @@ def _contents(path: Path) -> dict[str, Any]:
 
 
 def _play(path: Path, ops: list[tuple[Any, ...]], *, behind: bool, ahead: int | None,
-          offload: bool = False) -> None:
+          offload: bool = False, part: int | None = None) -> None:
     store = RecordingStore(path)
     if ahead is not None:
         store._AHEAD = ahead  # type: ignore[misc]  # forget ids often: the careful path runs
+    if part is not None:
+        store._PART = part  # type: ignore[misc]  # parts of a few calls: many go to the child
     store.hold(offload=offload)
     try:
         for op in ops:
@@ -123,13 +126,18 @@ def test_a_write_behind_leaves_what_a_plain_commit_leaves(
 
 @settings(max_examples=25, deadline=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(ops=st.lists(_OPS, max_size=40))
+@given(ops=st.lists(_OPS.filter(lambda op: op[0] != "other"), max_size=40),
+       part=st.sampled_from([1, 2, 3, 2048]))
 def test_an_offloaded_write_behind_leaves_what_a_plain_commit_leaves(
-        tmp_path_factory: pytest.TempPathFactory, ops: list[tuple[Any, ...]]) -> None:
-    """hold(offload=True): a child process writes the groups; the file is the same."""
+        tmp_path_factory: pytest.TempPathFactory, ops: list[tuple[Any, ...]],
+        part: int) -> None:
+    """hold(offload=True): a child process writes the steps, in parts; the file is the same.
+
+    No other session writes meanwhile: the child holds the step's transaction open.
+    """
     where = tmp_path_factory.mktemp("off")
     _play(where / "plain.sqlite", ops, behind=False, ahead=None)
-    _play(where / "child.sqlite", ops, behind=True, ahead=None, offload=True)
+    _play(where / "child.sqlite", ops, behind=True, ahead=None, offload=True, part=part)
     assert _contents(where / "child.sqlite") == _contents(where / "plain.sqlite")
 
 
@@ -140,12 +148,15 @@ def _poison(path: Path) -> None:
                    "'poison' BEGIN SELECT RAISE(ABORT, 'poisoned row'); END")
 
 
-@pytest.mark.parametrize("offload", [False, True], ids=["thread", "child"])
-def test_a_write_behind_the_file_refuses_is_kept_held_and_said(tmp_path: Path,
-                                                              offload: bool) -> None:
+@pytest.mark.parametrize(("offload", "part"), [(False, None), (True, None), (True, 1)],
+                         ids=["thread", "child", "child-in-parts"])
+def test_a_write_behind_the_file_refuses_is_kept_held_and_said(
+        tmp_path: Path, offload: bool, part: int | None) -> None:
     path = tmp_path / "r.sqlite"
     good, bad = CompletionRequest.chat("good"), CompletionRequest.chat("bad")
     with RecordingStore(path) as store:
+        if part is not None:
+            store._PART = part  # type: ignore[misc]  # each call its own part
         store.hold(offload=offload)
         _poison(path)
         store.put(good.key(), _site(0, 0), Completion("fine"), request=good)
@@ -165,11 +176,29 @@ def test_a_write_behind_the_file_refuses_is_kept_held_and_said(tmp_path: Path,
         assert store.get(bad.key(), CallSite("poison", 0)) == Completion("never")
 
 
-def test_a_dead_writer_process_leaves_the_writes_to_this_one(tmp_path: Path) -> None:
-    """The child killed between two steps: the next group is written here, nothing lost."""
+def _wait_for_a_writer(path: Path) -> None:
+    """Return once another connection holds a write transaction on *path*."""
+    deadline = time.monotonic() + 30
+    with contextlib.closing(sqlite3.connect(path, isolation_level=None, timeout=0)) as db:
+        while True:
+            try:
+                db.execute("BEGIN IMMEDIATE")
+            except sqlite3.OperationalError:  # locked: the writer is there
+                return
+            db.execute("ROLLBACK")
+            assert time.monotonic() < deadline, "no transaction was opened"
+            time.sleep(0.01)
+
+
+@pytest.mark.parametrize("part", [2048, 2], ids=["whole", "in-parts"])
+def test_a_dead_writer_process_leaves_the_writes_to_this_one(tmp_path: Path,
+                                                           part: int) -> None:
+    """The child killed between two steps (or with a step's parts sent to it): that step
+    is written here, its parts too (the child's transaction died with it); nothing lost."""
     path = tmp_path / "r.sqlite"
     requests = [CompletionRequest.chat(f"call {i}", system="S") for i in range(6)]
     with RecordingStore(path) as store:
+        store._PART = part  # type: ignore[misc]
         store.hold(offload=True)
         for i in range(3):
             store.put(requests[i].key(), _site(i, 0), Completion(f"r{i}"), request=requests[i])
@@ -177,10 +206,16 @@ def test_a_dead_writer_process_leaves_the_writes_to_this_one(tmp_path: Path) -> 
         store.sync()
         child = store._offload._proc  # type: ignore[union-attr]
         assert child is not None
-        child.kill()
-        child.wait()
+        if part == 2048:
+            child.kill()
+            child.wait()
         for i in range(3, 6):
             store.put(requests[i].key(), _site(i, 0), Completion(f"r{i}"), request=requests[i])
+            if i == 4 and part != 2048:  # calls 3 and 4 went to the child as a part
+                store._writer.submit(lambda: None).result()  # type: ignore[union-attr]
+                _wait_for_a_writer(path)  # the child holds the step's transaction open
+                child.kill()  # in the middle of it
+                child.wait()
         store.commit(wait=False)
         store.sync()
         assert store._offload.gone is not None  # type: ignore[union-attr]

@@ -21,7 +21,7 @@ import pytest
 from simulacra.llm import RecordingStore
 
 ROOT = Path(__file__).resolve().parents[2]
-CRASHING = ROOT / "tests" / "social" / "_crashing.py"
+CRASHING = ROOT / "tests" / "societies" / "_crashing.py"
 
 
 def _lines(run: Path) -> list[dict[str, Any]]:

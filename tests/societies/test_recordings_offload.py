@@ -47,6 +47,7 @@ def _society(where: Path, overrides: list[str], *, offload: bool,
          monkeypatch: pytest.MonkeyPatch) -> Any:
     with monkeypatch.context() as patch:
         patch.setattr(run_module, "OFFLOAD_CALLS", 0 if offload else 10**12)
+        patch.setattr(RecordingStore, "_PART", 7)  # steps go to the child in parts
         return run_society(load_config(CONFIG, overrides), out=where)
 
 
@@ -84,6 +85,7 @@ def test_an_offloaded_run_stopped_mid_way_resumes_from_its_recordings(
 
     with monkeypatch.context() as patch:
         patch.setattr(run_module, "OFFLOAD_CALLS", 0)
+        patch.setattr(RecordingStore, "_PART", 7)
         with pytest.raises(RuntimeError, match="fell over"):
             run_society(load_config(CONFIG, overrides), out=tmp_path / "cut", on_step=crash)
         with RecordingStore(RunDirectory(tmp_path / "cut").file("recordings"),

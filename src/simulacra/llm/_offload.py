@@ -10,20 +10,30 @@ encodes, hashes and packs them and writes them in one transaction, as
 ``RecordingStore`` itself would, then answers one line. The step's calls are
 durable when that line came back: the guarantee of a write-behind is the same.
 
-The child starts when the first group is sent (its imports overlap the run), in
-a session of its own (a Ctrl-C in the terminal reaches only the run, which
-stops the way it always does). A group it receives whole is written whole; one
-cut off (the run was killed) is not written at all. If the child cannot start
-or dies, the store writes the groups in this process instead: slower, never
-different (:class:`WriterGone`).
+The calls go to the child while the step runs, in parts of ``RecordingStore._PART``
+calls, which it writes at once inside a transaction that only the step's commit
+commits: at the step's end little is left to write, and a step cut off (the run
+killed, the child killed) leaves nothing of itself in the file, as before.
 
-Frames: an 8-byte big-endian length, then a pickle of a list of rows; a length
-of 0 asks the child to close the store and exit. Rows:
+The child starts when the first part is sent (its imports overlap the run), in
+a session of its own (a Ctrl-C in the terminal reaches only the run, which
+stops the way it always does). If the child cannot start or dies, the store
+writes the step in this process instead: slower, never different
+(:class:`WriterGone`).
+
+Frames: an 8-byte big-endian length, then a kind byte and a pickle of a list of
+rows; a length of 0 asks the child to close the store and exit. Kinds: ``P``, a
+part (no answer); ``C``, the step's last rows and its commit (one JSON line
+answers it: ``{"ok": true}`` or ``{"error": "..."}``, the step rolled back).
+Rows:
 
 * ``("call", key bytes, agent, n, completion JSON, settings, messages)``, where
   *settings* is the request's ``(head, tail)`` canonical text around its
-  messages (``CompletionRequest._settings_json()``) and *messages* the canonical
-  JSON of each message, or both ``None`` for a call stored without its request;
+  messages (``CompletionRequest._settings_json()``) and *messages* each
+  message's ``(role, content, name)``, or both ``None`` for a call stored
+  without its request;
+* ``("blobs", key bytes, agent, n, completion bytes, None, blob bytes)``: a
+  call held as blobs before the store was offloaded;
 * ``("failure", key bytes, agent, n, (error type name, message))``.
 """
 
@@ -74,8 +84,30 @@ class Offload:
             _stop(proc)
         return WriterGone(why)
 
+    def send(self, data: bytes) -> None:
+        """Send a part of the step (``b"P"`` + pickled rows): no answer is awaited.
+
+        A child that is gone is only noted: the step's commit finds it (:meth:`write`
+        raises :class:`WriterGone`) and the step is written by the caller.
+        """
+        if self.gone is not None:
+            return
+        proc = self._proc
+        try:
+            if proc is None:
+                proc = self._proc = self._start()
+            stdin = proc.stdin
+            assert stdin is not None  # noqa: S101  (PIPE)
+            stdin.write(len(data).to_bytes(FRAME, "big"))
+            stdin.write(data)
+            stdin.flush()
+        except WriterGone:
+            return
+        except (OSError, ValueError) as exc:
+            self._lost(f"it died ({exc})")
+
     def write(self, data: bytes) -> None:
-        """Send one group (a pickled list of rows); return once the child committed it.
+        """Send the step's commit (``b"C"`` + its last rows); return once the child committed.
 
         Raises:
             WriterGone: The child is not there (or no longer): nothing is known

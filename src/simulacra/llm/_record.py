@@ -555,6 +555,10 @@ class RecordingStore:
         self._writer: ThreadPoolExecutor | None = None
         #: The child process that writes the write-behinds (hold(offload=True)), or None.
         self._offload: Offload | None = None
+        #: The groups sent to the child as parts of the step's transaction, until its commit.
+        self._parts: list[dict[tuple[str, bytes, str, int], _Row]] = []
+        #: In the child: the blob ids known within the step's open transaction (stream()).
+        self._step_known: dict[bytes, int] = {}
         # The blob ids write-behinds count on (see _prepare), and their generation.
         self._ids = threading.RLock()
         self._epoch = 0
@@ -696,9 +700,12 @@ class RecordingStore:
             offload: The write-behinds are written by a child process (see
                 ``simulacra.llm._offload``): this process only lists each call
                 (about 2 us) where encoding, hashing and packing it here costs
-                10-20 us of the run's own thread. Worth it for steps of a
-                thousand calls and more; a store in memory, or read-only, is
-                not offloaded. The files written are the same either way.
+                10-20 us of the run's own thread. The calls go to the child
+                while the step runs, in parts written inside the step's one
+                transaction (the child holds the file's write lock meanwhile).
+                Worth it for steps of a thousand calls and more; a store in
+                memory, or read-only, is not offloaded. The files written are
+                the same either way.
         """
         if offload and self._offload is None and self.path != ":memory:" and not self.readonly:
             if self._pending:  # held before as blobs: written before the objects
@@ -731,6 +738,12 @@ class RecordingStore:
             RecordingError: The write failed (rolled back), or an earlier
                 write-behind did.
         """
+        if self._offload is not None and (self._parts or self._offload.gone is None):
+            if wait:  # the child holds the step's transaction: it commits, and is waited for
+                count = self.commit(wait=False)
+                self.sync()
+                return count
+            return self._commit_offloaded()
         if wait:
             self.sync()
         with self._state:
@@ -743,13 +756,8 @@ class RecordingStore:
             if not wait:
                 self._flying.append(pending)
         if not wait:
-            offload = self._offload
             try:
-                if offload is not None and offload.gone is None:
-                    work: Any = (self._send_behind, pending, rows,
-                                 pickle.dumps([_flat_row(row) for row in rows], protocol=5))
-                else:
-                    work = (self._write_behind, pending, rows, self._prepare(rows))
+                batch = self._prepare(rows)
             except BaseException:
                 with self._state:
                     self._pending = {**pending, **self._pending}
@@ -759,7 +767,8 @@ class RecordingStore:
                 if self._writer is None:
                     self._writer = ThreadPoolExecutor(
                         1, thread_name_prefix="simulacra-recordings")
-                self._behind.append(self._writer.submit(*work))
+                self._behind.append(self._writer.submit(self._write_behind, pending, rows,
+                                                        batch))
             return len(rows)
         try:
             self._submit(rows)
@@ -876,29 +885,75 @@ class RecordingStore:
         with self._state:
             self._flying = [each for each in self._flying if each is not pending]
 
-    def write_group(self, rows: list[_Row]) -> None:
-        """Write held *rows* now, in one transaction, as a write-behind would (the child's).
+    #: Blob ids an offloaded store's child remembers across steps (see stream()).
+    _STREAM_KNOWN = 262_144
 
-        Not for a store whose writes are held or behind: it does not wait for them.
+    def stream(self, rows: list[_Row]) -> None:
+        """Write *rows* inside the step's transaction, begun by the first (the child's).
+
+        Nothing is committed until :meth:`stream_commit`; :meth:`stream_abort`
+        rolls the step back. Not for a store whose writes are held or behind.
         """
-        try:
-            batch = self._prepare(rows)
-            if batch.epoch != self._epoch or not self._write_fast(batch):
-                self._forget_ids()
-                self._submit(rows)
-        except BaseException:
-            self._forget_ids()  # the ids it counted on were rolled back with the group
-            raise
+        with self._lock:
+            if self._closed:
+                raise RecordingError(f"recording store {self.path} is closed")
+            db = self._db
+            if not db.in_transaction:
+                db.execute("BEGIN IMMEDIATE")
+                self._step_known = dict(self._known)
+            self._step_known.update(_write_rows(db, rows, self._step_known))
 
-    def _send_behind(self, pending: dict[tuple[str, bytes, str, int], _Row],
+    def stream_commit(self) -> None:
+        """Commit the step :meth:`stream` wrote (a step of no rows commits nothing)."""
+        with self._lock:
+            if self._db.in_transaction:
+                self._db.execute("COMMIT")
+            known, self._step_known = self._step_known, {}
+            self._known = known if len(known) <= self._STREAM_KNOWN else {}
+
+    def stream_abort(self) -> None:
+        """Roll back the step :meth:`stream` wrote (its blob ids with it)."""
+        with self._lock:
+            if self._db.in_transaction:
+                self._db.execute("ROLLBACK")
+            self._step_known = {}
+
+    def _commit_offloaded(self) -> int:
+        """``commit(wait=False)`` of an offloaded store; return how many writes there were.
+
+        The child commits the step's parts and the writes still held, in one transaction.
+        """
+        with self._state:
+            if self._closed:
+                raise RecordingError(f"recording store {self.path} is closed")
+            if not self._pending and not self._parts:
+                return 0
+            groups, self._parts = self._parts, []
+            tail, self._pending = self._pending, {}
+            if tail:
+                self._flying.append(tail)
+                groups.append(tail)
+            rows = [row for group in groups for row in group.values()]
+            if self._writer is None:
+                self._writer = ThreadPoolExecutor(1, thread_name_prefix="simulacra-recordings")
+            data = b"C" + pickle.dumps([_flat_row(row) for row in tail.values()], protocol=5)
+            self._behind.append(self._writer.submit(self._send_commit, groups, rows, data))
+        return len(rows)
+
+    def _send_commit(self, groups: list[dict[tuple[str, bytes, str, int], _Row]],
                      rows: list[_Row], data: bytes) -> None:
-        """An offloaded write-behind (on the writer thread): the child writes *data*."""
+        """The writer thread's part of an offloaded commit: the child commits the step.
+
+        If the child is gone, the step's rows (its parts too: the child's transaction
+        went with it) are written here; if the child could not write them, they are
+        held again, every part of the step with them.
+        """
         offload = self._offload
         assert offload is not None  # noqa: S101  (only queued when offloaded)
         try:
             try:
                 offload.write(data)
-            except WriterGone:  # this process writes the group (and every later one)
+            except WriterGone:  # this process writes the step (and every later one)
                 self._forget_ids()
                 self._submit(rows)
             except RuntimeError as exc:
@@ -906,11 +961,16 @@ class RecordingStore:
                                      f"rolled back: {exc}") from None
         except BaseException:
             with self._state:
-                self._pending = {**pending, **self._pending}
-                self._flying = [each for each in self._flying if each is not pending]
+                held: dict[tuple[str, bytes, str, int], _Row] = {}
+                for group in groups:
+                    held.update(group)
+                self._pending = {**held, **self._pending}
+                self._flying = [each for each in self._flying
+                                if not any(each is group for group in groups)]
             raise
         with self._state:
-            self._flying = [each for each in self._flying if each is not pending]
+            self._flying = [each for each in self._flying
+                            if not any(each is group for group in groups)]
 
     def sync(self) -> None:
         """Wait until every ``commit(wait=False)`` so far is written (durable).
@@ -953,7 +1013,32 @@ class RecordingStore:
         with self._state:
             if self._closed:
                 raise RecordingError(f"recording store {self.path} is closed")
-            self._pending[(row[0], row[1], row[2], row[3])] = row
+            pending = self._pending
+            pending[(row[0], row[1], row[2], row[3])] = row
+            if len(pending) >= self._PART and self._offload is not None:
+                self._send_part()
+
+    #: Calls an offloaded store sends its child at a time during a step (see _send_part).
+    _PART = 2048
+
+    def _send_part(self) -> None:
+        """Send the held writes to the child as a part of the step's transaction (under _state).
+
+        The child writes them at once, inside a transaction it commits only with the
+        step's commit: the step's SQL is done while the step runs, and a step cut off
+        leaves nothing of itself in the file. The part stays served (``_flying``) and,
+        if that commit fails, is held again with the rest of the step.
+        """
+        offload = self._offload
+        if offload is None or offload.gone is not None or not self._pending:
+            return
+        part, self._pending = self._pending, {}
+        self._flying.append(part)
+        self._parts.append(part)
+        data = b"P" + pickle.dumps([_flat_row(row) for row in part.values()], protocol=5)
+        if self._writer is None:
+            self._writer = ThreadPoolExecutor(1, thread_name_prefix="simulacra-recordings")
+        self._writer.submit(offload.send, data)  # its failure is the commit's (gone)
 
     def _submit(self, args: list[_Row]) -> None:
         """Write the rows *args*; return once committed (with the writes queued beside it).
@@ -1636,28 +1721,39 @@ def _read_exactly(stream: IO[bytes], size: int) -> bytes | None:
 
 
 def serve_offload() -> None:
-    """The child of an offloaded store (``_offload``): write the groups read from stdin.
+    """The child of an offloaded store (``_offload``): write the steps read from stdin.
 
-    The store is ``sys.argv[1]``; each group is written in one transaction and
-    answered with one JSON line. Ctrl-C is the run's, not the child's.
+    The store is ``sys.argv[1]``. A step's parts are written as they come, inside
+    one transaction; its commit frame commits it and is answered with one JSON
+    line. A failure rolls the step back; the parts after it are read and dropped
+    until the commit, which answers the failure. Ctrl-C is the run's, not the
+    child's.
     """
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     source, answers = sys.stdin.buffer, sys.stdout.buffer
     store = RecordingStore(sys.argv[1])
     cache: dict[Any, Any] = {}
+    failed: Exception | None = None
     try:
         while True:
             head = _read_exactly(source, FRAME)
             size = 0 if head is None else int.from_bytes(head, "big")
             data = _read_exactly(source, size) if size else None
             if data is None:
-                break
-            try:
-                store.write_group(offloaded_rows(pickle.loads(data), cache))  # noqa: S301
-                answer: dict[str, Any] = {"ok": True}
-            except Exception as exc:  # said to the parent, which raises it
-                answer = {"error": f"{type(exc).__name__}: {exc}"}
-            answers.write(json.dumps(answer).encode("utf-8") + b"\n")
-            answers.flush()
+                break  # a step not committed is rolled back as the store closes
+            if failed is None:
+                try:
+                    store.stream(offloaded_rows(pickle.loads(data[1:]), cache))  # noqa: S301
+                    if data[:1] == b"C":
+                        store.stream_commit()
+                except Exception as exc:  # said to the parent at the commit
+                    failed = exc
+                    store.stream_abort()
+            if data[:1] == b"C":
+                answer: dict[str, Any] = ({"ok": True} if failed is None else
+                                          {"error": f"{type(failed).__name__}: {failed}"})
+                failed = None
+                answers.write(json.dumps(answer).encode("utf-8") + b"\n")
+                answers.flush()
     finally:
         store.close()
