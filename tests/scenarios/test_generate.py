@@ -463,6 +463,42 @@ def test_bad_options_are_one_line_and_exit_2(tmp_path: Path, capsys: pytest.Capt
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.parametrize("attr", ["run", "Model", "KNOBS_FACTORY"])
+def test_a_target_that_is_not_knobs_is_refused_without_calling_it(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], attr: str) -> None:
+    """`--target model.py:run` names the entry point: it is refused, and never called."""
+    called = tmp_path / "called.txt"
+    model = tmp_path / "model.py"
+    model.write_text(
+        "from pathlib import Path\n"
+        "from simulacra.scenarios import Knob, Knobs\n"
+        "KNOBS = Knobs(Knob('lanes', 'int', 2, low=1, high=6))\n"
+        f"MARK = Path({str(called)!r})\n"
+        "def run(*args, **kw):\n"
+        "    MARK.write_text('run was called')\n"
+        "    return KNOBS\n"
+        "class Model:\n"
+        "    def __init__(self, *args, **kw):\n"
+        "        MARK.write_text('Model was called')\n"
+        "class _Factory:\n"
+        "    def __call__(self, *args, **kw):\n"
+        "        MARK.write_text('the factory was called')\n"
+        "        return KNOBS\n"
+        "KNOBS_FACTORY = _Factory()\n",
+        encoding="utf-8")
+
+    status = cli("generate", DOCS, "--target", f"{model}:{attr}", "--out",
+                 str(tmp_path / "out"))
+
+    err = capsys.readouterr().err
+    assert status == 2
+    assert not called.exists(), called.read_text(encoding="utf-8")
+    assert err.count("\n") == 1, err
+    assert err.startswith(f"error: --target '{model}:{attr}': {attr} is a "), err
+    assert "not a simulacra.scenarios.Knobs (it is not called); it has KNOBS" in err
+    assert not (tmp_path / "out").exists()
+
+
 def test_an_unreadable_document_is_exit_2_before_any_call(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     bad = tmp_path / "docs" / "scan.txt"

@@ -180,6 +180,12 @@ def _target_name(target: str) -> tuple[str, str, str]:
     return where, attr, f"{name}:{attr}"
 
 
+def _callable_kind(found: object) -> str:
+    if isinstance(found, type):
+        return "class"
+    return "function" if inspect.isroutine(found) else "callable object"
+
+
 def _load_knobs(args: argparse.Namespace, target: str) -> tuple[Knobs, str]:
     """The Knobs *target* names, and its name as artifacts give it."""
     from simulacra.scenarios import Knob, Knobs  # noqa: PLC0415
@@ -188,20 +194,24 @@ def _load_knobs(args: argparse.Namespace, target: str) -> tuple[Knobs, str]:
     try:
         with args.load(where) as module:
             found: object = getattr(module, attr, None)
+            public = sorted(n for n, v in vars(module).items() if isinstance(v, Knobs))
+            hint = f"; it has {', '.join(public)}" if public else ""
             if found is None:
-                public = sorted(n for n, v in vars(module).items() if isinstance(v, Knobs))
-                hint = f"; it has {', '.join(public)}" if public else ""
                 raise _Failed(f"--target {target!r}: {where} has no {attr!r}{hint}; expected "
                               "the model's Knobs object")
-            if inspect.isfunction(found):  # one that declares them, e.g. knobs()
-                found = found()
     except args.usage_error as exc:
         raise _Failed(f"--target {target!r}: {exc}") from None
+    # A target is read, never called: `model.py:run` names the model's entry point, and
+    # calling it to see what it returns would run the simulation (or anything else it does).
+    if callable(found):  # a Knobs is not callable
+        raise _Failed(f"--target {target!r}: {attr} is a {_callable_kind(found)}, not a "
+                      f"simulacra.scenarios.Knobs (it is not called){hint}; expected the "
+                      f"model's Knobs object, e.g. {where}:{DEFAULT_KNOBS}")
     if isinstance(found, list | tuple) and all(isinstance(k, Knob) for k in found):
         found = Knobs(*found)
     if not isinstance(found, Knobs):
         raise _Failed(f"--target {target!r}: {attr} is a {type(found).__name__}, not a "
-                      "simulacra.scenarios.Knobs")
+                      f"simulacra.scenarios.Knobs{hint}")
     if not found:
         raise _Failed(f"--target {target!r}: {attr} declares no knob")
     return found, name
