@@ -140,8 +140,10 @@ class ResourceStatistics:
 
     Attributes:
         time: When the statistics were taken (``sim.now``).
-        capacity: The number of slots.
-        utilisation: Time-averaged fraction of slots in use.
+        capacity: The number of slots (now: it may have changed during the run).
+        utilisation: Time-averaged fraction of slots in use: the busy slot-time
+            over the slot-time the capacity gave, as it changed. Above 1 while
+            more requests hold a slot than a lowered capacity allows.
         mean_queue_length: Time-averaged number of requests waiting.
         max_queue_length: The most requests ever waiting at once.
         requests: Requests made.
@@ -195,6 +197,7 @@ class Resource:
         "_busy",
         "_cancels",
         "_capacity",
+        "_carea",
         "_grants",
         "_marker",
         "_monitor",
@@ -231,6 +234,9 @@ class Resource:
         self._grants = 0
         self._wsum = 0.0
         self._wmax = 0.0
+        #: Slot-time since creation, minus ``capacity * now``, once the capacity has
+        #: changed; None while it never has (statistics then use ``span * capacity``).
+        self._carea: float | None = None
         self._monitor = None
         if monitor is not False:
             self.monitor(_monitor_name(monitor, type(self).__name__))
@@ -243,8 +249,48 @@ class Resource:
 
     @property
     def capacity(self) -> float:
-        """The number of slots."""
+        """The number of slots; assign an int >= 1 to change it during a run.
+
+        ``res.capacity = n`` takes effect at once, at ``sim.now``, and waits
+        for nothing:
+
+        * requests in service are kept: lowering the capacity never preempts
+          (not even on a :class:`PreemptiveResource`); while more requests hold
+          a slot than there are slots, a release grants nobody;
+        * raising it grants the waiting requests at once, in the order they
+          would have been granted (first come, or by priority), as many as
+          there are new free slots; their events succeed at ``sim.now``;
+        * later, waiting requests are granted in their order as releases
+          free slots under the new capacity.
+
+        It is an assignment rather than a method because it is the same
+        state the getter reads, and it completes where it is made: there is
+        no event to wait for (the granted requests' own events say when their
+        processes resume). SimPy has no setter; every other rule is SimPy's.
+
+        Raises:
+            ConfigError: The new capacity is not an int (a bool is not) or is < 1.
+        """
         return self._capacity
+
+    @capacity.setter
+    def capacity(self, value: int) -> None:
+        self._set_capacity(value)
+
+    def _set_capacity(self, value: object) -> None:
+        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            raise ConfigError(
+                f"{type(self).__name__}.capacity = {value!r}: expected an int >= 1 "
+                f"(the number of slots), got {type(value).__name__} {value!r}"
+            )
+        now = self.sim.now
+        old = self._capacity
+        carea = -old * self._since if self._carea is None else self._carea
+        self._carea = carea + (old - value) * now
+        self._capacity = value
+        queue = self.queue
+        while queue and len(self.users) < value:
+            self._grant_head(now)
 
     @property
     def count(self) -> int:
@@ -430,10 +476,12 @@ class Resource:
         span = now - self._since
         busy = self._busy + len(self.users) * now
         qarea = self._qarea + len(self.queue) * now
+        slot_time = (span * self._capacity if self._carea is None
+                     else self._carea + self._capacity * now)
         return ResourceStatistics(
             time=now,
             capacity=self._capacity,
-            utilisation=busy / (span * self._capacity) if span > 0 else 0.0,
+            utilisation=busy / slot_time if span > 0 and slot_time > 0 else 0.0,
             mean_queue_length=qarea / span if span > 0 else 0.0,
             max_queue_length=self._qmax,
             requests=self._grants + self._cancels + len(self.queue),
@@ -535,11 +583,20 @@ class PreemptiveResource(PriorityResource):
         users = self.users
         head = self.queue[0]
         data: _PriorityData = head._data
-        if len(users) >= self._capacity and data.preempt:
-            # SimPy's choice of victim: the first user with the largest key.
-            victim = max(users, key=_priority_key)
-            vdata: _PriorityData = victim._data
-            if vdata.key > data.key:
+        # Users to evict for the head to get a slot: 1 when the resource is full, as in
+        # SimPy; more only after the capacity was lowered below the users in service.
+        excess = (int(len(users) - self._capacity) + 1 if len(users) >= self._capacity
+                  else 0)
+        if excess > 0 and data.preempt and (
+                excess == 1 or sum(_priority_key(u) > data.key for u in users) >= excess):
+            # SimPy's choice of victim: the first user with the largest key (again, while
+            # more are needed). Evicting fewer than `excess` would give the head no slot,
+            # so after a lowered capacity the head evicts enough lower-priority users, or none.
+            for _ in range(excess):
+                victim = max(users, key=_priority_key)
+                vdata: _PriorityData = victim._data
+                if not vdata.key > data.key:
+                    break
                 users.remove(victim)
                 self._busy += now
                 proc = vdata.proc
@@ -1138,6 +1195,10 @@ class _RecordingResource(Resource):
 
     def _grant_next(self, release: Event[Any]) -> None:
         super()._grant_next(release)
+        self._record()
+
+    def _set_capacity(self, value: object) -> None:
+        super()._set_capacity(value)
         self._record()
 
     def _exit_request(self, request: Event[Any], exc_type: object,

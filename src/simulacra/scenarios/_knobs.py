@@ -248,6 +248,45 @@ class KnobBoard:
         self._knobs.knob(name, "KnobBoard.watch")
         self._watchers.setdefault(name, _Watchers()).callbacks.append(callback)
 
+    def bind_capacity(self, name: str, resource: Any) -> None:
+        """Make knob *name* the capacity of *resource*: now, and at each change.
+
+        The resource takes the knob's current value at once, and each later
+        change at its virtual time (``resource.capacity = new``): a rise grants
+        waiting requests at once, a cut lets the requests in service finish
+        (see :attr:`simulacra.Resource.capacity`). An intervention with a
+        ``duration`` thus opens or closes slots for a window.
+
+        Raises:
+            ScenarioError: No such knob; the knob is not an ``int`` knob with
+                ``low >= 1`` (so that every value a scenario may give it is a
+                capacity); *resource* is not a Resource, or belongs to
+                another Sim than the board.
+        """
+        # Duck-typed: resources is this package's sibling (layer 2), so it is not imported.
+        where = "KnobBoard.bind_capacity"
+        knob = self._knobs.knob(name, where)
+        if knob.type != "int" or knob.low is None or knob.low < 1:
+            raise ScenarioError(
+                f"{where}: knob {name!r} must be an int knob with low >= 1 to be a "
+                f"capacity, got type {knob.type!r} with low {knob.low!r}")
+        held = getattr(type(resource), "capacity", None)
+        if not isinstance(held, property) or held.fset is None:
+            raise ScenarioError(f"{where}(resource=...): expected a Resource (or a "
+                                f"PriorityResource...), whose capacity can be set; got "
+                                f"{type(resource).__name__}")
+        if self._sim is not None and getattr(resource, "sim", None) is not self._sim:
+            raise ScenarioError(f"{where}: the resource belongs to another Sim than the "
+                                "board; make both with the same Sim")
+        value = self._values[name]
+        if resource.capacity != value:
+            resource.capacity = value  # an int, checked by the knob
+
+        def follow(_old: KnobValue, new: KnobValue) -> None:
+            resource.capacity = new
+
+        self.watch(name, follow)
+
     def set(self, name: str, value: object, *, source: str = "") -> KnobValue:
         """Set knob *name* to *value* now; record it; call its watchers. Returns the old value.
 
