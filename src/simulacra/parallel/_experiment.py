@@ -1453,7 +1453,7 @@ class Experiment:
 
         if isinstance(declared, Knobs):
             for scenario in self._scenarios:
-                scenario.check(declared)
+                scenario.check(declared, dynamic=True)  # each run draws and triggers
 
     def _check_columns(self, kpis: Mapping[str, KPIValue], key: Key) -> None:
         """A KPI with the name of a config field: refused at its first result, not at the end."""

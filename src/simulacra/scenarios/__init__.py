@@ -51,11 +51,15 @@ if TYPE_CHECKING:  # the type checker sees every name; at run time they load laz
     from ._knobs import KnobBoard as KnobBoard
     from ._knobs import Knobs as Knobs
     from ._knobs import KnobValue as KnobValue
+    from ._schema import DISTRIBUTIONS as DISTRIBUTIONS
     from ._schema import SCENARIO_FORMAT as SCENARIO_FORMAT
     from ._schema import Citation as Citation
+    from ._schema import Distribution as Distribution
+    from ._schema import Draw as Draw
     from ._schema import Ground as Ground
     from ._schema import Intervention as Intervention
     from ._schema import Scenario as Scenario
+    from ._schema import Trigger as Trigger
     from ._schema import canonical_json as canonical_json
     from ._schema import load_scenario as load_scenario
     from ._schema import load_scenarios as load_scenarios
@@ -65,6 +69,8 @@ if TYPE_CHECKING:  # the type checker sees every name; at run time they load laz
 __all__ = [
     "KNOB_TYPES", "SCENARIO_FORMAT", "Citation", "Intervention", "Knob", "KnobBoard", "KnobValue",
     "Knobs", "Scenario", "apply_scenario", "canonical_json", "load_scenario", "load_scenarios",
+    # drawn times and triggers
+    "DISTRIBUTIONS", "Distribution", "Draw", "Trigger",
     # scenarios from documents, at design time
     "DOCUMENT_SUFFIXES", "EXTRACTOR", "GENERATE_TASK", "GENERATOR", "Document", "Ground",
     "Passage", "Quantity", "check_artifacts", "check_grounding", "extract_scenarios",
@@ -84,7 +90,8 @@ _LAZY: dict[str, str] = {
     **dict.fromkeys(("Quantity", "find_quantities", "grounds"), "._grounding"),
     **dict.fromkeys(("KNOB_TYPES", "Knob", "KnobBoard", "Knobs", "KnobValue"), "._knobs"),
     **dict.fromkeys(("SCENARIO_FORMAT", "Citation", "Ground", "Intervention", "Scenario",
-                     "canonical_json", "load_scenario", "load_scenarios"), "._schema"),
+                     "canonical_json", "load_scenario", "load_scenarios", "DISTRIBUTIONS",
+                     "Distribution", "Draw", "Trigger"), "._schema"),
     **dict.fromkeys(("scenario_rules", "scripted_scenario_model"), "._scripted"),
 }
 

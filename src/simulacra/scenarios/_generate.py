@@ -342,6 +342,15 @@ def check_grounding(scenario: Scenario, where: str, *,
     assumed: list[str] = []
     for index, item in enumerate(items):
         label = f"{where}: intervention {index} (knob {item.knob!r})"
+        if item.draw is not None:  # a modelling choice: no document states a distribution
+            for field, dist in (("delay", item.draw.delay), ("duration", item.draw.duration)):
+                if dist is not None:
+                    assumed.append(f"intervention {index} (knob {item.knob!r}): {field} drawn "
+                                   f"from {dist.describe()} (not checked against the "
+                                   "documents)")
+        if item.when is not None:
+            assumed.append(f"intervention {index} (knob {item.knob!r}): fires when "
+                           f"{item.when.describe()} (not checked against the documents)")
         fields = {"value": item.value, "at": item.at, "duration": item.duration,
                   "ramp": item.ramp}
         for field, value in fields.items():
@@ -415,7 +424,7 @@ def check_artifacts(directory: str | os.PathLike[str], *,
         names[scenario.name] = path
         if knobs is not None:
             try:
-                scenario.check(knobs, end=until)
+                scenario.check(knobs, end=until, dynamic=True)
             except ScenarioError as exc:
                 raise ScenarioError(f"{where}: {exc}") from None
         _check_citations(scenario, where, table)

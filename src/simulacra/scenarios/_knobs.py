@@ -212,7 +212,7 @@ class KnobBoard:
         ScenarioError: A start value names no knob or does not fit it.
     """
 
-    __slots__ = ("_knobs", "_sim", "_values", "_watchers", "changes")
+    __slots__ = ("_knobs", "_probes", "_sim", "_values", "_watchers", "changes")
 
     def __init__(self, knobs: Knobs, sim: Sim | None = None,
                  values: Mapping[str, object] | None = None) -> None:
@@ -223,6 +223,8 @@ class KnobBoard:
             knob = knobs.knob(name, "start values")
             self._values[name] = knob.check(value, "start values")
         self._watchers: dict[str, _Watchers] = {}
+        #: What a trigger may watch: name -> a function of no arguments giving a number.
+        self._probes: dict[str, Callable[[], float]] = {}
         #: Every change so far: ``(time, knob, old, new, source)``, in order.
         self.changes: list[tuple[float, str, KnobValue, KnobValue, str]] = []
 
@@ -247,6 +249,51 @@ class KnobBoard:
         """Call ``callback(old, new)`` each time knob *name* changes (in the setter's process)."""
         self._knobs.knob(name, "KnobBoard.watch")
         self._watchers.setdefault(name, _Watchers()).callbacks.append(callback)
+
+    def probe(self, name: str, read: Callable[[], float]) -> None:
+        """Let scenario triggers watch ``read()``, a number of the model's state, as *name*.
+
+        E.g. ``board.probe("queue_0", lambda: len(stations[0].queue))``. Register
+        probes before :func:`~simulacra.scenarios.apply_scenario`, which checks
+        the triggers' names against them. *read* must not change the model: it
+        is called at each evaluation of a trigger.
+
+        Raises:
+            ScenarioError: *name* is not an identifier, is taken, or *read* is
+                not callable.
+        """
+        if not str(name).isidentifier():
+            raise ScenarioError(f"KnobBoard.probe: name must be a Python identifier, got "
+                                f"{name!r}")
+        if name in self._probes:
+            raise ScenarioError(f"KnobBoard.probe: a probe {name!r} is registered already")
+        if not callable(read):
+            raise ScenarioError(f"KnobBoard.probe({name!r}, read): read must be a function of "
+                                f"no arguments returning a number, got {type(read).__name__}")
+        self._probes[name] = read
+
+    @property
+    def probes(self) -> tuple[str, ...]:
+        """The names of the registered probes, in registration order."""
+        return tuple(self._probes)
+
+    def read(self, name: str) -> float:
+        """The current value of probe *name*.
+
+        Raises:
+            ScenarioError: No such probe, or it gave something other than a
+                finite number.
+        """
+        read = self._probes.get(name)
+        if read is None:
+            known = ", ".join(self._probes) or "none"
+            raise ScenarioError(f"KnobBoard.read: no probe {name!r} (the probes: {known})")
+        value: object = read()
+        if not isinstance(value, int | float) or isinstance(value, bool) or \
+                not math.isfinite(value):
+            raise ScenarioError(f"probe {name!r} gave {type(value).__name__} {value!r}; "
+                                "expected a finite number")
+        return float(value)
 
     def bind_capacity(self, name: str, resource: Any) -> None:
         """Make knob *name* the capacity of *resource*: now, and at each change.
