@@ -402,28 +402,43 @@ def test_a_replay_that_lacks_a_call_is_one_line_and_writes_nothing(
     assert not (tmp_path / "out").exists()
 
 
-def test_a_failed_generation_writes_no_artifact_and_no_recording(
+class Never:
+    """A model whose every reply is rejected (an empty object)."""
+
+    def complete(self, request: CompletionRequest, *,
+                 site: CallSite | None = None) -> Completion:
+        return Completion("{}", model="never")
+
+    async def acomplete(self, request: CompletionRequest, *,
+                        site: CallSite | None = None) -> Completion:
+        return self.complete(request, site=site)
+
+
+def test_a_failed_generation_writes_no_artifact_and_keeps_what_it_paid_for(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    class Never:
-        def complete(self, request: CompletionRequest, *,
-                     site: CallSite | None = None) -> Completion:
-            return Completion("{}", model="never")
-
-        async def acomplete(self, request: CompletionRequest, *,
-                            site: CallSite | None = None) -> Completion:
-            return self.complete(request, site=site)
-
     record = tmp_path / "rec.sqlite"
+    partial = tmp_path / "rec.sqlite.partial"
+    args = ("generate", DOCS, "--target", TARGET, "--out", str(tmp_path / "out"),
+            "--provider", "openai_compatible", "--model", "never", "--record", str(record))
     with ScriptedServer(Never()) as server:
-        status = cli("generate", DOCS, "--target", TARGET, "--out", str(tmp_path / "out"),
-                     "--tries", "2", "--provider", "openai_compatible", "--base-url",
-                     server.base_url, "--model", "never", "--record", str(record))
+        status = cli(*args, "--tries", "2", "--base-url", server.base_url)
+        err = capsys.readouterr().err
+        assert status == 2
+        assert ("error: documents gate-incident.txt, storm-report.md, terminal-operations.md "
+                f"(target {TARGET}): the model gave no valid scenario 1 of 3 in 2 tries") in err
+        assert err.splitlines()[-1] == (
+            f"  hint: the 2 model calls paid for so far are kept in {partial}; run the same "
+            "command with --resume to continue without paying for them again")
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["rec.sqlite.partial"]
 
-    err = capsys.readouterr().err
-    assert status == 2
-    assert ("error: documents gate-incident.txt, storm-report.md, terminal-operations.md "
-            f"(target {TARGET}): the model gave no valid scenario 1 of 3 in 2 tries") in err
-    assert sorted(tmp_path.iterdir()) == []
+        # A third try, resumed: the two paid calls come from the recording, one is made.
+        status = cli(*args, "--tries", "3", "--base-url", server.base_url, "--resume")
+        assert status == 2
+        assert server.served == 3
+        assert "in 3 tries" in capsys.readouterr().err
+        store = RecordingStore(partial, readonly=True)
+        assert len(store) == 3
+        store.close()
 
 
 def test_an_unreachable_provider_is_exit_1(tmp_path: Path,
@@ -439,6 +454,118 @@ def test_an_unreachable_provider_is_exit_1(tmp_path: Path,
     assert not (tmp_path / "out").exists()
 
 
+class FailsAfter:
+    """Answers as the scripted scenario model for *n* calls; then its server fails (HTTP 400)."""
+
+    def __init__(self, n: int) -> None:
+        self.n = n
+        self.inner = scripted_scenario_model()
+        self.answered = 0
+        self.server: ScriptedServer | None = None
+
+    def complete(self, request: CompletionRequest, *,
+                 site: CallSite | None = None) -> Completion:
+        assert self.server is not None
+        if self.answered >= self.n:
+            raise RuntimeError("the server is down")
+        self.answered += 1
+        if self.answered == self.n:  # every later request fails at once (400: no retry)
+            self.server.fail_next(1000, 400, body="the GPU is on fire")
+        return self.inner.complete(request, site=site)
+
+    async def acomplete(self, request: CompletionRequest, *,
+                        site: CallSite | None = None) -> Completion:
+        return self.complete(request, site=site)
+
+
+@pytest.mark.parametrize("record", [False, True])
+def test_a_run_whose_server_fails_resumes_without_paying_again(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], record: bool) -> None:
+    def generate(server: ScriptedServer, out: str, *extra: str) -> int:
+        recording = ["--record", str(tmp_path / out / "rec.sqlite")] if record else []
+        return cli("generate", DOCS, "--target", TARGET, "--out", str(tmp_path / out / "art"),
+                   "--count", "3", "--provider", "openai_compatible", "--base-url",
+                   server.base_url, "--model", "m", *recording, *extra)
+
+    with ScriptedServer(scripted_scenario_model()) as server:  # the uninterrupted reference
+        assert generate(server, "ref") == 0
+        paid_in_full = server.served
+    assert paid_in_full >= 3
+    capsys.readouterr()
+
+    failing = FailsAfter(2)
+    with ScriptedServer(failing) as server:
+        failing.server = server
+        assert generate(server, "run") == 1
+        assert server.served == 2
+    err = capsys.readouterr().err.splitlines()
+    partial = (tmp_path / "run" / "rec.sqlite.partial" if record
+               else tmp_path / "run" / "art" / ".generate.sqlite.partial")
+    assert err[-2].startswith("error: the model could not be called: ")
+    assert "the GPU is on fire" in err[-2]
+    assert err[-1] == (f"  hint: the 2 model calls paid for so far are kept in {partial}; run "
+                       "the same command with --resume to continue without paying for them "
+                       "again")
+    assert not list((tmp_path / "run").rglob("*.json"))  # no artifact
+    store = RecordingStore(partial, readonly=True)
+    assert len(store) == 2
+    store.close()
+
+    with ScriptedServer(scripted_scenario_model()) as server:
+        # Without --resume, the paid calls are not thrown away: refused, nothing called.
+        assert generate(server, "run") == 2
+        err = capsys.readouterr().err
+        assert err == (f"error: {partial} holds 2 model calls paid for by an earlier run that "
+                       "failed; add --resume to continue from them, or delete the file to start "
+                       "over\n")
+        assert server.calls == 0
+        # Resumed: only the calls not paid for are made, and the artifacts are the
+        # uninterrupted run's, byte for byte.
+        assert generate(server, "run", "--resume") == 0
+        assert server.served == paid_in_full - 2
+        assert generate(server, "run", "--resume") == 2
+    assert artifacts(tmp_path / "run" / "art") == artifacts(tmp_path / "ref" / "art")
+    assert not partial.exists()
+    assert (tmp_path / "run" / "rec.sqlite").exists() == record
+    assert "--resume: there is no run to resume: " in capsys.readouterr().err
+
+
+def test_ctrl_c_after_paid_calls_keeps_them_and_says_how_to_resume(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    import simulacra.scenarios
+
+    class Interrupted:
+        """The scripted model, and Ctrl-C during its second call."""
+
+        def __init__(self) -> None:
+            self.inner = scripted_scenario_model()
+            self.calls = 0
+
+        def complete(self, request: CompletionRequest, *,
+                     site: CallSite | None = None) -> Completion:
+            self.calls += 1
+            if self.calls == 2:
+                raise KeyboardInterrupt
+            return self.inner.complete(request, site=site)
+
+        async def acomplete(self, request: CompletionRequest, *,
+                            site: CallSite | None = None) -> Completion:
+            return self.complete(request, site=site)
+
+    monkeypatch.setattr(simulacra.scenarios, "scripted_scenario_model", Interrupted)
+    out = tmp_path / "out"
+    status = cli("generate", DOCS, "--target", TARGET, "--out", str(out), "--provider",
+                 "scripted")
+
+    assert status == 130
+    assert capsys.readouterr().err == (
+        "interrupted; no artifact was written\n"
+        f"  hint: the 1 model call paid for so far is kept in {out}/.generate.sqlite.partial; "
+        "run the same command with --resume to continue without paying for it again\n")
+    assert [p.name for p in out.iterdir()] == [".generate.sqlite.partial"]
+
+
 @pytest.mark.parametrize(("args", "expected"), [
     (["--target", "tests/scenarios/data/ferry.py:NOPE"], "has no 'NOPE'; it has KNOBS"),
     (["--target", "tests/scenarios/data/ferry.py:Knob"], "Knob is a"),
@@ -450,6 +577,10 @@ def test_an_unreachable_provider_is_exit_1(tmp_path: Path,
     (["--target", TARGET, "--tries", "0"], "--tries must be >= 1"),
     (["--target", TARGET, "--record", "r", "--replay", "r"], "--record and --replay go apart"),
     (["--target", TARGET, "--replay", "missing.sqlite"], "no such recordings file"),
+    (["--target", TARGET, "--resume", "--replay", "r"], "--resume and --replay go apart"),
+    (["--target", TARGET, "--resume"], "--record, --resume and --tries go with a model"),
+    (["--target", TARGET, "--resume", "--provider", "scripted"],
+     "--resume: there is no run to resume: "),
 ])
 def test_bad_options_are_one_line_and_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str],
                                              args: list[str], expected: str) -> None:

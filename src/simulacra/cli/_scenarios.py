@@ -8,8 +8,15 @@ that validate and cite a passage verbatim, and writes each as
 writes the same artifacts, byte for byte. ``check DIR [--docs DOCS...]``
 re-validates every artifact of DIR.
 
+Every call a model answers is recorded as it is made (committed before the
+next call), in ``FILE.partial`` with ``--record FILE``, else in
+``DIR/.generate.sqlite.partial``. A run that completes renames it to FILE (or
+removes it); a run that fails after paying for calls keeps it and says so,
+and the same command with ``--resume`` serves those calls from it and pays
+only for the rest. A failed call is never recorded: a resume calls it again.
+
 Exit status: 0 done; 1 the provider failed (it could not be reached, or
-answered with errors after its retries); 2 bad input: a document that cannot
+answered with errors after its retries); 130 interrupted; 2 bad input: a document that cannot
 be read, a target without knobs, bad options, recordings that do not hold a
 call (``--replay``), a model that gave no valid scenario within its tries,
 or (``check``) an artifact that fails, named, with what was expected. Nothing
@@ -42,6 +49,7 @@ __all__ = ["add_scenarios_command"]
 EXIT_OK = 0
 EXIT_PROVIDER = 1
 EXIT_USAGE = 2
+EXIT_INTERRUPTED = 130
 
 #: The knobs attribute a target names when it names none.
 DEFAULT_KNOBS = "KNOBS"
@@ -122,6 +130,10 @@ def add_scenarios_command(commands: Any, *, load: Callable[[str], Any],
                                "only when every scenario was accepted)")
     generate.add_argument("--replay", metavar="RECORDINGS",
                           help="serve every call from these recordings: no model is called")
+    generate.add_argument("--resume", action="store_true",
+                          help="continue a run that failed: serve the calls it paid for from "
+                               "its partial recording (FILE.partial with --record FILE, else "
+                               "DIR/.generate.sqlite.partial) and call the model for the rest")
     generate.set_defaults(command_fn=_cmd_generate, load=load, usage_error=usage_error)
 
     check = sub.add_parser(
@@ -158,10 +170,25 @@ def _run(body: Any, args: argparse.Namespace) -> int:
         return exc.status
     except ProviderError as exc:
         print(f"error: the model could not be called: {exc}", file=sys.stderr)
+        _print_hint(args)
         return EXIT_PROVIDER
     except (ConfigError, LLMError) as exc:  # ScenarioError, ReplayMiss, RecordingError
         print(f"error: {exc}", file=sys.stderr)
+        _print_hint(args)
         return EXIT_USAGE
+    except KeyboardInterrupt:
+        if not getattr(args, "resume_hint", None):
+            raise  # the command line's one line: nothing was paid for
+        print("interrupted; no artifact was written", file=sys.stderr)
+        _print_hint(args)
+        return EXIT_INTERRUPTED
+
+
+def _print_hint(args: argparse.Namespace) -> None:
+    """The ``hint:`` line a failed generation left (how to resume), if any."""
+    hint = getattr(args, "resume_hint", None)
+    if hint:
+        print(f"  hint: {hint}", file=sys.stderr)
 
 
 def _target_name(target: str) -> tuple[str, str, str]:
@@ -233,6 +260,8 @@ def _check_options(args: argparse.Namespace) -> None:
         raise _Failed(f"--until must be a time > 0, got {args.until}")
     if args.record is not None and args.replay is not None:
         raise _Failed("--record and --replay go apart: --replay makes no model call to record")
+    if args.resume and args.replay is not None:
+        raise _Failed("--resume and --replay go apart: --replay makes no model call")
     if args.replay is not None:
         if not Path(args.replay).is_file():
             raise _Failed(f"--replay {args.replay!r}: no such recordings file; expected the "
@@ -249,8 +278,9 @@ def _check_options(args: argparse.Namespace) -> None:
                           f"installed: {install_hint('llm')}")
     elif args.base_url is not None:
         raise _Failed("--base-url goes with --provider openai_compatible")
-    if args.provider == "extract" and (args.record is not None or args.tries != 3):
-        raise _Failed("--record and --tries go with a model (--provider scripted or "
+    if args.provider == "extract" and (args.record is not None or args.tries != 3
+                                       or args.resume):
+        raise _Failed("--record, --resume and --tries go with a model (--provider scripted or "
                       "openai_compatible); --provider extract calls none")
 
 
@@ -264,6 +294,64 @@ def _recorded_model(store: RecordingStore, path: str) -> str:
     raise _Failed(f"--replay {path!r}: the recordings hold no scenario-generation call "
                   "(call site scenario-0/0); expected a file written by `simulacra scenarios "
                   "generate --record`")
+
+
+class _NoAnswer:
+    """*inner*, whose failed calls are never recorded: a failure is not an answer.
+
+    :class:`~simulacra.llm.RecordingModel` keeps a call that failed for good,
+    so that a resumed society fails it again at the same place; a generation
+    that failed because its server did is resumed to call again. Its errors
+    are raised as ``ProviderUnavailable`` (the run stops), which a
+    RecordingModel does not record.
+    """
+
+    def __init__(self, inner: LanguageModel) -> None:
+        self.inner = inner
+
+    def complete(self, request: Any, *, site: Any = None) -> Any:
+        from simulacra.errors import ProviderError, ProviderUnavailable  # noqa: PLC0415
+
+        try:
+            return self.inner.complete(request, site=site)
+        except ProviderUnavailable:
+            raise
+        except ProviderError as exc:
+            raise ProviderUnavailable(str(exc)) from exc
+
+    async def acomplete(self, request: Any, *, site: Any = None) -> Any:
+        from simulacra.errors import ProviderError, ProviderUnavailable  # noqa: PLC0415
+
+        try:
+            return await self.inner.acomplete(request, site=site)
+        except ProviderUnavailable:
+            raise
+        except ProviderError as exc:
+            raise ProviderUnavailable(str(exc)) from exc
+
+
+def _partial_path(args: argparse.Namespace) -> Path:
+    """Where the calls of a run are recorded as they are made."""
+    if args.record is not None:
+        final = Path(args.record)
+        return final.with_name(final.name + ".partial")
+    return Path(args.out) / ".generate.sqlite.partial"
+
+
+def _remove_store(path: Path) -> None:
+    for leftover in (path, *(path.with_name(path.name + s) for s in ("-wal", "-shm"))):
+        leftover.unlink(missing_ok=True)
+
+
+def _paid_calls(path: Path) -> int:
+    """The completions recorded in the store at *path* (0 when it holds none)."""
+    from simulacra.llm import RecordingStore  # noqa: PLC0415
+
+    store = RecordingStore(path, readonly=True)
+    try:
+        return len(store)
+    finally:
+        store.close()
 
 
 @contextlib.contextmanager
@@ -285,6 +373,8 @@ def _model(args: argparse.Namespace) -> Iterator[tuple[LanguageModel, str, str |
         finally:
             store.close()
         return
+    partial = _partial_path(args)
+    resume_from = _check_resume(args, partial)
     inner: LanguageModel
     if args.provider == "openai_compatible":
         inner = OpenAICompatible(args.base_url, args.model, api_key_env=args.api_key_env or None)
@@ -292,31 +382,57 @@ def _model(args: argparse.Namespace) -> Iterator[tuple[LanguageModel, str, str |
     else:
         inner = scripted_scenario_model()
         name = args.model or "scripted"
+    created = not partial.parent.exists()
     try:
-        if args.record is None:
-            yield inner, name, None
-            return
-        final = Path(args.record)
-        partial = final.with_name(final.name + ".partial")
-        for leftover in (partial, *(partial.with_name(partial.name + s) for s in ("-wal",
-                                                                                  "-shm"))):
-            leftover.unlink(missing_ok=True)
+        partial.parent.mkdir(parents=True, exist_ok=True)
         store = RecordingStore(partial)
+        model = RecordingModel(_NoAnswer(inner), store, reuse=True)
         done = False
         try:
-            yield RecordingModel(inner, store), name, final.name
+            yield model, name, None if args.record is None else Path(args.record).name
             done = True
         finally:
+            paid = len(store)
             store.close()
             if done:
-                _one_file(partial)
-                os.replace(partial, final)
+                if args.record is None:
+                    _remove_store(partial)
+                else:
+                    _one_file(partial)
+                    os.replace(partial, Path(args.record))
+            elif paid == 0:  # nothing paid for: leave nothing behind
+                _remove_store(partial)
+                if created:
+                    with contextlib.suppress(OSError):
+                        partial.parent.rmdir()
             else:
-                partial.unlink(missing_ok=True)
+                _one_file(partial)
+                served = f", {model.reused} of them served from it" if resume_from else ""
+                args.resume_hint = (
+                    f"the {paid} model call{'s' if paid != 1 else ''} paid for so far "
+                    f"{'are' if paid != 1 else 'is'} kept in {partial}{served}; run the same "
+                    "command with --resume to continue without paying for "
+                    f"{'them' if paid != 1 else 'it'} again")
     finally:
         close = getattr(inner, "close", None)
         if callable(close):
             close()
+
+
+def _check_resume(args: argparse.Namespace, partial: Path) -> bool:
+    """Whether a run resumes; refuses to discard calls paid for, or to resume nothing."""
+    exists = partial.is_file()
+    if args.resume and not exists:
+        raise _Failed(f"--resume: there is no run to resume: {partial} does not exist (a "
+                      "generate that fails after paying for model calls leaves it)")
+    if exists and not args.resume:
+        paid = _paid_calls(partial)
+        if paid:
+            raise _Failed(f"{partial} holds {paid} model call{'s' if paid != 1 else ''} paid "
+                          "for by an earlier run that failed; add --resume to continue from "
+                          "them, or delete the file to start over")
+        _remove_store(partial)
+    return exists
 
 
 def _one_file(path: Path) -> None:
