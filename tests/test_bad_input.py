@@ -296,6 +296,17 @@ def test_bad_capacity(sim: Sim, cls: type, capacity: Any) -> None:
     check_error(info.value, ConfigError, cls.__name__, "capacity", repr(capacity), "> 0")
 
 
+@pytest.mark.parametrize("cls", [Resource, PriorityResource, PreemptiveResource])
+@pytest.mark.parametrize("capacity", [0, -1, 1.0, math.inf, math.nan, "2", True, None])
+def test_bad_capacity_set_mid_run(sim: Sim, cls: type, capacity: Any) -> None:
+    res = cls(sim, capacity=2)
+    with pytest.raises(ConfigError) as info:
+        res.capacity = capacity
+    check_error(info.value, ConfigError, f"{cls.__name__}.capacity = {capacity!r}",
+                "expected an int >= 1")
+    assert res.capacity == 2
+
+
 def test_release_foreign_request(sim: Sim) -> None:
     mine = Resource(sim)
     theirs = Resource(sim)
