@@ -412,6 +412,15 @@ def test_a_trigger_must_watch_a_registered_probe_and_have_an_end() -> None:
     assert sim.peek() == math.inf  # nothing was scheduled
 
 
+def test_a_watch_that_ends_before_it_starts_is_refused() -> None:
+    scenario = Scenario(name="late", interventions=[
+        {"knob": "servers", "at": 10, "value": 2,
+         "when": {"probe": "queue_0", "above": 1, "every": 1, "until": 5}}])
+    with pytest.raises(ScenarioError, match=r"^scenario 'late', intervention 0 \(knob "
+                                            r"'servers'\): when.until=5.0 is before at=10.0"):
+        scenario.check(KNOBS, dynamic=True)
+
+
 def test_probes_are_checked() -> None:
     sim = Sim(seed=0)
     board = KnobBoard(KNOBS, sim)
@@ -430,3 +439,22 @@ def test_probes_are_checked() -> None:
     with pytest.raises(ScenarioError, match="probe 'queue_0' gave str 'long'; expected a "
                                             "finite number"):
         sim.run()
+
+
+@pytest.mark.parametrize("extra", [
+    {"draw": {"delay": {"dist": "uniform", "low": 0, "high": 1}}},
+    {"when": {"probe": "posts", "above": 1, "every": 1}},
+])
+def test_a_society_run_refuses_draws_and_triggers_before_anything_is_written(
+        tmp_path: Path, extra: dict[str, Any]) -> None:
+    from simulacra.societies import load_config, run_society
+
+    config = load_config(HERE.parents[1] / "examples" / "social" / "config.yaml",
+                         ["sim.agents=4", "sim.steps=3", "seed=1"])
+    scenario = Scenario(name="dyn", interventions=[
+        {"knob": "feed_size", "at": 1, "value": 2, **extra}])
+    with pytest.raises(ScenarioError) as info:
+        run_society(config, out=tmp_path / "run", scenario=scenario)
+    assert str(info.value).startswith("scenario 'dyn', intervention 0 (knob 'feed_size'): it ")
+    assert "which only apply_scenario runs" in str(info.value)
+    assert not (tmp_path / "run").exists()

@@ -469,9 +469,13 @@ class Scenario(_Strict):
         what = "draws a time from a distribution" if item.when is None else \
             "waits for a trigger"
         if not dynamic:
-            raise ScenarioError(f"{where}: it {what}, which only apply_scenario runs (on a "
-                                "kernel model); this run expands the scenario into fixed "
-                                "changes before it starts")
+            raise ScenarioError(f"{where}: it {what}, which only apply_scenario runs (a "
+                                "kernel model's run or study); here every change must be "
+                                "fixed before the run starts (a society run, a generated "
+                                "scenario)")
+        if item.when is not None and item.when.until is not None and item.when.until < item.at:
+            raise ScenarioError(f"{where}: when.until={item.when.until} is before at="
+                                f"{item.at}, so the condition would never be watched")
         if item.draw is not None and item.draw.duration is not None:
             if item.duration is not None or item.ramp is not None:
                 raise ScenarioError(f"{where}: draw.duration replaces duration, and a ramp "
