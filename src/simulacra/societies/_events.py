@@ -58,6 +58,7 @@ from simulacra.rng import SeedTree, as_seed_tree
 from ._events_blocking import BlockingAgent
 from ._kernel_agents import fire_at
 from ._rounds import (
+    SocietyEngine,
     _check_int,
     agents_digest,
     canonical_mode,
@@ -275,7 +276,7 @@ def _check_float(name: str, value: object, *, positive: bool) -> float:
 
 
 @final
-class EventEngine:
+class EventEngine(SocietyEngine):
     """Runs observe/act agents on a virtual clock: wake, observe live, act, resolve.
 
     ::
@@ -415,27 +416,12 @@ class EventEngine:
         """
         self._scenario = scenario
 
-    # -- properties ------------------------------------------------------------------
-
-    @property
-    def world(self) -> World:
-        """The game master."""
-        return self._world
-
-    @property
-    def agents(self) -> Mapping[AgentId, Actor]:
-        """The agents, by id, in id order."""
-        return self._agents
+    # -- properties (world, agents, mode: SocietyEngine) ------------------------------
 
     @property
     def now(self) -> float:
         """The virtual time of the last entry processed."""
         return self._now
-
-    @property
-    def mode(self) -> str:
-        """Where model calls run: sequential, threads or asyncio."""
-        return self._mode
 
     # -- keyed draws -------------------------------------------------------------------
 

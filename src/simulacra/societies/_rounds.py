@@ -258,8 +258,36 @@ def check_latency(latency: Any, name: str = "latency") -> tuple[Any, float]:
     return latency, float(minimum)
 
 
+class SocietyEngine:
+    """What both society engines give: their world, agents and mode.
+
+    The round engine's and the event-driven engine's accessors, written once.
+    """
+
+    __slots__ = ()
+
+    _world: World
+    _agents: dict[AgentId, Actor]
+    _mode: str
+
+    @property
+    def world(self) -> World:
+        """The world (game master)."""
+        return self._world
+
+    @property
+    def agents(self) -> Mapping[AgentId, Actor]:
+        """The agents by id, in id order."""
+        return self._agents
+
+    @property
+    def mode(self) -> str:
+        """How turns run and model calls are made: sequential, threads or asyncio."""
+        return self._mode
+
+
 @final
-class RoundEngine:
+class RoundEngine(SocietyEngine):
     """Runs observe/act agents and a world in fixed, lockstep steps.
 
     ::
@@ -374,27 +402,12 @@ class RoundEngine:
         """
         self._scenario = scenario
 
-    # -- properties ----------------------------------------------------------------
-
-    @property
-    def world(self) -> World:
-        """The world (game master)."""
-        return self._world
-
-    @property
-    def agents(self) -> Mapping[AgentId, Actor]:
-        """The agents by id, in id order."""
-        return self._agents
+    # -- properties (world, agents, mode: SocietyEngine) ------------------------------
 
     @property
     def step(self) -> int:
         """How many steps have run."""
         return self._step
-
-    @property
-    def mode(self) -> str:
-        """How turns run: ``"sequential"``, ``"threads"`` or ``"asyncio"``."""
-        return self._mode
 
     # -- running -------------------------------------------------------------------
 
