@@ -643,37 +643,38 @@ class RoundEngine(SocietyEngine):
             update(_line([event.time, event.kind, event.agent, event.payload()]))
         out.extend(events)
 
-    def _one_step(self) -> None:
+    def _open_step(self) -> tuple[int, list[list[AgentId]], float, tuple[int, int, int],
+                                  ActionSpec, list[ActionEvent]]:
+        """Begin a step: its batches, its scenario's changes (its first events), its spec."""
         step, batches, start, tokens = self._begin_step()
-        spec = ActionSpec(step, float(step))
         events: list[ActionEvent] = []
-        failed = 0
         self._apply_scenario(step, events)
         self._touch(batches)
-        last = len(batches) - 1
+        return step, batches, start, tokens, ActionSpec(step, float(step)), events
+
+    def _settle(self, step: int, flow: int, batches: list[list[AgentId]],
+                outcomes: list[_Outcome], events: list[ActionEvent]) -> int:
+        """Resolve a batch's outcomes; after the step's last turns, say its calls are done."""
+        if flow == len(batches) - 1 and self.calls_done is not None:
+            self.calls_done()
+        return self._resolve(step, flow, batches[flow], outcomes, events)
+
+    def _one_step(self) -> None:
+        step, batches, start, tokens, spec, events = self._open_step()
+        failed = 0
         for flow, batch in enumerate(batches):
-            outcomes = self._run_batch(batch, spec)
-            if flow == last and self.calls_done is not None:
-                self.calls_done()
-            failed += self._resolve(step, flow, batch, outcomes, events)
+            failed += self._settle(step, flow, batches, self._run_batch(batch, spec), events)
         self._end_step(step, sum(map(len, batches)), failed, events, start, tokens)
 
     async def _run_async(self, steps: int, pause: Callable[[], bool] | None) -> None:
         for index in range(steps):
             if index and pause is not None and pause():
                 break
-            step, batches, start, tokens = self._begin_step()
-            spec = ActionSpec(step, float(step))
-            events: list[ActionEvent] = []
+            step, batches, start, tokens, spec, events = self._open_step()
             failed = 0
-            self._apply_scenario(step, events)
-            self._touch(batches)
-            last = len(batches) - 1
             for flow, batch in enumerate(batches):
                 outcomes = await self._arun_batch(batch, spec)
-                if flow == last and self.calls_done is not None:
-                    self.calls_done()
-                failed += self._resolve(step, flow, batch, outcomes, events)
+                failed += self._settle(step, flow, batches, outcomes, events)
             self._end_step(step, sum(map(len, batches)), failed, events, start, tokens)
 
     # -- checkpoints -----------------------------------------------------------------
