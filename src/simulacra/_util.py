@@ -9,7 +9,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any, Final
 
 __all__ = ["claim_public_module", "describe_error", "did_you_mean", "install_hint",
-           "yaml_problem"]
+           "naming", "os_problem", "plural", "yaml_problem"]
 
 
 def claim_public_module(module_name: str, namespace: dict[str, Any]) -> None:
@@ -108,6 +108,35 @@ def did_you_mean(name: object, choices: Iterable[str],
     if not close:
         return ""
     return f"; did you mean {(resolve or str)(close[0])!r}?"
+
+
+def plural(count: int, noun: str, many: str | None = None, *, grouped: bool = False) -> str:
+    """*count* and *noun* agreeing in number: ``"1 step"``, ``"3 steps"``, ``"0 steps"``.
+
+    *many* is the plural where it is not *noun* + ``s`` (``plural(n, "entry", "entries")``);
+    *grouped* writes the count with thousands separators (``"12,000 calls"``).
+    """
+    shown = f"{count:,}" if grouped else str(count)
+    return f"{shown} {noun if count == 1 else (many or noun + 's')}"
+
+
+def os_problem(exc: OSError) -> str:
+    """What an OSError says went wrong, without the paths it names: ``"Is a directory"``.
+
+    ``str(exc)`` is ``[Errno 21] Is a directory: 'x.yaml'``: a message that names the
+    file itself would name it twice.
+    """
+    return exc.strerror or str(exc)
+
+
+def naming(path: object, exc: BaseException) -> str:
+    """*exc*'s message led by ``path:``, unless the message names *path* already.
+
+    A :class:`~simulacra.RecordingError` begins with the store's path: prefixing
+    it again printed the path twice in one line.
+    """
+    text = str(exc)
+    return text if str(path) in text else f"{path}: {text}"
 
 
 def install_hint(extra: str) -> str:

@@ -9,6 +9,7 @@ Every case runs ``python -m simulacra experiment`` in a subprocess.
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -92,7 +93,17 @@ def test_an_output_directory_of_another_study_names_the_flag(tmp_path: Path) -> 
     line = _line(_experiment(str(study), "--resume", cwd=tmp_path), 2)
     assert line.startswith(f"error: the output directory {str(out)!r} holds results of "
                            "another version of the model")
-    assert line.endswith("; run the study again with another --output DIR")
+    assert line.endswith("; run the study again with another --output DIR, or empty this one "
+                         "to run it there afresh")
+    # Without --resume it is refused just the same (the advice once said "or without resume").
+    assert _line(_experiment(str(study), cwd=tmp_path), 2) == line
+    # The advice works: another --output DIR, or this one emptied.
+    assert _experiment(str(study), "--output", str(tmp_path / "elsewhere"),
+                       cwd=tmp_path).returncode == 0
+    shutil.rmtree(out)
+    out.mkdir()
+    assert _experiment(str(study), cwd=tmp_path).returncode == 0
+    (tmp_path / "model.py").write_text(MODEL, encoding="utf-8")
 
     (out / "study.json").write_text('{"format": "something else"}\n', encoding="utf-8")
     line = _line(_experiment(str(study), "--resume", cwd=tmp_path), 2)
@@ -112,7 +123,7 @@ def test_an_output_directory_that_cannot_be_made_names_the_flag(tmp_path: Path) 
 
 @pytest.mark.parametrize(("model", "status", "words"), [
     ("buggy", 1, "ValueError: boom"),
-    ("dies", 1, "died 1 times"),
+    ("dies", 1, "died 1 time ("),
 ])
 def test_a_failed_study_says_how_to_finish_it_with_the_flag(
         tmp_path: Path, model: str, status: int, words: str) -> None:

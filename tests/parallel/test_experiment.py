@@ -567,3 +567,43 @@ def test_resuming_refuses_the_results_of_an_edited_model(tmp_path: Path) -> None
     with pytest.raises(SpoolError, match=r"results of another version of the model: the source "
                                          r"file of .*clinic\.py:run changed"):
         edited.run(4, "sequential", resume=True)
+
+
+def test_the_advice_for_the_results_of_an_edited_model_works(tmp_path: Path) -> None:
+    """It said "or without resume": without resume the directory is refused just the same."""
+    model = tmp_path / "clinic.py"
+    model.write_text("def run(seed=0, doctors=1):\n    return {'seen': seed % 7 + doctors}\n",
+                     encoding="utf-8")
+    spool = tmp_path / "study"
+    Experiment.from_run(f"{model}:run", [{"doctors": 2}], master_seed=1,
+                        spool_dir=spool).run(2, "sequential")
+    model.write_text("def run(seed=0, doctors=1):\n    return {'seen': seed % 5 + doctors}\n",
+                     encoding="utf-8")
+
+    def edited(where: Path) -> Experiment:
+        return Experiment.from_run(f"{model}:run", [{"doctors": 2}], master_seed=1,
+                                   spool_dir=where)
+
+    advice = ("; run the study again in another spool_dir, or empty this one to run it there "
+              "afresh")
+    for resume in (True, False):
+        with pytest.raises(SpoolError) as info:
+            edited(spool).run(2, "sequential", resume=resume)
+        assert str(info.value).endswith(advice)
+        assert "without resume" not in str(info.value)
+    # What it says works: another spool_dir, or this one emptied.
+    assert edited(tmp_path / "another").run(2, "sequential").replications == 2
+    for path in spool.iterdir():
+        path.unlink()
+    assert edited(spool).run(2, "sequential").replications == 2
+
+
+def test_a_count_of_one_finished_replication_agrees_in_number(tmp_path: Path) -> None:
+    model = tmp_path / "one.py"
+    model.write_text("def run(seed=0):\n    return {'x': 1}\n", encoding="utf-8")
+    Experiment.from_run(f"{model}:run", [{}], master_seed=1, spool_dir=tmp_path).run(
+        1, "sequential")
+    with pytest.raises(ConfigError, match=r"already holds 1 finished replication of this "
+                                          r"study; pass resume=True"):
+        Experiment.from_run(f"{model}:run", [{}], master_seed=1, spool_dir=tmp_path).run(
+            1, "sequential")

@@ -56,7 +56,7 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any, TextIO
 
-from simulacra._util import install_hint
+from simulacra._util import install_hint, plural
 
 __all__ = ["add_experiment_command"]
 
@@ -112,8 +112,10 @@ _CLI_WORDS: tuple[tuple[re.Pattern[str], str], ...] = tuple(
         (r"^spool_dir (?=['\"])", "the output directory "),
         (r"; use another spool_dir for this study$", "; give this study another --output DIR"),
         (r"; use another spool_dir$", "; give this study another --output DIR"),
-        (r"; run the study again in another spool_dir \(or without resume\)$",
-         "; run the study again with another --output DIR"),
+        (r"; run the study again in another spool_dir, or empty this one to run it there "
+         r"afresh$",
+         "; run the study again with another --output DIR, or empty this one to run it "
+         "there afresh"),
         (r"^spool_dir must be a directory simulacra can create and write",
          "the output directory (output in the study file, or --output DIR) must be a "
          "directory simulacra can create and write"),
@@ -269,8 +271,9 @@ def _cmd_experiment(args: argparse.Namespace) -> int:
     out = sys.stdout
     say = _printer(out)
     say(
-        f"{experiment.model}: {len(results.configs)} configs x {results.replications} "
-        f"replications on {results.backend} ({results.backend_reason})"
+        f"{experiment.model}: {plural(len(results.configs), 'config')} x "
+        f"{plural(results.replications, 'replication')} on {results.backend} "
+        f"({results.backend_reason})"
         + (f"; {results.resumed} resumed" if results.resumed else "")
     )
     files = "results.csv, results.parquet, summary.csv"

@@ -27,7 +27,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Literal, TypeAlias, final
 
-from simulacra._util import did_you_mean, install_hint
+from simulacra._util import did_you_mean, install_hint, os_problem, plural
 from simulacra.errors import (
     BackendUnavailable,
     ConfigError,
@@ -354,8 +354,8 @@ class _Spool:
         if self.done and not resume:
             raise ConfigError(
                 f"resume is False, but spool_dir {str(directory)!r} already holds "
-                f"{len(self.done)} finished replications of this study; pass resume=True to "
-                "keep them and run only the rest, or use an empty spool_dir"
+                f"{plural(len(self.done), 'finished replication')} of this study; pass "
+                "resume=True to keep them and run only the rest, or use an empty spool_dir"
             )
         self._file = results.open("ab")
 
@@ -372,7 +372,10 @@ class _Spool:
     def _check_identity(self, study: Path) -> None:
         try:
             found = json.loads(study.read_text(encoding="utf-8"))
-        except (OSError, ValueError) as exc:
+        except OSError as exc:  # its message names the path again
+            raise SpoolError(f"{str(study)!r} cannot be read as a study: "
+                             f"{os_problem(exc)}") from exc
+        except ValueError as exc:
             raise SpoolError(f"{str(study)!r} cannot be read as a study: {exc}") from exc
         if not isinstance(found, dict) or found.get("format") != _STUDY_FORMAT:
             raise SpoolError(
@@ -399,7 +402,8 @@ class _Spool:
                 f"spool_dir {str(study.parent)!r} holds results of another version of the "
                 f"model: the source file of {self._identity['model']} changed since they "
                 "were made (its SHA-256 differs), and mixing them would average two models; "
-                "run the study again in another spool_dir (or without resume)"
+                "run the study again in another spool_dir, or empty this one to run it there "
+                "afresh"
             )
 
     def _load(self, results: Path) -> dict[Key, dict[str, KPIValue]]:
@@ -1327,7 +1331,7 @@ class Experiment:
         if max_workers is not None or address is not None:
             raise ConfigError(
                 f"max_workers and scheduler_address do not go with pool=: the WorkerPool has "
-                f"its {pool.workers} workers"
+                f"its {plural(pool.workers, 'worker')}"
             )
         return ProcessExecutor(pool=pool, retries=retries)
 
@@ -1384,8 +1388,8 @@ class Experiment:
                 executor.start()
             workers = executor.workers
             line = (
-                f"experiment {self._model}: {len(todo)} of {len(keys)} replications on "
-                f"{name} ({workers} worker{'s' if workers != 1 else ''}; {reason})"
+                f"experiment {self._model}: {len(todo)} of {plural(len(keys), 'replication')} "
+                f"on {name} ({plural(workers, 'worker')}; {reason})"
             )
             if resumed:
                 line += f"; {resumed} read back from {self._spool_dir}"
@@ -1468,10 +1472,11 @@ class Experiment:
             )
 
     def _kept(self, finished: int) -> str:
+        done = f"{plural(finished, 'finished replication')} {'is' if finished == 1 else 'are'}"
         if self._spool_dir is None:
-            return f"{finished} finished replications are lost with it (no spool_dir)"
+            return f"{done} lost with it (no spool_dir)"
         return (
-            f"{finished} finished replications are kept in {str(self._spool_dir)!r}; "
+            f"{done} kept in {str(self._spool_dir)!r}; "
             "once the cause is fixed, run again with resume=True (simulacra experiment "
             "--resume) to finish the study, or in another spool_dir if the model changed"
         )
@@ -1498,7 +1503,7 @@ class Experiment:
             )
         exc = WorkerLost(
             f"the {name} worker running config {key[0]}, replication {key[1]} died "
-            f"{outcome.crashes} times ({outcome.reason}), more than retries allows; "
+            f"{plural(outcome.crashes, 'time')} ({outcome.reason}), more than retries allows; "
             f"{self._kept(finished)}{hint}"
         )
         exc.unit, exc.crashes = key, outcome.crashes
