@@ -39,6 +39,7 @@ from collections.abc import Iterable, Mapping
 from multiprocessing.process import BaseProcess
 from typing import Any, Final, final
 
+from simulacra._util import plural
 from simulacra.agents import (
     AgentId,
     AgentSpec,
@@ -454,7 +455,8 @@ class ProcessPoolBackend(BackendBase):
             )
         error = WorkerLost(
             f"worker {worker.index} of ProcessPoolBackend (pid {worker.pid}) {how} while "
-            f"{doing}; the {worker.size} agents it held are lost, so the run cannot continue"
+            f"{doing}; the {plural(worker.size, 'agent')} it held "
+            f"{'is' if worker.size == 1 else 'are'} lost, so the run cannot continue"
             f"{hint}"
         )
         error.unit = worker.index

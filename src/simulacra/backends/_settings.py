@@ -22,7 +22,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any, final
 
-from simulacra._util import describe_error, yaml_problem
+from simulacra._util import describe_error, os_problem, yaml_problem
 from simulacra.errors import ConfigError
 
 from ._base import ExecutionBackend
@@ -156,7 +156,7 @@ def _read(path: Path) -> object:
     except (json.JSONDecodeError, tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
         raise ConfigError(f"{path}: not valid {suffix[1:].upper()}: {exc}") from None
     except OSError as exc:
-        raise ConfigError(f"cannot read settings file {str(path)!r}: {exc}") from None
+        raise ConfigError(f"cannot read settings file {str(path)!r}: {os_problem(exc)}") from None
     except Exception as exc:  # yaml.YAMLError and friends
         if type(exc).__module__.startswith("yaml"):
             raise ConfigError(f"{path}: not valid YAML: {yaml_problem(exc)}") from None

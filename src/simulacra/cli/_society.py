@@ -34,6 +34,8 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
+from simulacra._util import plural
+
 __all__ = ["add_replay_command", "is_config_target", "run_config"]
 
 EXIT_OK = 0
@@ -418,7 +420,8 @@ def run_config(target: str, overrides: Sequence[str], *, seed: int | None, out: 
             return EXIT_USAGE
         except simulacra.ConfigError as exc:  # e.g. openai_compatible without a base_url
             raise usage_error(str(exc)) from None
-    bar = _progress(progress, config, f"{config.name}: {sim.agents} agents x {sim.steps} steps")
+    bar = _progress(progress, config,
+                    f"{config.name}: {plural(sim.agents, 'agent')} x {plural(sim.steps, 'step')}")
 
     def call(control: Any) -> Any:
         with bar.shown():
@@ -443,22 +446,18 @@ def _judge(run: Any) -> int:
         return EXIT_OK
     limit = run.config.run.max_failed_fraction
     kinds = ", ".join(f"{kind} {count}" for kind, count in failures["by_kind"].items())
-    print(f"error: {failures['failed']} of {failures['turns']} turns failed "
+    print(f"error: {failures['failed']} of {plural(failures['turns'], 'turn')} failed "
           f"({failures['fraction']:.0%}: {kinds}), more than run.max_failed_fraction="
           f"{limit:g}; the run directory is complete: {run.run_dir}", file=sys.stderr)
     return EXIT_FAILED
 
 
-def _count(n: int, noun: str) -> str:
-    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
-
-
 def _title(config: Any, run: Any, *, resumed: bool) -> str:
     sim = config.sim
     how = "resumed, " if resumed else ""
-    return (f"{config.name}: {how}{_count(sim.agents, 'agent')}, "
-            f"{_count(run.result.steps, 'step')}, "
-            f"{_count(run.result.event_count, 'event')} ({sim.engine.step.built_in} engine, "
+    return (f"{config.name}: {how}{plural(sim.agents, 'agent')}, "
+            f"{plural(run.result.steps, 'step')}, "
+            f"{plural(run.result.event_count, 'event')} ({sim.engine.step.built_in} engine, "
             f"{sim.engine.mode}, seed {config.seed})")
 
 
@@ -485,7 +484,8 @@ def _rows(config: Any, run: Any) -> dict[str, Any]:
     scenario = getattr(run, "scenario", None) or {}
     if scenario:
         rows["scenario"] = (f"{scenario['name']} ({scenario['sha256'][:12]}): "
-                            f"{scenario['applied']} of {scenario['changes']} changes applied")
+                            f"{scenario['applied']} of {plural(scenario['changes'], 'change')} "
+                            "applied")
     sessions = llm.get("sessions", [])
     # A resumed run's totals are the whole run's (every session, the steps of each
     # counted once); what this session made and served is its own. The rows say which,
@@ -607,8 +607,8 @@ def _cmd_replay(args: argparse.Namespace) -> int:
     except simulacra.SimError as exc:
         return _failure(exc)
     print(f"replayed {run_dir}")
-    print(f"{report.calls_served} completions served from the recordings, "
-          f"{report.model_calls} model calls")
+    print(f"{plural(report.calls_served, 'completion')} served from the recordings, "
+          f"{plural(report.model_calls, 'model call')}")
     if not report.matches:
         if report.digest != report.expected:
             print(f"error: digest mismatch: the run ended with {report.expected}, the replay "
@@ -618,7 +618,8 @@ def _cmd_replay(args: argparse.Namespace) -> int:
             print(f"error: event log mismatch: {report.divergence}", file=sys.stderr)
         return EXIT_FAILED
     print(f"digest matches: {report.digest}")
-    print(f"all {report.event_count} events of action_events.jsonl match")
+    print("the 1 event of action_events.jsonl matches" if report.event_count == 1
+          else f"all {report.event_count} events of action_events.jsonl match")
     return EXIT_OK
 
 

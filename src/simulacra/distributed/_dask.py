@@ -52,6 +52,7 @@ import uuid
 from collections.abc import Iterable, Mapping
 from typing import Any, Final, NoReturn, final
 
+from simulacra._util import plural
 from simulacra.agents import AgentId, AgentSpec, Message, Phase, freeze_world, sorted_ids
 from simulacra.backends import (
     PARTITIONS,
@@ -515,7 +516,8 @@ class DaskBackend(BackendBase):
         self._drop([a for a in self._workers if a != address])
         error = WorkerLost(
             f"worker {index} of DaskBackend ({address}) {how} while {doing}; the "
-            f"{self._sizes[index]} agents it held are lost, so the run cannot continue"
+            f"{plural(self._sizes[index], 'agent')} it held "
+            f"{'is' if self._sizes[index] == 1 else 'are'} lost, so the run cannot continue"
         )
         error.unit = index
         error.crashes = 1

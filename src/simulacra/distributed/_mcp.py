@@ -39,7 +39,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar, Final, final
 from urllib.parse import urlsplit
 
-from simulacra._util import install_hint
+from simulacra._util import install_hint, plural
 from simulacra.agents import AgentId, AgentSpec, Message, Phase, freeze_world, sorted_ids
 from simulacra.backends import PARTITIONS, AgentSnapshot, BackendBase, describe_exit, partition_ids
 from simulacra.errors import BackendError, BackendUnavailable, ConfigError, WorkerLost
@@ -659,7 +659,8 @@ class RemoteBackend(BackendBase):
                 f"{self._kind} {link.index} at {link.label}"
                 f"{f' (pid {link.pid})' if link.pid is not None else ''} "
                 f"{how} while {doing}; the "
-                f"{link.size} agents it held are lost, so the run cannot continue")
+                f"{plural(link.size, 'agent')} it held {'is' if link.size == 1 else 'are'} "
+                "lost, so the run cannot continue")
             lost.unit = link.index
             lost.crashes = 1
             error = lost

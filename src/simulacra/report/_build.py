@@ -21,6 +21,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, Final
 
+from simulacra._util import naming, os_problem, plural
 from simulacra.errors import ConfigError
 
 from . import _charts, _data
@@ -96,7 +97,7 @@ def build_report(path: str | os.PathLike[str], out: str | os.PathLike[str] | Non
         temporary.write_text(page, encoding="utf-8")
         os.replace(temporary, target)
     except OSError as exc:
-        raise ConfigError(f"cannot write the report {str(target)!r}: {exc}") from None
+        raise ConfigError(f"cannot write the report {str(target)!r}: {os_problem(exc)}") from None
     return target
 
 
@@ -199,8 +200,9 @@ def society_data(run: _data.RunData, *, llm_calls: int = DEFAULT_LLM_CALLS) -> d
                                     f"{'change' if count == 1 else 'changes'} applied")
     name = identity.get("name") or run.path.name
     steps = len(run.telemetry)
-    title = (f"{name}: {identity.get('agents')} agents, {steps} "
-             f"{'windows' if series.windowed else 'steps'} · simulacra report")
+    agents = identity.get("agents")
+    title = (f"{name}: {plural(agents, 'agent') if isinstance(agents, int) else agents}, "
+             f"{plural(steps, 'window' if series.windowed else 'step')} · simulacra report")
     llm, notes = _llm_data(run, rows, llm_calls)
     call_failures: list[list[Any]] = []
     agent_pages: dict[str, str] = {}
@@ -284,7 +286,7 @@ def _agent_pages(run: _data.RunData,
                     if c.get("ok", True) and isinstance(c.get("key"), str)
                     and len(c["key"]) == 64)
         except (RecordingError, ConfigError) as exc:
-            raise ConfigError(f"{run.recordings}: {exc}") from None
+            raise ConfigError(naming(run.recordings, exc)) from None
     by_chunk: dict[int, dict[int, list[tuple[bytes, tuple[bytes, ...] | None]]]] = {}
     dumps = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode
     for call in run.calls:
@@ -410,11 +412,13 @@ def _llm_data(run: _data.RunData, rows: Sequence[_data.AgentRow],
     note = ""
     if total and count < total:
         note = (f"The report embeds {count:,} of the run's {total:,} recorded model calls (those "
-                f"of the {len(calls):,} agents most events concern); this agent's are not "
+                f"of the {plural(len(calls), 'agent', grouped=True)} most events concern); "
+                "this agent's are not "
                 "among them: simulacra report --llm-calls N embeds more.")
-        notes.append(f"Model calls: the {count:,} calls of the {len(calls):,} agents most events "
-                     f"concern are embedded, of {total:,} (simulacra report --llm-calls N "
-                     "embeds more).")
+        notes.append(f"Model calls: the {plural(count, 'call', grouped=True)} of the "
+                     f"{plural(len(calls), 'agent', grouped=True)} most events concern "
+                     f"{'is' if count == 1 else 'are'} embedded, of {total:,} (simulacra "
+                     "report --llm-calls N embeds more).")
     return {"calls": calls, "strings": strings, "roles": roles, "note": note,
             "embedded": count, "total": total}, notes
 

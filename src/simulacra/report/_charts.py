@@ -18,7 +18,7 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Final
 
-from simulacra._util import install_hint
+from simulacra._util import install_hint, plural
 from simulacra.errors import ConfigError
 
 from ._data import (
@@ -248,7 +248,8 @@ def latency_histogram_chart(stats: CallStats, bins: int = 40) -> go.Figure:
     what = "simulated" if stats.simulated else "wall clock"
     values = stats.latency
     if values:
-        title = (f"Model call latency ({what})<br><sup>{len(values):,} calls · median "
+        title = (f"Model call latency ({what})<br><sup>{plural(len(values), 'call', grouped=True)}"
+                 " · median "
                  f"{_seconds(stats.quantile(0.5))} · p90 {_seconds(stats.quantile(0.9))} · "
                  f"p99 {_seconds(stats.quantile(0.99))}</sup>")
     else:

@@ -32,6 +32,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, Final, Literal
 
+from simulacra._util import naming, os_problem
 from simulacra.errors import ConfigError
 
 __all__ = [
@@ -152,7 +153,9 @@ def read_jsonl(path: Path, *, what: str) -> list[dict[str, Any]]:
 def _read_json_object(path: Path, what: str) -> dict[str, Any]:
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:  # UnicodeDecodeError is a ValueError
+    except OSError as exc:  # its message names the path again
+        raise ConfigError(f"{path}: not readable as {what} ({os_problem(exc)})") from None
+    except ValueError as exc:  # UnicodeDecodeError is a ValueError
         raise ConfigError(f"{path}: not readable as {what} ({exc})") from None
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: not {what} (a JSON object)")
@@ -993,7 +996,7 @@ def llm_calls(recordings: str | Path, *, agents: Sequence[str] | None = None,
     try:
         store = RecordingStore(path, readonly=True)
     except RecordingError as exc:
-        raise ConfigError(f"{path}: {exc}") from None
+        raise ConfigError(naming(path, exc)) from None
     try:
         listed: Mapping[str, Sequence[tuple[int, str]]]
         if sites is None:
@@ -1023,7 +1026,7 @@ def llm_calls(recordings: str | Path, *, agents: Sequence[str] | None = None,
                 if limit is not None and count >= limit:
                     return
     except RecordingError as exc:
-        raise ConfigError(f"{path}: {exc}") from None
+        raise ConfigError(naming(path, exc)) from None
     finally:
         store.close()
 
@@ -1105,7 +1108,7 @@ def load_study(path: str | Path) -> StudyData:
     results_file = where / "results.jsonl"
     if not results_file.is_file():
         raise ConfigError(f"{str(where)!r}: no results.jsonl (no replication has finished)")
-    results = read_jsonl(results_file, what="study's results")
+    results = read_jsonl(results_file, what="study's results file")
     for number, record in enumerate(results, 1):
         index = record.get("config_index")
         if not (isinstance(index, int) and 0 <= index < len(configs)

@@ -56,7 +56,7 @@ from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final, Protocol
 
-from simulacra._util import install_hint
+from simulacra._util import install_hint, os_problem
 from simulacra.errors import ConfigError
 
 from ._data import (
@@ -134,7 +134,10 @@ def check_view_dir(path: str | os.PathLike[str]) -> Path:
     manifest_file = where / names["manifest"]
     try:
         manifest = json.loads(manifest_file.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
+    except OSError as exc:  # its message names the path again
+        raise ConfigError(f"{manifest_file}: not readable as a run manifest "
+                          f"({os_problem(exc)})") from None
+    except ValueError as exc:
         raise ConfigError(f"{manifest_file}: not readable as a run manifest "
                           f"({exc})") from None
     scheme = manifest.get("scheme") if isinstance(manifest, dict) else None

@@ -22,7 +22,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any, Final, final
 
-from simulacra._util import describe_error, yaml_problem
+from simulacra._util import describe_error, os_problem, yaml_problem
 from simulacra.errors import ConfigError
 
 __all__ = ["DEFAULTS", "STEP_ENGINES_BUILT_IN", "RunConfig", "apply_overrides", "load_config",
@@ -442,7 +442,7 @@ def load_config(path: str | os.PathLike[str] | None = None,
     except FileNotFoundError:
         raise ConfigError(f"config file not found: {str(where)!r}") from None
     except OSError as exc:
-        raise ConfigError(f"cannot read config file {str(where)!r}: {exc}") from None
+        raise ConfigError(f"cannot read config file {str(where)!r}: {os_problem(exc)}") from None
     except yaml.YAMLError as exc:
         raise ConfigError(f"{where}: not valid YAML: {yaml_problem(exc)}") from None
     if isinstance(data, dict):

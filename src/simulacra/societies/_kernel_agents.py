@@ -56,6 +56,7 @@ from collections.abc import Callable, Generator, Iterator
 from typing import TYPE_CHECKING, Any, Final, final
 
 import simulacra.llm as _llm
+from simulacra._util import plural
 from simulacra.core import Event, Process, Sim
 from simulacra.errors import ConfigError, ForeignEvent, NotAnEvent
 
@@ -358,9 +359,10 @@ class LLMRuntime:
                 body.close()
                 kind = ForeignEvent if isinstance(item, Event) else NotAnEvent
                 bad = kind(
-                    f"agent {ctx.agent!r} at t={sim.now:g} (after {ctx.calls} model calls) "
-                    f"yielded {what}; expected an event of this Sim: ctx.complete(...), "
-                    "sim.delay(...), a resource or store request, a condition (a | b)")
+                    f"agent {ctx.agent!r} at t={sim.now:g} (after "
+                    f"{plural(ctx.calls, 'model call')}) yielded {what}; expected an event of "
+                    "this Sim: ctx.complete(...), sim.delay(...), a resource or store request, "
+                    "a condition (a | b)")
                 raise bad
             try:
                 value = yield item

@@ -25,6 +25,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
+from simulacra._util import os_problem
 from simulacra.agents import canonical_line
 from simulacra.errors import ConfigError
 
@@ -145,7 +146,9 @@ def read_manifest(path: Path) -> dict[str, Any]:
     """
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
+    except OSError as exc:  # its message names the path again
+        raise ConfigError(f"{path}: not a readable manifest ({os_problem(exc)})") from None
+    except ValueError as exc:
         raise ConfigError(f"{path}: not a readable manifest ({exc})") from None
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: not a manifest (a JSON object)")

@@ -1077,20 +1077,21 @@ def _check_recordings(probe: RunDirectory, position: Mapping[str, int], step: in
         if made == 0:
             return
         raise CheckpointError(
-            f"{where} is missing: the {made} model calls made before the checkpoint of step "
-            f"{step} cannot be served again{hint}")
+            f"{where} is missing: the {made} model call{'' if made == 1 else 's'} made before "
+            f"the checkpoint of step {step} cannot be served again{hint}")
     try:
         with RecordingStore(where, readonly=True) as store:
             held = store.calls_per_agent()
     except RecordingError as exc:
-        raise CheckpointError(f"{where} cannot be read ({exc}){hint}") from None
+        raise CheckpointError(f"{exc}{hint}") from None
     short = sorted((agent, held.get(agent, 0), int(n)) for agent, n in position.items()
                    if held.get(agent, 0) < int(n))
     if short:
         agent, have, need = short[0]
         raise CheckpointError(
             f"{where} does not match the checkpoint of step {step}: it holds {have} of the "
-            f"{need} calls agent {agent!r} had made ({len(short)} agents short){hint}")
+            f"{need} call{'' if need == 1 else 's'} agent {agent!r} had made ({len(short)} "
+            f"agent{'' if len(short) == 1 else 's'} short){hint}")
 
 
 def _execute(config: RunConfig, rundir: RunDirectory | None, model: LanguageModel | None,
@@ -1374,7 +1375,8 @@ def _run_stopped(kind: str, message: str, step: int, rundir: RunDirectory | None
 def _stopped(error: ProviderUnavailable, config: RunConfig, rundir: RunDirectory | None,
              steps: int) -> ProviderUnavailable:
     """The error that stops a run whose provider became unusable: what, and how to go on."""
-    message = f"the run stopped after {steps} of {config.sim.steps} steps: {error}"
+    message = (f"the run stopped after {steps} of {config.sim.steps} "
+               f"step{'' if config.sim.steps == 1 else 's'}: {error}")
     if rundir is not None:
         step = rundir.last_checkpoint()
         if step is not None:
@@ -1555,7 +1557,8 @@ def _drive(engine: StepEngine, config: RunConfig, rundir: RunDirectory | None,
 
 def _stop_message(kind: str, why: str, config: RunConfig, rundir: RunDirectory | None, *,
                   step: int, spent: _Tally) -> str:
-    what = f"{spent.calls} model calls, {spent.tokens} tokens"
+    what = (f"{spent.calls} model call{'' if spent.calls == 1 else 's'}, {spent.tokens} "
+            f"token{'' if spent.tokens == 1 else 's'}")
     if spent.cost:
         what += f", cost {spent.cost:.6g}"
     # Steps are counted as the checkpoints count them: checkpoint-000033 holds the run
@@ -1631,7 +1634,8 @@ def _divergence(recorded: list[str], replayed: list[str]) -> str | None:
                     f"{_clip(a)} but the replay made {_clip(b)}")
     if len(recorded) != len(replayed):
         shorter = "log" if len(recorded) < len(replayed) else "replay"
-        return (f"the log has {len(recorded)} events, the replay {len(replayed)} (the "
+        return (f"the log has {len(recorded)} event{'' if len(recorded) == 1 else 's'}, "
+                f"the replay {len(replayed)} (the "
                 f"{shorter} ends early; equal up to event {min(len(recorded), len(replayed))})")
     return None
 

@@ -36,7 +36,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import IO, Any, Final, final
 
-from simulacra._util import yaml_problem
+from simulacra._util import os_problem, plural, yaml_problem
 from simulacra.agents import ActionEvent
 from simulacra.errors import ConfigError
 
@@ -145,7 +145,12 @@ class RunDirectory:
             rundir._telemetry = rundir.file("telemetry").open("w", encoding="utf-8")
         except OSError as exc:
             rundir.close()
-            raise ConfigError(f"cannot write run directory {str(rundir.path)!r}: {exc}") from None
+            # The message names the directory; str(exc) would name it (or its file) again.
+            failed = exc.filename
+            which = (f" ({Path(failed).name})" if isinstance(failed, str)
+                     and Path(failed).parent == rundir.path else "")
+            raise ConfigError(f"cannot write run directory {str(rundir.path)!r}: "
+                              f"{os_problem(exc)}{which}") from None
         return rundir
 
     def on_step(self, report: StepReport, extra: Mapping[str, Any] | None = None) -> None:
@@ -201,9 +206,10 @@ class RunDirectory:
                 where = rundir.file(role)
                 size = where.stat().st_size if where.exists() else -1
                 if size < positions[role]:
-                    raise ConfigError(
-                        f"{where}: {size} bytes, shorter than the {positions[role]} the "
-                        "checkpoint was taken at; the run directory was changed")
+                    what = ("missing" if size < 0 else
+                            f"{plural(size, 'byte')}, shorter than the {positions[role]} the "
+                            "checkpoint was taken at")
+                    raise ConfigError(f"{where}: {what}; the run directory was changed")
                 handle = where.open("r+", encoding="utf-8")
                 handle.truncate(positions[role])
                 handle.seek(positions[role])
@@ -310,7 +316,7 @@ class RunDirectory:
                 continue
             except OSError as exc:
                 raise ConfigError(f"cannot measure run directory {str(self.path)!r}: "
-                                  f"{exc}") from None
+                                  f"{os_problem(exc) if folder == self.path else exc}") from None
         return total
 
     def iter_events(self, kind: str | None = None) -> Iterator[ActionEvent]:

@@ -40,6 +40,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final, final
 
+from simulacra._util import plural
 from simulacra.agents import ActionEvent, AgentId, World
 from simulacra.errors import ConfigError, ScenarioError, SimError
 from simulacra.scenarios import Knobs, KnobValue, Scenario, load_scenario
@@ -315,7 +316,7 @@ class SocietyScenario:
         """Continue after *applied* changes (from :meth:`state`)."""
         if not isinstance(applied, int) or not 0 <= applied <= len(self.changes):
             raise ConfigError(f"scenario {self.scenario.name!r}: the checkpoint says "
-                              f"{applied!r} of its {len(self.changes)} changes were applied")
+                              f"{applied!r} of its {plural(len(self.changes), 'change')} applied")
         self.applied = applied
 
 
