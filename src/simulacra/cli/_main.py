@@ -9,6 +9,8 @@ Exit status:
     1: the model raised a :class:`simulacra.SimError` (reported in one line).
     2: a usage error: bad arguments, a target that cannot be found or called,
        or a model that broke the KPI contract (reported in one line).
+    141: stdout was closed by its reader (``| head``) before everything was
+       printed; the command's files were complete by then. No message.
 
 Any other exception raised by the model is a bug in the model (or in
 simulacra) and propagates with its traceback.
@@ -24,6 +26,7 @@ import importlib.util
 import inspect
 import json
 import numbers
+import os
 import sys
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
@@ -46,6 +49,9 @@ EXIT_OK = 0
 EXIT_SIM_ERROR = 1
 #: Also what argparse uses for its own usage errors.
 EXIT_USAGE = 2
+#: stdout was closed by its reader (``simulacra run ... | head``): 128 + SIGPIPE,
+#: what the shell reports for a tool the closed pipe stopped.
+EXIT_PIPE_CLOSED = 141
 
 #: The function ``run`` calls when TARGET names none.
 DEFAULT_FUNCTION = "run"
@@ -85,7 +91,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         return exc.code if isinstance(exc.code, int) else EXIT_USAGE
     command: Callable[[argparse.Namespace], int] = args.command_fn
     try:
-        return command(args)
+        status = command(args)
+        sys.stdout.flush()  # a reader that went away shows here, not at the exit
+        return status
+    except BrokenPipeError:
+        return _stdout_closed()
     except _UsageError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_USAGE
@@ -98,6 +108,20 @@ def main(argv: Sequence[str] | None = None) -> int:
                                                             "")
         print(f"interrupted{what}", file=sys.stderr)
         return 130
+
+
+def _stdout_closed() -> int:
+    """The reader of stdout went away (``| head``): stop quietly with EXIT_PIPE_CLOSED.
+
+    Every file the command writes is complete before its output is printed, so
+    nothing is lost but the lines nobody reads. stdout is pointed at devnull so
+    that Python's own flush at the exit does not fail again (the Python docs'
+    "Note on SIGPIPE").
+    """
+    with contextlib.suppress(OSError, ValueError):  # no real descriptor (tests): nothing to do
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    return EXIT_PIPE_CLOSED
 
 
 def _build_parser() -> argparse.ArgumentParser:

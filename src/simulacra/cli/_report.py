@@ -136,8 +136,14 @@ def with_report(command: Callable[[argparse.Namespace], int]) -> Callable[
         where = _run_dir(args)
         if where is not None and args.resume is None:
             args.out = where
-        status = command(args)
+        closed: BrokenPipeError | None = None
+        try:
+            status = command(args)
+        except BrokenPipeError as exc:  # the reader of stdout went away: the report still
+            status, closed = EXIT_FAILED, exc  # is written before the CLI stops quietly
         if where is None or not (Path(where) / "manifest.json").is_file():
+            if closed is not None:
+                raise closed
             return status  # nothing was written: the run has said why
         import simulacra  # noqa: PLC0415
 
@@ -146,6 +152,8 @@ def with_report(command: Callable[[argparse.Namespace], int]) -> Callable[
         except simulacra.ConfigError as exc:
             print(f"error: report: {exc}", file=sys.stderr)
             return status or EXIT_FAILED
+        if closed is not None:
+            raise closed
         print(f"report: {written} ({_size(written)})",
               file=sys.stderr if args.json or status else sys.stdout)
         return status

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import errno
 import signal
 import sys
 import threading
@@ -179,7 +180,10 @@ def _print_summary(title: str, rows: Mapping[str, Any], out: Any) -> None:
     console = Console(file=out, highlight=False, soft_wrap=False)
     if not console.is_terminal:
         console.width = 80
-    console.print(table)
+    try:
+        console.print(table)
+    except SystemExit:  # rich's answer to a closed pipe (Console.on_broken_pipe): the CLI's
+        raise BrokenPipeError(errno.EPIPE, "stdout was closed") from None
 
 
 def _bad_input(exc: BaseException) -> int:

@@ -1,0 +1,57 @@
+"""Issue 29: the traps a user who learned from the docs meets in the first week.
+
+Every failure is one line on stderr and a non-zero exit; a reader that closes
+stdout early (``| head``) stops the command quietly once its files are complete.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+SOCIAL = ROOT / "examples" / "social"
+
+pytestmark = pytest.mark.timeout(180)
+
+
+def _env() -> dict[str, str]:
+    return {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+
+
+def _closed_stdout(*args: str, cwd: Path) -> tuple[int, str]:
+    """Run ``simulacra ARGS`` with a stdout whose reader has gone (``| head`` that exited)."""
+    proc = subprocess.Popen([sys.executable, "-m", "simulacra", *args], cwd=cwd, env=_env(),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert proc.stdout is not None
+    assert proc.stderr is not None
+    proc.stdout.close()  # nobody reads: the first write meets EPIPE
+    with proc.stderr:
+        err = proc.stderr.read()
+    return proc.wait(timeout=150), err
+
+
+def test_a_closed_stdout_stops_a_model_run_quietly(tmp_path: Path) -> None:
+    status, err = _closed_stdout("run", str(ROOT / "examples" / "bank.py"), "--json",
+                                 cwd=tmp_path)
+    assert (status, err) == (141, "")
+
+
+@pytest.mark.parametrize("report", [False, True])
+def test_a_closed_stdout_stops_a_society_run_quietly_with_its_files_complete(
+        tmp_path: Path, report: bool) -> None:
+    run = tmp_path / "run"
+    status, err = _closed_stdout("run", str(SOCIAL / "config.yaml"), "sim.agents=20",
+                                 "sim.steps=2", "--out", str(run), "--no-progress",
+                                 *(["--report"] if report else []), cwd=tmp_path)
+    assert (status, err) == (141, "")
+    assert (run / "manifest.json").is_file()
+    assert (run / "summary.json").is_file()
+    assert (run / "report.html").is_file() is report
+    replay = subprocess.run([sys.executable, "-m", "simulacra", "replay", str(run)], cwd=tmp_path,
+                            env=_env(), capture_output=True, text=True, timeout=150, check=False)
+    assert replay.returncode == 0, replay.stderr
