@@ -55,3 +55,36 @@ def test_a_closed_stdout_stops_a_society_run_quietly_with_its_files_complete(
     replay = subprocess.run([sys.executable, "-m", "simulacra", "replay", str(run)], cwd=tmp_path,
                             env=_env(), capture_output=True, text=True, timeout=150, check=False)
     assert replay.returncode == 0, replay.stderr
+
+
+def _study(tmp_path: Path) -> Path:
+    (tmp_path / "model.py").write_text("def run(seed=0, x=1):\n    return {'y': (seed % 7) * x}\n",
+                                       encoding="utf-8")
+    study = tmp_path / "study.toml"
+    study.write_text('model = "model.py:run"\nmaster_seed = 1\nreplications = 2\n'
+                     'backend = "sequential"\noutput = "out"\n[grid]\nx = [1, 2]\n',
+                     encoding="utf-8")
+    return study
+
+
+def _experiment(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "simulacra", "experiment", *args,
+                           "--no-progress"], cwd=cwd, env=_env(), capture_output=True,
+                          text=True, timeout=150, check=False)
+
+
+def test_resuming_a_study_of_an_edited_model_file_is_refused_naming_the_file(
+        tmp_path: Path) -> None:
+    """docs/parallel.md: the identity covers the model's source file; a new --output DIR."""
+    study = _study(tmp_path)
+    assert _experiment(str(study), cwd=tmp_path).returncode == 0
+    with (tmp_path / "model.py").open("a", encoding="utf-8") as f:
+        f.write("# changed\n")
+    done = _experiment(str(study), "--resume", cwd=tmp_path)
+    assert done.returncode == 2, done.stderr
+    [line] = done.stderr.strip().splitlines()
+    assert line.startswith(f"error: the output directory {str(tmp_path / 'out')!r} holds "
+                           "results of another version of the model: the source file of "
+                           f"{tmp_path / 'model.py'}:run changed since they were made")
+    assert "another --output DIR" in line
+    assert _experiment(str(study), "--output", "new", cwd=tmp_path).returncode == 0
