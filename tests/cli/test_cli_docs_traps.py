@@ -88,3 +88,27 @@ def test_resuming_a_study_of_an_edited_model_file_is_refused_naming_the_file(
                            f"{tmp_path / 'model.py'}:run changed since they were made")
     assert "another --output DIR" in line
     assert _experiment(str(study), "--output", "new", cwd=tmp_path).returncode == 0
+
+
+def test_a_wrong_key_fails_the_preflight_against_scripted_server(tmp_path: Path) -> None:
+    """ScriptedServer checks the key on GET /v1/models too: exit 2, nothing written."""
+    from simulacra import ScriptedServer
+
+    with ScriptedServer(seed=0, api_key="s3cret") as server:
+        args = ["run", str(SOCIAL / "config.yaml"), "sim.agents=3", "sim.steps=1",
+                "sim.llm.provider=openai_compatible", f"sim.llm.base_url={server.base_url}",
+                "sim.llm.model=scripted", "sim.llm.api_key_env=MYKEY",
+                "--out", str(tmp_path / "run"), "--no-progress"]
+        done = subprocess.run([sys.executable, "-m", "simulacra", *args], cwd=tmp_path,
+                              env={**_env(), "MYKEY": "wrong"}, capture_output=True, text=True,
+                              timeout=150, check=False)
+        assert server.calls == 0  # no completion was asked for
+        assert done.returncode == 2, done.stderr
+        [line] = done.stderr.strip().splitlines()
+        assert line.startswith("error: preflight: "), line
+        assert "401" in line
+        assert not (tmp_path / "run").exists()
+        right = subprocess.run([sys.executable, "-m", "simulacra", *args], cwd=tmp_path,
+                               env={**_env(), "MYKEY": "s3cret"}, capture_output=True,
+                               text=True, timeout=150, check=False)
+        assert right.returncode == 0, right.stderr

@@ -122,8 +122,9 @@ class ScriptedServer:
             random but reproducible order), or ``callable(request, site)``.
         seed: The seed of the default ``ScriptedModel``.
         latency_seed: Seeds the random delays.
-        api_key: When set, requests must send ``Authorization: Bearer
-            <api_key>``; others get HTTP 401.
+        api_key: When set, requests (completions and ``GET /v1/models``
+            alike) must send ``Authorization: Bearer <api_key>``; others get
+            HTTP 401.
         host: The interface to listen on.
         port: The port; 0 picks a free one.
 
@@ -319,6 +320,11 @@ class ScriptedServer:
 
     def _handle_get(self, handler: _Handler) -> None:
         if handler.path.rstrip("/") in ("/v1/models", "/models"):
+            # The key is checked here as for completions, so that a preflight can refuse it.
+            if (self.api_key is not None
+                    and handler.headers.get("Authorization") != f"Bearer {self.api_key}"):
+                _send(handler, 401, _error_body("invalid API key", "invalid_request_error", 401))
+                return
             _send(
                 handler,
                 200,
