@@ -112,3 +112,35 @@ def test_a_wrong_key_fails_the_preflight_against_scripted_server(tmp_path: Path)
                                env={**_env(), "MYKEY": "s3cret"}, capture_output=True,
                                text=True, timeout=150, check=False)
         assert right.returncode == 0, right.stderr
+
+
+@pytest.mark.skipif(sys.version_info >= (3, 13), reason="this Python can run sub-interpreters")
+def test_a_backend_this_python_cannot_run_is_bad_input_and_writes_nothing(
+        tmp_path: Path) -> None:
+    study = _study(tmp_path)
+    done = _experiment(str(study), "--backend", "interpreters", cwd=tmp_path)
+    assert done.returncode == 2, done.stderr
+    [line] = done.stderr.strip().splitlines()
+    assert line.startswith("error: backend 'interpreters' needs sub-interpreters"), line
+    assert line.count("this is Python") == 1, line
+    assert "Use 'processes'" in line
+    assert not (tmp_path / "out").exists()
+
+    import simulacra
+
+    experiment = simulacra.Experiment(str(tmp_path / "model.py:run"), [{"x": 1}],
+                                      master_seed=1, spool_dir=tmp_path / "api")
+    with pytest.raises(simulacra.BackendUnavailable):
+        experiment.run(2, "interpreters")
+    assert not (tmp_path / "api").exists()
+
+
+def test_experiment_help_lists_every_backend(tmp_path: Path) -> None:
+    done = subprocess.run([sys.executable, "-m", "simulacra", "experiment", "--help"],
+                          cwd=tmp_path, env=_env(), capture_output=True, text=True, timeout=60,
+                          check=False)
+    assert done.returncode == 0
+    backend = " ".join(done.stdout.split("\n  --backend NAME", 1)[1].split("--max-workers")[0]
+                       .split())
+    for name in ("auto", "sequential", "threads", "processes", "interpreters", "dask"):
+        assert name in backend, backend

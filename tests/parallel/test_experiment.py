@@ -533,7 +533,9 @@ def test_interpreters_backend_says_why_it_is_unavailable(tmp_path: Path) -> None
         BackendUnavailable, match=r"needs sub-interpreters: Python 3\.14.s concurrent\.futures"
     ):
         study.run(1, "interpreters")
-    assert (tmp_path / "study.json").exists()  # nothing half-open is left behind
+    # Refused before the spool is opened: nothing is written (issue 29).
+    assert not (tmp_path / "study.json").exists()
+    assert not (tmp_path / "results.jsonl").exists()
 
 
 def test_a_kpi_named_like_a_config_field_fails_at_its_first_result(tmp_path: Path) -> None:

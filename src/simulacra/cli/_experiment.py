@@ -7,7 +7,8 @@ A study file (TOML shown; JSON has the same keys)::
                                     # "stream": model(stream, config)
     master_seed = 2025              # int or str
     replications = 20
-    backend = "auto"                # or sequential, threads, processes, dask
+    backend = "auto"                # or sequential, threads, processes,
+                                    # interpreters (Python 3.13+), dask
     max_workers = 4                 # optional: one per CPU
     scheduler_address = "tcp://..." # optional, dask only
     retries = 3                     # optional: re-runs after a worker died
@@ -141,7 +142,7 @@ EXAMPLE_STUDY = """\
 model = {model}
 master_seed = 2025
 replications = 5
-backend = "auto"                # or sequential, threads, processes, dask
+backend = "auto"                # or sequential, threads, processes, interpreters, dask
 output = "bank-study"           # where results.csv, summary.csv... go
 
 [base]                          # shared by every config
@@ -173,7 +174,9 @@ def add_experiment_command(commands: Any) -> None:
     parser.add_argument("--example", action="store_true",
                         help="print a study file that runs as it is, and exit")
     parser.add_argument("--output", metavar="DIR", help="output directory (overrides the file)")
-    parser.add_argument("--backend", metavar="NAME", help="backend (overrides the file)")
+    parser.add_argument("--backend", metavar="NAME",
+                        help="auto, sequential, threads, processes, interpreters (Python 3.13+) "
+                             "or dask (overrides the file)")
     parser.add_argument("--max-workers", type=int, metavar="N", help="workers (overrides)")
     parser.add_argument("--replications", type=int, metavar="N", help="replications (overrides)")
     parser.add_argument(
@@ -260,6 +263,12 @@ def _cmd_experiment(args: argparse.Namespace) -> int:
         except simulacra.SpoolError as exc:
             # Found before any replication ran: the output directory holds another
             # study, or its study.json or results.jsonl is damaged (bad input).
+            print(f"error: {_in_cli_words(str(exc))}", file=sys.stderr)
+            return EXIT_USAGE
+        except simulacra.BackendUnavailable as exc:
+            # A backend this Python cannot run (interpreters before 3.13, dask not
+            # installed), found before anything is written, or one that cannot run
+            # this model: bad input, the message says what to use instead.
             print(f"error: {_in_cli_words(str(exc))}", file=sys.stderr)
             return EXIT_USAGE
         except simulacra.SimError as exc:

@@ -523,12 +523,19 @@ def _interpreter_pool_class() -> Callable[[int], cf.Executor]:
     if why is None:  # Python 3.13: our pool over its private _interpreters module
         return SubInterpreterPool
     version = ".".join(map(str, sys.version_info[:3]))
+    # Before 3.13 the version says it all; a 3.13 build says what it lacks.
+    this = f"this is Python {version}" if sys.version_info < (3, 13) else why
     raise BackendUnavailable(
         f"backend 'interpreters' needs sub-interpreters: Python 3.14's "
         f"concurrent.futures.InterpreterPoolExecutor or Python 3.13's _interpreters "
-        f"module; this is Python {version} ({why}). Use 'processes' for the same "
-        "isolation, or 'threads' on a free-threaded build"
+        f"module; {this}. Use 'processes' for the same isolation, or 'threads' on a "
+        "free-threaded build"
     )
+
+
+def check_interpreters() -> None:
+    """Raise BackendUnavailable, saying why, if this Python cannot run InterpreterExecutor."""
+    _interpreter_pool_class()
 
 
 @final

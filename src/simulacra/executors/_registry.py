@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import logging
 import sys
 from collections.abc import Callable, Sequence
@@ -11,8 +12,14 @@ from simulacra._util import did_you_mean
 from simulacra.errors import ConfigError
 
 from ._base import Executor, check_retries, check_workers
-from ._dask import DaskExecutor
-from ._pool import InterpreterExecutor, ProcessExecutor, SequentialExecutor, ThreadExecutor
+from ._dask import DaskExecutor, import_distributed
+from ._pool import (
+    InterpreterExecutor,
+    ProcessExecutor,
+    SequentialExecutor,
+    ThreadExecutor,
+    check_interpreters,
+)
 from ._workers import WorkerPool
 
 __all__ = ["EXECUTOR_ALIASES", "EXECUTOR_NAMES", "auto_backend", "executor_name", "free_threaded",
@@ -75,12 +82,18 @@ EXECUTOR_ALIASES: dict[str, str] = {
 }
 
 
-def executor_name(name: object, *, auto: bool = True) -> str:
+def executor_name(name: object, *, auto: bool = True, runnable: bool = False) -> str:
     """*name* as a registered executor name (an alias replaced).
+
+    With *runnable*, also check that this Python can run it, without starting
+    anything: ``"interpreters"`` needs Python 3.13 or later, ``"dask"`` needs
+    ``distributed`` installed.
 
     Raises:
         ConfigError: *name* is not one (the closest name is suggested); or it
             is ``"auto"`` and *auto* is false.
+        BackendUnavailable: *runnable* is true and this Python cannot run it
+            (the message says why, and what to use instead).
     """
     if isinstance(name, str):
         name = EXECUTOR_ALIASES.get(name, name)
@@ -89,6 +102,10 @@ def executor_name(name: object, *, auto: bool = True) -> str:
         hint = did_you_mean(name, [*EXECUTOR_NAMES, *EXECUTOR_ALIASES],
                             lambda match: EXECUTOR_ALIASES.get(match, match))
         raise ConfigError(f"backend must be one of {known}, got {name!r}{hint}")
+    if runnable and name == "interpreters":
+        check_interpreters()
+    if runnable and name == "dask" and importlib.util.find_spec("distributed") is None:
+        import_distributed()  # raises, with how to install it
     return name
 
 

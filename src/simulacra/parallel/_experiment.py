@@ -1547,4 +1547,5 @@ class _LazyExecutor:
 
 
 def _check_backend_name(name: str) -> None:
-    executor_name(name, auto=False)
+    # A backend this Python cannot run is refused here, before the spool is written.
+    executor_name(name, auto=False, runnable=True)
