@@ -171,6 +171,22 @@ def test_report_of_a_run_directory_with_a_garbage_file_exits_2(finished: Path, t
     assert not (run / "report.html").exists()
 
 
+@pytest.mark.parametrize("name", [RUN_FILES["telemetry"], RUN_FILES["events"],
+                                  RUN_FILES["calls"]])
+def test_report_of_a_run_file_of_one_garbage_line_exits_2(finished: Path, tmp_path: Path,
+                                                          name: str) -> None:
+    """One line of garbage without an end of line is damage, not a line cut by a kill."""
+    pytest.importorskip("plotly")
+    run = _copy(finished, tmp_path)
+    (run / name).write_bytes(b"\x00garbage")
+    done = _simulacra("report", str(run), cwd=tmp_path)
+    assert done.returncode == 2, done.stderr
+    assert _one_line(done) == f"error: {run / name}: line 1 is not JSON; the run's " + {
+        RUN_FILES["telemetry"]: "telemetry", RUN_FILES["events"]: "event log",
+        RUN_FILES["calls"]: "call log"}[name] + " is damaged"
+    assert not (run / "report.html").exists()
+
+
 def _file_size_limit(limit: int) -> Callable[[], None]:
     def apply() -> None:  # in the child, before exec: writes past *limit* bytes fail (EFBIG)
         signal.signal(signal.SIGXFSZ, signal.SIG_IGN)

@@ -111,8 +111,9 @@ def source_kind(path: str | Path) -> SourceKind:
 def read_jsonl(path: Path, *, what: str) -> list[dict[str, Any]]:
     """The JSON objects of a JSON Lines file, one per line.
 
-    A last line cut short (the run was killed while writing it) is left out;
-    any other line that is not a JSON object is an error.
+    A last line cut short (the run was killed while writing it: the start of a
+    JSON object without its end of line) is left out; any other line that is
+    not a JSON object is an error.
 
     Raises:
         ConfigError: A line is damaged (its number is named) or the file is not UTF-8.
@@ -139,7 +140,7 @@ def read_jsonl(path: Path, *, what: str) -> list[dict[str, Any]]:
         try:
             item = decode(line)
         except ValueError:
-            if number == last and not complete:
+            if number == last and not complete and line.lstrip().startswith("{"):
                 break  # cut short by a kill: the run's files hold whole lines only
             raise ConfigError(f"{path}: line {number + 1} is not JSON; the {what} is "
                               "damaged") from None
