@@ -6,9 +6,12 @@ stdout early (``| head``) stops the command quietly once its files are complete.
 
 from __future__ import annotations
 
+import http.server
 import os
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -144,3 +147,90 @@ def test_experiment_help_lists_every_backend(tmp_path: Path) -> None:
                        .split())
     for name in ("auto", "sequential", "threads", "processes", "interpreters", "dask"):
         assert name in backend, backend
+
+
+def _web_server(directory: Path) -> tuple[subprocess.Popen[str], int]:
+    """``python -m http.server`` on 127.0.0.1 (a free port): it answers POST with 501 and HTML."""
+    proc = subprocess.Popen([sys.executable, "-u", "-m", "http.server", "0", "--bind",
+                             "127.0.0.1", "--directory", str(directory)],
+                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    assert proc.stdout is not None
+    line = proc.stdout.readline()  # Serving HTTP on 127.0.0.1 port N (http://...) ...
+    return proc, int(line.split(" port ")[1].split()[0])
+
+
+class _HTMLErrors(http.server.BaseHTTPRequestHandler):
+    """A web server that is no API: a 405 page for POST, a 404 page for anything else."""
+
+    def log_message(self, format: str, *args: object) -> None:
+        pass
+
+    def _page(self, status: int) -> None:
+        self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        body = (f"<!DOCTYPE html>\n<html><head><title>{status}</title></head>\n"
+                "<body><h1>Nope</h1>\n" + "<p>filler</p>\n" * 50 + "</body></html>\n").encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "text/html")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def do_POST(self) -> None:
+        self._page(405)
+
+    def do_GET(self) -> None:
+        self._page(404)
+
+
+def _run_without_preflight(base_url: str, out: Path) -> tuple[subprocess.CompletedProcess[str],
+                                                               float]:
+    started = time.monotonic()
+    done = subprocess.run(
+        [sys.executable, "-m", "simulacra", "run", str(SOCIAL / "config.yaml"), "sim.agents=4",
+         "sim.steps=2", "sim.llm.provider=openai_compatible", f"sim.llm.base_url={base_url}",
+         "sim.llm.model=any", "run.preflight=false", "--out", str(out), "--no-progress"],
+        cwd=out.parent, env=_env(), capture_output=True, text=True, timeout=150, check=False)
+    return done, time.monotonic() - started
+
+
+def test_a_web_server_that_is_no_api_stops_the_run_at_its_first_call(tmp_path: Path) -> None:
+    """HTTP 501 (python -m http.server) and 405 pages are not retried, nor printed."""
+    proc, port = _web_server(tmp_path)
+    try:
+        done, took = _run_without_preflight(f"http://127.0.0.1:{port}/v1", tmp_path / "run501")
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+        assert proc.stdout is not None
+        proc.stdout.close()
+    assert done.returncode == 1, done.stderr
+    [line] = done.stderr.strip().splitlines()
+    assert "does not implement chat completions (HTTP 501)" in line, line
+    assert "after 1 attempt (not retried): an HTML page, not an API's JSON error" in line, line
+    assert "<" not in line
+    assert took < 10  # six tries per call for three calls took about 12 s
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _HTMLErrors)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        done, _ = _run_without_preflight(f"http://127.0.0.1:{server.server_address[1]}/v1",
+                                         tmp_path / "run405")
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert done.returncode == 1, done.stderr
+    [line] = done.stderr.strip().splitlines()
+    assert "(HTTP 405)" in line, line
+    assert "not retried" in line
+    assert "<" not in line
+    assert len(line) < 600
+
+
+def test_a_plain_text_error_body_is_cut_to_its_first_line() -> None:
+    from simulacra.llm._openai import error_snippet
+
+    assert error_snippet("Bad gateway\nupstream x failed\n") == "Bad gateway ..."
+    assert error_snippet("x" * 500) == "x" * 200 + " ..."
+    assert error_snippet('{"error": {"message":\n "no such model"}}') == (
+        '{"error": {"message": "no such model"}}')

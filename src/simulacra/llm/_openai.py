@@ -356,6 +356,35 @@ def parse_retry_after(value: str | None, now: float | None = None) -> float | No
 _LOOPBACK_NAMES = frozenset({"localhost", "localhost.localdomain", "ip6-localhost"})
 
 
+#: Server errors that say the server cannot serve this request at all: not retried.
+_PERMANENT_5XX = frozenset({501, 505})
+
+
+def error_snippet(text: str) -> str:
+    """An HTTP error body as one short piece of a one-line message.
+
+    A JSON body (an API's error) is kept, its whitespace folded, up to 300
+    characters. Anything else is cut to its first line, at most 200
+    characters; an HTML page is named as such instead of printed.
+    """
+    body = text.strip()
+    if not body:
+        return "(no body)"
+    try:
+        json.loads(body)
+    except ValueError:
+        pass
+    else:
+        return " ".join(body[:300].split())
+    if body.startswith("<"):
+        return "an HTML page, not an API's JSON error"
+    lines = body.splitlines()
+    first = " ".join(lines[0].split())
+    if len(first) > 200:
+        return first[:200] + " ..."
+    return first + (" ..." if len(lines) > 1 else "")
+
+
 def _is_loopback(url: str) -> bool:
     host = (urlsplit(url).hostname or "").lower()
     if host in _LOOPBACK_NAMES or host.endswith(".localhost"):
@@ -626,9 +655,9 @@ class OpenAICompatible:
                     ),
                 )
         reason = f"HTTP {status} {response.reason_phrase}".rstrip()
-        # One line: an error page (HTML) would otherwise spill over many.
-        snippet = " ".join(response.text[:300].split())
-        retryable = status == 429 or status >= 500
+        snippet = error_snippet(response.text)
+        # 501 (not implemented) will not change on a retry, as 401/403/404/405 will not.
+        retryable = status == 429 or (status >= 500 and status not in _PERMANENT_5XX)
         if not retryable:
             return (
                 None,

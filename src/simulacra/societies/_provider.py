@@ -4,10 +4,10 @@
 spent, that the configured provider can serve the run: its package is
 installed, the server answers, accepts the credentials and serves the model.
 ``ProviderGuard`` wraps the model during the run and turns the errors that mean
-every further call would fail (connection refused, HTTP 401 / 403 / 404, or
-``run.max_consecutive_provider_failures`` exhausted calls in a row) into
-:class:`~simulacra.ProviderUnavailable`, which stops the run instead of failing
-every remaining turn. An isolated failure passes through: it fails its turn.
+every further call would fail (connection refused, HTTP 401 / 403 / 404 / 405
+/ 501 / 505, or ``run.max_consecutive_provider_failures`` exhausted calls in a
+row) into :class:`~simulacra.ProviderUnavailable`, which stops the run instead
+of failing every remaining turn. An isolated failure passes through: it fails its turn.
 """
 
 from __future__ import annotations
@@ -29,7 +29,10 @@ __all__ = ["ProviderGuard", "preflight"]
 
 #: HTTP statuses after which no call of this run can succeed.
 _FATAL_STATUS = {401: "refused the credentials (HTTP 401)", 403: "refused access (HTTP 403)",
-                 404: "has no such model or endpoint (HTTP 404)"}
+                 404: "has no such model or endpoint (HTTP 404)",
+                 405: "does not allow this request's method (HTTP 405)",
+                 501: "does not implement chat completions (HTTP 501)",
+                 505: "does not support this HTTP version (HTTP 505)"}
 
 
 def _transport_failure(error: BaseException) -> str | None:
