@@ -315,5 +315,7 @@ class SocialWorld(World):
             "longest mention chain": max(chains, default=0),
             "idle turns": self.counts["idle"],
             "failed turns": self.counts["turn_failed"],
-            "most engaged": ", ".join(f"@{h} ({self.engagement(h)})" for h in top),
+            # Only agents someone engaged with; none at all says so.
+            "most engaged": ", ".join(f"@{h} ({self.engagement(h)})" for h in top
+                                      if self.engagement(h) > 0) or "nobody engaged",
         }

@@ -234,3 +234,35 @@ def test_a_plain_text_error_body_is_cut_to_its_first_line() -> None:
     assert error_snippet("x" * 500) == "x" * 200 + " ..."
     assert error_snippet('{"error": {"message":\n "no such model"}}') == (
         '{"error": {"message": "no such model"}}')
+
+
+def test_an_unknown_option_shows_the_commands_usage(tmp_path: Path) -> None:
+    done = subprocess.run([sys.executable, "-m", "simulacra", "run",
+                           str(ROOT / "examples" / "bank.py"), "--sed", "3"], cwd=tmp_path,
+                          env=_env(), capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 2
+    assert done.stderr.startswith("usage: simulacra run "), done.stderr
+    assert done.stderr.strip().splitlines()[-1] == (
+        "simulacra run: error: unrecognized arguments: --sed 3")
+
+
+def test_the_summary_title_is_one_line_and_says_when_nobody_engaged(tmp_path: Path) -> None:
+    done = subprocess.run([sys.executable, "-m", "simulacra", "run", str(SOCIAL / "config.yaml"),
+                           "sim.agents=3", "sim.steps=1", "seed=3", "--out", str(tmp_path / "run"),
+                           "--no-progress"], cwd=tmp_path, env=_env(), capture_output=True,
+                          text=True, timeout=150, check=False)
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    # Narrower than its title, the table once wrapped it: "... (round engine, threads," / "seed 3)".
+    assert lines[0] == "social: 3 agents, 1 step, 3 events (round engine, threads, seed 3)"
+    [engaged] = [line for line in lines if line.lstrip().startswith("most engaged")]
+    assert engaged.split(None, 2)[2].strip() == "nobody engaged"
+
+
+def test_a_slow_models_agent_steps_read_in_seconds() -> None:
+    from simulacra.cli._society import _duration_us, _rate
+
+    assert _duration_us(930.94) == "930.9 us"
+    assert _duration_us(12_345.0) == "12.3 ms"
+    assert _duration_us(5_062_007.1) == "5.06 s"
+    assert (_rate(1074.2), _rate(0.198)) == ("1,074/s", "0.2/s")

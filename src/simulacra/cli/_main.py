@@ -85,8 +85,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         if extra and getattr(args, "overrides", None) is not None and all(
                 "=" in item and not item.startswith("-") for item in extra):
             args.overrides = [*args.overrides, *extra]
-        elif extra:
-            parser.error(f"unrecognized arguments: {' '.join(extra)}")
+        elif extra:  # with the command's usage (simulacra run ... --sed 3), not the top one's
+            _command_parser(parser, str(getattr(args, "command", ""))).error(
+                f"unrecognized arguments: {' '.join(extra)}")
     except SystemExit as exc:  # --help, --version, usage errors: argparse has printed
         return exc.code if isinstance(exc.code, int) else EXIT_USAGE
     command: Callable[[argparse.Namespace], int] = args.command_fn
@@ -108,6 +109,16 @@ def main(argv: Sequence[str] | None = None) -> int:
                                                             "")
         print(f"interrupted{what}", file=sys.stderr)
         return 130
+
+
+def _command_parser(parser: argparse.ArgumentParser, name: str) -> argparse.ArgumentParser:
+    """The parser of the command *name* (``run``, ``experiment``...), or *parser* itself."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            found = action.choices.get(name)
+            if isinstance(found, argparse.ArgumentParser):
+                return found
+    return parser
 
 
 def _stdout_closed() -> int:

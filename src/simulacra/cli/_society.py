@@ -171,7 +171,8 @@ def _print_summary(title: str, rows: Mapping[str, Any], out: Any) -> None:
     from rich.console import Console  # noqa: PLC0415
     from rich.table import Table  # noqa: PLC0415
 
-    table = Table(title=title, box=box.SIMPLE_HEAD, show_edge=False, title_justify="left")
+    # The title is a line of its own: as the table's, it would wrap at the table's width.
+    table = Table(box=box.SIMPLE_HEAD, show_edge=False)
     table.add_column("", no_wrap=True)
     table.add_column("value", overflow="fold")
     for key, value in rows.items():
@@ -181,6 +182,7 @@ def _print_summary(title: str, rows: Mapping[str, Any], out: Any) -> None:
     if not console.is_terminal:
         console.width = 80
     try:
+        console.print(title, markup=False)
         console.print(table)
     except SystemExit:  # rich's answer to a closed pipe (Console.on_broken_pipe): the CLI's
         raise BrokenPipeError(errno.EPIPE, "stdout was closed") from None
@@ -472,6 +474,20 @@ def _steps(first: int, count: int) -> str:
     return f"step {first}" if count == 1 else f"steps {first}-{first + count - 1}"
 
 
+def _rate(per_s: float) -> str:
+    """A rate per second as people read it: 1,074/s, 12/s, 0.2/s."""
+    return f"{per_s:,.0f}/s" if per_s >= 10 else f"{per_s:.2g}/s"
+
+
+def _duration_us(us: float) -> str:
+    """A duration given in microseconds, in the unit that reads best: 930.9 us, 12.3 ms, 5.06 s."""
+    if us < 1e3:
+        return f"{us:.1f} us"
+    if us < 1e6:
+        return f"{us / 1e3:.1f} ms"
+    return f"{us / 1e6:,.2f} s"
+
+
 def _rows(config: Any, run: Any) -> dict[str, Any]:
     """The summary table: the world's summary, then what the run cost, counted once."""
     sim = config.sim
@@ -513,7 +529,8 @@ def _rows(config: Any, run: Any) -> dict[str, Any]:
         rate = speed.get("per_s")
         rows["agent-steps"] = (f"{speed.get('agent_steps', 0)}{whole}"
                                + ("" if rate is None else
-                                  f" ({rate:,.0f}/s, {speed['us_per_agent_step']:,.1f} us each)"))
+                                  f" ({_rate(rate)}, {_duration_us(speed['us_per_agent_step'])} "
+                                  "each)"))
         rows["  needing no call"] = f"{speed.get('no_call_share', 0.0):.1%}"
         steps_taken, calls = speed.get("agent_steps", 0), llm.get("calls", 0)
         if steps_taken and calls > steps_taken:
