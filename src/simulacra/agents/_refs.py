@@ -15,13 +15,17 @@ guard).
 
 from __future__ import annotations
 
-import importlib
-import sys
 from typing import Any
 
 from simulacra.errors import ConfigError
+from simulacra.executors import RefLoader
 
 __all__ = ["object_ref", "resolve_ref"]
+
+#: Agent classes and actions are named by module, never by file: a worker
+#: process finds them by import, as pickle does. Classes and plain attributes
+#: alike (the caller checks what it got).
+_OBJECTS = RefLoader(files=False, callable_only=False)
 
 _EXPECTED = "importable as module:qualname (defined with def or class at the top level of a module)"
 
@@ -91,32 +95,4 @@ def resolve_ref(ref: str, field: str) -> Any:
     Raises:
         ConfigError: *ref* is malformed, or its module or attribute is missing.
     """
-    if not isinstance(ref, str):
-        raise ConfigError(
-            f"{field} must be a str 'module:qualname', got {type(ref).__name__} {ref!r}"
-        )
-    module_name, sep, qualname = ref.partition(":")
-    if not sep or not module_name or not all(p.isidentifier() for p in qualname.split(".")):
-        raise ConfigError(f"{field} must look like 'module:qualname', got {ref!r}")
-    module: Any = sys.modules.get(module_name)
-    if module is None:
-        try:
-            module = importlib.import_module(module_name)
-        except ModuleNotFoundError as exc:
-            if exc.name is None or not (
-                module_name == exc.name or module_name.startswith(f"{exc.name}.")
-            ):
-                raise  # the module exists; one of its own imports is broken: show that
-            raise ConfigError(f"{field}: no module named {module_name!r} (from {ref!r})") from None
-    obj: Any = module
-    for part in qualname.split("."):
-        try:
-            obj = getattr(obj, part)
-        except AttributeError:
-            hint = (" (a worker process cannot see classes and functions defined in an "
-                    "interactive session or a notebook: move them into a module)"
-                    if module_name in ("__main__", "__mp_main__") else "")
-            raise ConfigError(
-                f"{field}: module {module_name!r} has no {qualname!r}{hint}"
-            ) from None
-    return obj
+    return _OBJECTS.resolve(ref, field)

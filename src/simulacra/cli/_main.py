@@ -20,9 +20,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import importlib
-import importlib.machinery
-import importlib.util
 import inspect
 import json
 import numbers
@@ -39,6 +36,8 @@ from simulacra.cli._report import add_report_arguments, add_report_command, with
 from simulacra.cli._scenarios import add_scenarios_command
 from simulacra.cli._society import add_replay_command, is_config_target, resume_run, run_config
 from simulacra.cli._view import ViewOptions, add_view_arguments, add_view_command
+from simulacra.errors import ConfigError
+from simulacra.executors import RefLoader
 
 __all__ = ["main"]
 
@@ -60,6 +59,9 @@ MODEL_FILE = "model.py"
 #: The ``sys.modules`` name a model file is loaded under while it runs. A real
 #: entry is needed: dataclasses and typing look their module up there.
 _MODEL_MODULE = "__simulacra_model__"
+#: How ``run`` (and ``scenarios``) load TARGET: a file afresh for each command
+#: under :data:`_MODEL_MODULE`, a directory's ``model.py``, or a module by name.
+_MODELS = RefLoader(file_module=lambda _path: _MODEL_MODULE, directory_file=MODEL_FILE)
 
 
 class _UsageError(Exception):
@@ -278,7 +280,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     where, name = _split_target(args.target)
     label = f"{where}:{name}"
     try:
-        with _loaded(where) as module:
+        with _loaded(where, label) as module:
             function = _model_function(module, where, name)
             _check_call(function, kwargs, label)
             result = function(**kwargs)
@@ -327,91 +329,50 @@ def _looks_like_path(where: str) -> bool:
 
 
 @contextlib.contextmanager
-def _loaded(where: str) -> Iterator[ModuleType]:
+def _loaded(where: str, ref: str | None = None) -> Iterator[ModuleType]:
     """Load the file or import the module WHERE names, for as long as the model runs.
 
     Like ``python file.py`` and ``python -m module``, the model's directory
     (for a module, the working directory) comes first on ``sys.path`` so that
     a model split over several files can import its parts. ``sys.path`` and
     ``sys.modules`` are restored afterwards, except for modules imported by
-    name, which stay imported as any import would.
+    name, which stay imported as any import would. A reference that cannot be
+    found is a usage error, in the words every reference in simulacra uses.
     """
-    if _looks_like_path(where):
-        path = _model_file(Path(where))
-        with _first_on_sys_path(path.parent), _source_module(path) as module:
-            yield module
-        return
-    if not all(part.isidentifier() for part in where.split(".")):
-        raise _UsageError(f"file not found: {where!r} is neither a file nor a module name")
-    with _first_on_sys_path(Path.cwd()):
-        try:
-            module = importlib.import_module(where)
-        except ModuleNotFoundError as exc:
-            # Only a missing target is a usage error; a model whose own imports
-            # fail has a bug and keeps its traceback.
-            if exc.name is None or not (where == exc.name or where.startswith(f"{exc.name}.")):
-                raise
-            raise _UsageError(f"no module named {where!r} (looked in {Path.cwd()} too)") from None
-        yield module
-
-
-@contextlib.contextmanager
-def _source_module(path: Path) -> Iterator[ModuleType]:
-    loader = importlib.machinery.SourceFileLoader(_MODEL_MODULE, str(path))
-    spec = importlib.util.spec_from_loader(_MODEL_MODULE, loader, origin=str(path))
-    if spec is None:  # pragma: no cover (a SourceFileLoader always gives a spec)
-        raise _UsageError(f"cannot load {str(path)!r} as Python source")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[_MODEL_MODULE] = module
-    try:
-        loader.exec_module(module)
-        yield module
-    finally:
-        sys.modules.pop(_MODEL_MODULE, None)
-
-
-def _model_file(path: Path) -> Path:
-    if path.is_dir():
-        model = path / MODEL_FILE
-        if not model.is_file():
-            configs = sorted(p.name for p in path.iterdir() if is_config_target(p.name))
-            hint = (f"; it has a run config: simulacra run {path / configs[0]}" if configs
-                    else "")
-            raise _UsageError(f"file not found: directory {str(path)!r} has no {MODEL_FILE}"
-                              f"{hint}")
-        return model
-    if not path.is_file():
-        raise _UsageError(f"file not found: {str(path)!r}")
-    if path.suffix != ".py":
-        raise _UsageError(f"{str(path)!r} is neither a Python file (.py) nor a run config "
+    path = Path(where)
+    if path.is_file() and path.suffix != ".py":
+        raise _UsageError(f"{where!r} is neither a Python file (.py) nor a run config "
                           "(.yaml): simulacra run takes a model file, module:function or "
                           "CONFIG.yaml")
-    return path
+    with contextlib.ExitStack() as stack:
+        try:
+            module = stack.enter_context(_MODELS.scoped(where, "", ref))
+        except ConfigError as exc:
+            raise _UsageError(f"{exc}{_config_hint(path)}") from None
+        yield module
 
 
-@contextlib.contextmanager
-def _first_on_sys_path(directory: Path) -> Iterator[None]:
-    entry = str(directory)
-    sys.path.insert(0, entry)
-    try:
-        yield
-    finally:
-        with contextlib.suppress(ValueError):  # the model may have removed it itself
-            sys.path.remove(entry)
+def _config_hint(path: Path) -> str:
+    """For a directory without a model file: the run config it holds, if any."""
+    if not path.is_dir() or (path / MODEL_FILE).is_file():
+        return ""
+    configs = sorted(p.name for p in path.iterdir() if is_config_target(p.name))
+    return f"; it has a run config: simulacra run {path / configs[0]}" if configs else ""
 
 
 def _model_function(module: ModuleType, where: str, name: str) -> Callable[..., object]:
     try:
-        function: object = getattr(module, name)
-    except AttributeError:
+        function: Callable[..., object] = _MODELS.lookup(module, where, name, "")
+    except ConfigError as exc:
+        if hasattr(module, name):  # there, but not callable
+            raise _UsageError(str(exc)) from None
         configs = []
         folder = Path(where) if Path(where).is_dir() else Path(where).parent
         if _looks_like_path(where) and folder.is_dir():
             configs = sorted(p for p in folder.iterdir() if is_config_target(p.name))
         hint = f"; did you mean the run config: simulacra run {configs[0]}" if configs else ""
-        raise _UsageError(f"no such function: {name!r} in {where!r}{hint}") from None
-    if not callable(function):
-        raise _UsageError(f"{where}:{name} is not callable: its type is {type(function).__name__}")
+        # The command names the function it looked for: the user may have named none.
+        raise _UsageError(f"no such function: {name!r} in {where!r} ({exc}){hint}") from None
     return function
 
 

@@ -30,6 +30,7 @@ if TYPE_CHECKING:  # the type checker sees every name; at run time they load laz
     from ._pool import SequentialExecutor as SequentialExecutor
     from ._pool import ThreadExecutor as ThreadExecutor
     from ._pool import process_pool as process_pool
+    from ._refs import RefLoader as RefLoader
     from ._refs import callable_ref as callable_ref
     from ._refs import main_script as main_script
     from ._refs import resolve_callable as resolve_callable
@@ -65,6 +66,7 @@ __all__ = [
     "default_start_method",
     "START_METHODS",
     # helpers
+    "RefLoader",
     "callable_ref",
     "main_script",
     "resolve_callable",
@@ -81,7 +83,8 @@ _LAZY: dict[str, str] = {
     **dict.fromkeys(("DaskExecutor", "import_distributed", "local_dask_client"), "._dask"),
     **dict.fromkeys(("START_METHODS", "InterpreterExecutor", "ProcessExecutor",
                      "SequentialExecutor", "ThreadExecutor", "process_pool"), "._pool"),
-    **dict.fromkeys(("callable_ref", "main_script", "resolve_callable"), "._refs"),
+    **dict.fromkeys(("RefLoader", "callable_ref", "main_script", "resolve_callable"),
+                     "._refs"),
     **dict.fromkeys(("PoolLease", "WorkerPool", "default_start_method"), "._workers"),
     **dict.fromkeys(("EXECUTOR_ALIASES", "EXECUTOR_NAMES", "auto_backend", "executor_name",
                      "free_threaded", "get_executor"), "._registry"),

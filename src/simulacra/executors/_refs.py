@@ -4,10 +4,16 @@ Work crosses a process boundary as data, never as a live object, so a callable
 that runs elsewhere must be one that the other side can import by name. This
 module turns a callable into that name (refusing what cannot be named) and a
 name back into the callable.
+
+:class:`RefLoader` is the one loader of references in simulacra: the agents'
+``resolve_ref``, the societies' ``sim.world.factory`` and the command line's
+TARGET use it too, each with its own options, so that a bad reference reads
+the same wherever it was given.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import importlib
 import importlib.machinery
@@ -15,24 +21,21 @@ import importlib.util
 import inspect
 import sys
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
 from simulacra.errors import ConfigError
 
-__all__ = ["callable_ref", "main_script", "resolve_callable"]
+__all__ = ["RefLoader", "callable_ref", "main_script", "resolve_callable"]
 
 #: Module names that do not name the same module in another process: a worker
 #: started by ``spawn`` (or a Dask worker) has its own ``__main__``.
 _MAIN_MODULES = frozenset({"__main__", "__mp_main__"})
 
 _EXPECTED = "a module-level function importable as module:qualname"
-
-#: Modules loaded from files by :func:`resolve_callable`, keyed by absolute path.
-_FILE_MODULES: dict[str, ModuleType] = {}
-_FILE_LOCK = threading.Lock()
 
 
 def _describe(obj: object) -> str:
@@ -163,17 +166,7 @@ def _bound_to_instance(fn: object) -> bool:
 
 def split_ref(ref: str, field: str = "fn") -> tuple[str, str]:
     """Split ``WHERE:QUALNAME`` into its two parts, checking their shape."""
-    if not isinstance(ref, str):
-        raise ConfigError(
-            f"{field} must be a str 'module:qualname' or 'path/to/file.py:qualname', "
-            f"got {type(ref).__name__} {ref!r}"
-        )
-    where, sep, qualname = ref.rpartition(":")
-    if not sep or not where or not all(p.isidentifier() for p in qualname.split(".")):
-        raise ConfigError(
-            f"{field} must look like 'module:qualname' or 'path/to/file.py:qualname', got {ref!r}"
-        )
-    return where, qualname
+    return CALLABLES.split(ref, field)
 
 
 def is_file_ref(where: str) -> bool:
@@ -199,66 +192,234 @@ def resolve_callable(ref: str, field: str = "fn") -> Callable[..., Any]:
         ConfigError: The reference is malformed, its module or file cannot be
             found, or the name is missing or not callable.
     """
-    where, qualname = split_ref(ref, field)
-    if is_file_ref(where):
-        module = _load_file(Path(where), field)
-    else:
-        try:
-            module = importlib.import_module(where)
-        except ModuleNotFoundError as exc:
-            if exc.name is None or not (where == exc.name or where.startswith(f"{exc.name}.")):
-                raise  # the module exists; one of its own imports is broken: a bug to show
-            raise ConfigError(f"{field}: no module named {where!r} (from {ref!r})") from None
-    obj: Any = module
-    for part in qualname.split("."):
-        try:
-            obj = getattr(obj, part)
-        except AttributeError:
-            raise ConfigError(f"{field}: {where!r} has no attribute {qualname!r}") from None
-    if not callable(obj):
-        raise ConfigError(f"{field}: {ref!r} is not callable: its type is {type(obj).__name__}")
-    result: Callable[..., Any] = obj
+    result: Callable[..., Any] = CALLABLES.resolve(ref, field)
     return result
 
 
-def _load_file(path: Path, field: str) -> ModuleType:
-    path = path.resolve()
-    key = str(path)
-    for name in _MAIN_MODULES:  # the program's own script: the module it already is
-        running = sys.modules.get(name)
-        file = getattr(running, "__file__", None)
-        if running is not None and isinstance(file, str) and Path(file).resolve() == path:
-            return running
-    with _FILE_LOCK:
-        module = _FILE_MODULES.get(key)
-        if module is not None:
-            return module
-        if path.is_dir():
-            inside = [name for name in ("model.py", "__main__.py") if (path / name).is_file()]
-            hint = f": name the file, e.g. {str(path / inside[0])!r}" if inside else ""
-            raise ConfigError(f"{field}: {key!r} is a directory, not a Python file{hint}")
-        if not path.is_file():
-            raise ConfigError(f"{field}: file not found: {key!r}")
-        name = "_simulacra_file_" + hashlib.sha256(key.encode("utf-8")).hexdigest()[:16]
-        loader = importlib.machinery.SourceFileLoader(name, key)
-        # A file location (not just an origin), so that the module has __file__.
-        spec = importlib.util.spec_from_file_location(name, key, loader=loader)
-        if spec is None:  # pragma: no cover (a SourceFileLoader always gives a spec)
-            raise ConfigError(f"{field}: cannot load {key!r} as Python source")
-        module = importlib.util.module_from_spec(spec)
-        # A real sys.modules entry: dataclasses and typing look their module up there.
-        sys.modules[name] = module
-        directory = str(path.parent)
-        sys.path.insert(0, directory)
-        try:
-            loader.exec_module(module)
-        except BaseException:
-            sys.modules.pop(name, None)
-            raise
-        finally:
+# -- the loader every caller uses -----------------------------------------------------
+
+#: Serialises loading files (a thread pool may resolve the same file at once).
+_LOAD_LOCK = threading.RLock()
+
+#: The shapes a reference may take, as the error messages name them.
+_SHAPES = "'module:qualname' or 'path/to/file.py:qualname'"
+_MODULE_SHAPE = "'module:qualname'"
+
+
+def _private_name(path: Path) -> str:
+    """The ``sys.modules`` name of a file loaded by :func:`resolve_callable`."""
+    return "_simulacra_file_" + hashlib.sha256(str(path).encode("utf-8")).hexdigest()[:16]
+
+
+def _prefix(field: str) -> str:
+    return f"{field}: " if field else ""
+
+
+@dataclass(frozen=True, slots=True)
+class RefLoader:
+    """How one caller turns ``"WHERE:QUALNAME"`` into an object; the words of its errors.
+
+    Every reference in simulacra (a model function, an agent class, a world
+    factory, a model file on the command line) goes through one of these, so
+    that a missing file, module or name reads the same wherever it was given.
+    Messages start with the field that held the reference (none for an empty
+    field: the command line says ``error:`` instead):
+
+    - ``FIELD must be a str 'module:qualname' or ...``, ``FIELD must look like ...``;
+    - ``FIELD: file not found: 'x'``, and for a directory ``FIELD: 'd' is a
+      directory, not a Python file: name the file, e.g. 'd/model.py'`` or
+      ``FIELD: file not found: directory 'd' has no model.py``;
+    - ``FIELD: no module named 'm' (from 'ref')`` (a module whose own imports
+      are broken raises its own error, traceback and all: that is a bug to show);
+    - ``FIELD: 'm' has no attribute 'q'``; ``FIELD: ref is not callable: its type is T``.
+
+    Attributes:
+        files: Accept ``path/to/file.py`` (or any WHERE with a slash) as well
+            as module names.
+        file_module: The ``sys.modules`` name a file is loaded under; the
+            default is a private name derived from the absolute path, so that
+            two files with one stem never meet.
+        package_files: A file in a package folder (one with ``__init__.py``)
+            is imported as ``package.stem``, with the folder's parent first on
+            ``sys.path``, so that its relative imports work.
+        main: A file that is the program's own script is the module it
+            already runs as (``__main__``), not a second copy.
+        directory_file: A directory given as WHERE names this file in it (the
+            command line's ``model.py``); None refuses directories.
+        callable_only: The object named must be callable.
+    """
+
+    files: bool = True
+    file_module: Callable[[Path], str] = _private_name
+    package_files: bool = False
+    main: bool = False
+    directory_file: str | None = None
+    callable_only: bool = True
+
+    def split(self, ref: object, field: str) -> tuple[str, str]:
+        """Split ``WHERE:QUALNAME`` into its two parts, checking their shape."""
+        shapes = _SHAPES if self.files else _MODULE_SHAPE
+        if not isinstance(ref, str):
+            raise ConfigError(f"{field} must be a str {shapes}, got {type(ref).__name__} {ref!r}")
+        where, sep, qualname = ref.rpartition(":")
+        if (not sep or not where or not all(p.isidentifier() for p in qualname.split("."))
+                or (not self.files and not all(p.isidentifier() for p in where.split(".")))):
+            raise ConfigError(f"{field} must look like {shapes}, got {ref!r}")
+        return where, qualname
+
+    def resolve(self, ref: str, field: str) -> Any:
+        """Import and return the object *ref* names (loading a file once per process)."""
+        where, qualname = self.split(ref, field)
+        return self.lookup(self.module(where, field, ref), where, qualname, field, ref)
+
+    def module(self, where: str, field: str, ref: str | None = None) -> ModuleType:
+        """The module WHERE names, imported or loaded once per process."""
+        path = self._path(where, field)
+        if path is None:
+            return self._import(where, field, ref)
+        if self.main:
+            for name in _MAIN_MODULES:  # the program's own script: the module it already is
+                running = sys.modules.get(name)
+                if running is not None and _file_of(running) == path.resolve():
+                    return running
+        if self.package_files:
+            folder = path.parent
+            if (folder / "__init__.py").is_file() and folder.name.isidentifier():
+                return self._import_from_package(path, field)
+        with _LOAD_LOCK:
+            name = self.file_module(path.resolve())
+            loaded = sys.modules.get(name)
+            if loaded is not None and _file_of(loaded) == path.resolve():
+                # Loaded once per process, like any import: executing the file again
+                # would make new classes, and live objects hold the old ones.
+                return loaded
+            with _first_on_sys_path(path.parent):
+                return _exec_file(name, path)
+
+    @contextlib.contextmanager
+    def scoped(self, where: str, field: str, ref: str | None = None) -> Iterator[ModuleType]:
+        """The module WHERE names, for one use: ``sys.path`` and ``sys.modules`` restored after.
+
+        Like ``python file.py`` and ``python -m module``, the file's folder (for a
+        module, the working directory) is first on ``sys.path`` while the module
+        is used, so that a model split over several files can import its parts.
+        A file is executed afresh under :attr:`file_module`; modules imported by
+        name stay imported, as any import would.
+        """
+        path = self._path(where, field)
+        if path is None:
+            with _first_on_sys_path(Path.cwd()):
+                yield self._import(where, field, ref)
+            return
+        name = self.file_module(path.resolve())
+        with _first_on_sys_path(path.parent):
+            module = _exec_file(name, path)
             try:
-                sys.path.remove(directory)
-            except ValueError:  # the file removed it itself
-                pass
-        _FILE_MODULES[key] = module
-        return module
+                yield module
+            finally:
+                sys.modules.pop(name, None)
+
+    def lookup(self, module: ModuleType, where: str, qualname: str, field: str,
+               ref: str | None = None) -> Any:
+        """Walk *qualname* from *module*; check that the result is callable if it must be."""
+        obj: Any = module
+        for part in qualname.split("."):
+            try:
+                obj = getattr(obj, part)
+            except AttributeError:
+                hint = (" (a worker process cannot see classes and functions defined in an "
+                        "interactive session or a notebook: move them into a module)"
+                        if where in _MAIN_MODULES else "")
+                raise ConfigError(
+                    f"{_prefix(field)}{where!r} has no attribute {qualname!r}{hint}"
+                ) from None
+        if self.callable_only and not callable(obj):
+            raise ConfigError(f"{_prefix(field)}{ref or f'{where}:{qualname}'} is not callable: "
+                              f"its type is {type(obj).__name__}")
+        return obj
+
+    def _path(self, where: str, field: str) -> Path | None:
+        """The file WHERE names (checked), or None for a module name."""
+        if not self.files or not (
+            is_file_ref(where) or (self.directory_file is not None and Path(where).is_dir())
+        ):
+            if not all(part.isidentifier() for part in where.split(".")):
+                raise ConfigError(f"{_prefix(field)}file not found: {where!r} is neither a file "
+                                  "nor a module name")
+            return None
+        path = Path(where)
+        if path.is_dir():
+            if self.directory_file is not None and (path / self.directory_file).is_file():
+                return path / self.directory_file
+            names = [self.directory_file] if self.directory_file else ["model.py", "__main__.py"]
+            inside = [name for name in names if (path / name).is_file()]
+            if inside:
+                raise ConfigError(f"{_prefix(field)}{where!r} is a directory, not a Python "
+                                  f"file: name the file, e.g. {str(path / inside[0])!r}")
+            raise ConfigError(f"{_prefix(field)}file not found: directory {where!r} has no "
+                              f"{names[0]}")
+        if not path.is_file():
+            raise ConfigError(f"{_prefix(field)}file not found: {where!r}")
+        return path
+
+    def _import(self, where: str, field: str, ref: str | None) -> ModuleType:
+        try:
+            return importlib.import_module(where)
+        except ModuleNotFoundError as exc:
+            if exc.name is None or not (where == exc.name or where.startswith(f"{exc.name}.")):
+                raise  # the module exists; one of its own imports is broken: a bug to show
+            raise ConfigError(
+                f"{_prefix(field)}no module named {where!r} (from {ref or where!r})"
+            ) from None
+
+    @staticmethod
+    def _import_from_package(path: Path, field: str) -> ModuleType:
+        name = f"{path.parent.name}.{path.stem}"
+        loaded = sys.modules.get(name)
+        if loaded is not None:
+            if _file_of(loaded) != path.resolve():
+                raise ConfigError(f"{_prefix(field)}a different module {name!r} is already "
+                                  f"imported (from {getattr(loaded, '__file__', '?')})")
+            return loaded
+        with _LOAD_LOCK, _first_on_sys_path(path.parent.parent):
+            return importlib.import_module(name)
+
+
+def _file_of(module: ModuleType) -> Path | None:
+    file = getattr(module, "__file__", None)
+    return Path(file).resolve() if isinstance(file, str) and file else None
+
+
+@contextlib.contextmanager
+def _first_on_sys_path(directory: Path) -> Iterator[None]:
+    entry = str(directory)
+    sys.path.insert(0, entry)
+    try:
+        yield
+    finally:
+        with contextlib.suppress(ValueError):  # the module removed it itself
+            sys.path.remove(entry)
+
+
+def _exec_file(name: str, path: Path) -> ModuleType:
+    """Execute *path* as the module *name*, with a real ``sys.modules`` entry."""
+    key = str(path.resolve())
+    loader = importlib.machinery.SourceFileLoader(name, key)
+    # A file location (not just an origin), so that the module has __file__.
+    spec = importlib.util.spec_from_file_location(name, key, loader=loader)
+    if spec is None:  # pragma: no cover (a SourceFileLoader always gives a spec)
+        raise ConfigError(f"cannot load {key!r} as Python source")
+    module = importlib.util.module_from_spec(spec)
+    # A real sys.modules entry: dataclasses and typing look their module up there.
+    sys.modules[name] = module
+    try:
+        loader.exec_module(module)
+    except BaseException:
+        sys.modules.pop(name, None)
+        raise
+    return module
+
+
+#: The loader of :func:`resolve_callable`: files under private names, the
+#: program's own script as itself.
+CALLABLES = RefLoader(main=True)

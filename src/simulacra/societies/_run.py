@@ -16,14 +16,10 @@ asked for, and :func:`register_step_engine` adds others.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import functools
 import gc
-import importlib
-import importlib.util
 import inspect
-import sys
 import threading
 import time as _time
 from collections.abc import Callable, Iterator, Mapping
@@ -41,6 +37,7 @@ from simulacra.errors import (
     RunStopped,
     ScenarioError,
 )
+from simulacra.executors import RefLoader
 from simulacra.rng import SeedTree, as_seed_tree
 
 from ._calls import CallLog, CallLogModel
@@ -180,47 +177,12 @@ def build_model(config: RunConfig) -> LanguageModel:
 # -- the world -------------------------------------------------------------------
 
 
-@contextlib.contextmanager
-def _on_sys_path(directory: Path) -> Iterator[None]:
-    entry = str(directory)
-    sys.path.insert(0, entry)
-    try:
-        yield
-    finally:
-        with contextlib.suppress(ValueError):
-            sys.path.remove(entry)
-
-
-def _load_file(path: Path) -> Any:
-    """Import a file: as ``<package>.<stem>`` when its directory is a package, else alone."""
-    if not path.is_file():
-        raise ConfigError(f"sim.world.factory: file not found: {str(path)!r}")
-    folder = path.parent
-    if (folder / "__init__.py").is_file() and folder.name.isidentifier():
-        name = f"{folder.name}.{path.stem}"
-        loaded = sys.modules.get(name)
-        if loaded is not None:
-            if Path(getattr(loaded, "__file__", "") or "").resolve() != path.resolve():
-                raise ConfigError(f"sim.world.factory: a different module {name!r} is already "
-                                  f"imported (from {getattr(loaded, '__file__', '?')})")
-            return loaded
-        with _on_sys_path(folder.parent):
-            return importlib.import_module(name)
-    name = f"_simulacra_world_{path.stem}"
-    loaded = sys.modules.get(name)
-    if loaded is not None and Path(getattr(loaded, "__file__", "") or "").resolve() == \
-            path.resolve():
-        # Loaded once per process, like any import: executing the file again would
-        # make new classes, and a resumed checkpoint holds objects of the old ones.
-        return loaded
-    spec = importlib.util.spec_from_file_location(name, path)
-    if spec is None or spec.loader is None:  # pragma: no cover
-        raise ConfigError(f"sim.world.factory: cannot load {str(path)!r} as Python")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    with _on_sys_path(folder):
-        spec.loader.exec_module(module)
-    return module
+#: How ``sim.world.factory`` is loaded: a file in a package folder as
+#: ``package.stem`` (its relative imports work), any other file once per process
+#: as ``_simulacra_world_<stem>``. Checkpoints pickle world objects by that module
+#: name, so old run directories need it to stay as it is.
+_FACTORIES = RefLoader(file_module=lambda path: f"_simulacra_world_{path.stem}",
+                       package_files=True)
 
 
 def load_factory(ref: str | None) -> Callable[..., Any]:
@@ -229,24 +191,11 @@ def load_factory(ref: str | None) -> Callable[..., Any]:
     Raises:
         ConfigError: Missing, malformed, or not found.
     """
-    if not ref:
+    if ref is None or ref == "":
         raise ConfigError("sim.world.factory must name the world factory, e.g. 'model.py:build' "
                           "(relative to the config file) or 'package.module:build'")
-    where, sep, name = ref.rpartition(":")
-    if not sep or not where or not name.isidentifier():
-        raise ConfigError(f"sim.world.factory must look like 'file.py:function' or "
-                          f"'module:function', got {ref!r}")
-    if where.endswith(".py") or "/" in where or "\\" in where:
-        module = _load_file(Path(where))
-    else:
-        try:
-            module = importlib.import_module(where)
-        except ModuleNotFoundError as exc:
-            raise ConfigError(f"sim.world.factory: no module named {where!r} ({exc})") from None
-    factory = getattr(module, name, None)
-    if not callable(factory):
-        raise ConfigError(f"sim.world.factory: {where!r} has no function {name!r}")
-    return factory  # type: ignore[no-any-return]
+    factory: Callable[..., Any] = _FACTORIES.resolve(ref, "sim.world.factory")
+    return factory
 
 
 def build_society(config: RunConfig) -> tuple[World, list[Actor]]:
