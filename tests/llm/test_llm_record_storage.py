@@ -21,6 +21,8 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from simulacra.errors import ConfigError, RateLimited, RecordingError
 from simulacra.llm import (
@@ -209,6 +211,22 @@ def test_request_keys_must_be_request_keys(tmp_path: Path) -> None:
         with pytest.raises(ConfigError, match="64 lowercase hex"):
             store.get("A" * 64, None)
         assert ("k1", None) not in store
+
+
+@given(key=st.one_of(
+    st.text(min_size=60, max_size=68),
+    st.text(alphabet="0123456789abcdefABCDEF \t\u0661x", min_size=64, max_size=64),
+    st.binary(min_size=32, max_size=32).map(lambda raw: raw.hex())))
+def test_a_key_is_taken_exactly_when_it_is_64_lowercase_hex_digits(key: str) -> None:
+    """The check of a key (the hot path of every put and get) against its plain rule."""
+    from simulacra.llm._record import _key_bytes
+
+    valid = len(key) == 64 and set(key) <= set("0123456789abcdef")
+    if valid:
+        assert _key_bytes(key) == bytes.fromhex(key)
+    else:
+        with pytest.raises(ConfigError, match="64 lowercase hex"):
+            _key_bytes(key)
 
 
 # -- durability and concurrent writers ------------------------------------------------

@@ -27,7 +27,8 @@ part (no answer); ``C``, the step's last rows and its commit (one JSON line
 answers it: ``{"ok": true}`` or ``{"error": "..."}``, the step rolled back).
 Rows:
 
-* ``("call", key bytes, agent, n, completion JSON, settings, messages)``, where
+* ``("call", key bytes, agent, n, completion fields, settings, messages)``, where
+  the fields are ``Completion.fields()`` (``completion_text`` encodes them),
   *settings* is the request's ``(head, tail)`` canonical text around its
   messages (``CompletionRequest._settings_json()``) and *messages* each
   message's ``(role, content, name)``, or both ``None`` for a call stored

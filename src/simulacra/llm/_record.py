@@ -74,6 +74,7 @@ from ._types import (
     CompletionRequest,
     LanguageModel,
     canonical_json,
+    completion_text,
     message_json,
     message_text,
 )
@@ -171,15 +172,20 @@ def _site_of(agent: str, n: int) -> CallSite | None:
     return None if n == _NO_N else CallSite(agent, n)
 
 
-_HEX = frozenset("0123456789abcdef")
 
 
 def _key_bytes(key: object) -> bytes:
     """The raw SHA-256 digest a request key (``request.key()``, 64 hex digits) spells."""
-    if not (isinstance(key, str) and len(key) == 64 and _HEX.issuperset(key)):
-        raise ConfigError("request key must be a request's key (request.key(): 64 lowercase hex "
-                          f"digits of SHA-256), got {key!r}")
-    return bytes.fromhex(key)
+    if type(key) is str and len(key) == 64:
+        try:
+            raw = bytes.fromhex(key)
+        except ValueError:
+            pass
+        else:  # 32 bytes that spell it back: lowercase hex digits, nothing else
+            if raw.hex() == key:
+                return raw
+    raise ConfigError("request key must be a request's key (request.key(): 64 lowercase hex "
+                      f"digits of SHA-256), got {key!r}")
 
 
 #: Deflaters with _ZDICT set, by window bits, that _pack copies (setting a
@@ -370,8 +376,8 @@ def _flat_row(row: _Row) -> tuple[Any, ...]:
         return ("blobs", raw, agent, n, completion.data, None,
                 None if request is None else tuple(b.data for b in request))
     if request is None:
-        return ("call", raw, agent, n, completion.to_json(), None, None)
-    return ("call", raw, agent, n, completion.to_json(), request._settings_json(),
+        return ("call", raw, agent, n, completion.fields(), None, None)
+    return ("call", raw, agent, n, completion.fields(), request._settings_json(),
             [(m.role, m.content, m.name) for m in request.messages])
 
 
@@ -407,7 +413,8 @@ def offloaded_rows(flat: list[tuple[Any, ...]], cache: dict[Any, Any]) -> list[_
                 if blob is None:
                     blob = cache[message] = _held_blob(message_text(*message).encode("utf-8"))
                 request.append(blob)
-        rows.append(("call", raw, agent, n, _held_blob(completion.encode("utf-8")), request))
+        rows.append(("call", raw, agent, n,
+                     _held_blob(completion_text(completion).encode("utf-8")), request))
     return rows
 
 

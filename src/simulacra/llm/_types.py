@@ -91,6 +91,19 @@ def message_text(role: str, content: str, name: str | None) -> str:
             + ',"role":' + _encode_str(role) + "}")
 
 
+def completion_text(fields: tuple[Any, ...]) -> str:
+    """The canonical JSON of the completion of :meth:`Completion.fields` *fields*."""
+    text, tool_calls, prompt, done, finish, model, metadata = fields
+    metadata_json: str = metadata
+    encode = _encode_str
+    calls = ",".join(['{"arguments_json":' + encode(arguments) + ',"id":' + encode(ident)
+                      + ',"name":' + encode(name) + "}" for arguments, ident, name in tool_calls])
+    return ('{"completion_tokens":' + int.__repr__(done) + ',"finish_reason":' + encode(finish)
+            + ',"metadata":' + metadata_json + ',"model":' + encode(model)
+            + ',"prompt_tokens":' + int.__repr__(prompt) + ',"text":' + encode(text)
+            + ',"tool_calls":[' + calls + "]}")
+
+
 def _canonical_json_text(text: object, field_name: str) -> str:
     """Parse *text* as JSON and return its canonical form, or raise ConfigError."""
     if text == "{}":
@@ -546,17 +559,13 @@ class Completion:
         sorted order, the metadata as its canonical text (which the canonical
         encoding of its parsed value gives back unchanged). Tests check it.
         """
-        encode = _encode_str
-        calls = ",".join([
-            '{"arguments_json":' + encode(c.arguments_json) + ',"id":' + encode(c.id)
-            + ',"name":' + encode(c.name) + "}" for c in self.tool_calls])
-        return ('{"completion_tokens":' + int.__repr__(self.completion_tokens)
-                + ',"finish_reason":' + encode(self.finish_reason)
-                + ',"metadata":' + self.metadata_json
-                + ',"model":' + encode(self.model)
-                + ',"prompt_tokens":' + int.__repr__(self.prompt_tokens)
-                + ',"text":' + encode(self.text)
-                + ',"tool_calls":[' + calls + "]}")
+        return completion_text(self.fields())
+
+    def fields(self) -> tuple[Any, ...]:
+        """The completion as plain data: :func:`completion_text` encodes it as :meth:`to_json`."""
+        return (self.text, tuple([(c.arguments_json, c.id, c.name) for c in self.tool_calls]),
+                self.prompt_tokens, self.completion_tokens, self.finish_reason, self.model,
+                self.metadata_json)
 
     @classmethod
     def from_json(cls, text: str | bytes) -> Completion:
