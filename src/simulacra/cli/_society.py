@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from simulacra._util import plural
+from simulacra.executors import ProgressBar
 
 __all__ = ["add_replay_command", "is_config_target", "run_config"]
 
@@ -57,8 +58,8 @@ def is_config_target(target: str) -> bool:
     return target.lower().endswith(CONFIG_SUFFIXES)
 
 
-class _Progress:
-    """A rich progress bar on stderr counting turns (or nothing, when disabled).
+class _Progress(ProgressBar):
+    """The bar of a society run, counting turns (or nothing, when disabled).
 
     The round engine has a known number of turns (agents x steps). The
     event-driven engine does not (an agent may act several times in a window,
@@ -69,89 +70,56 @@ class _Progress:
 
     def __init__(self, enabled: bool, total: int, label: str, *, unit: str = "turns",
                  per_step: float | None = None, steps: int = 0) -> None:
-        self._bar: Any = None
+        super().__init__(enabled, total, label, unit=unit)
         #: With participation below 1, the turns a step is expected to take: the bar's
         #: total is what is done plus that for every step to come (exact at the end).
         self._per_step = per_step
         self._steps = steps
-        self._task: Any = None
-        self._lock = threading.Lock()
+        self._counted = threading.Lock()
         self._done = 0
         #: Turns not yet shown, and when the bar last moved for turns.
         self._pending = 0
         self._moved = 0.0
         #: "turns" counts turns; "steps" or "windows" counts steps (report.step + 1).
         self._windows = unit != "turns"
-        self._started = False
         #: Whether a turn or a step has finished, bar or no bar: the run has begun its
         #: work. An error before that was found in what the command was given (a damaged
         #: checkpoint or recording store): bad input, exit 2, not a failed run.
         self.began = False
-        if not enabled:
-            return
-        try:
-            from rich.console import Console  # noqa: PLC0415
-            from rich.progress import (  # noqa: PLC0415
-                BarColumn,
-                MofNCompleteColumn,
-                Progress,
-                TextColumn,
-                TimeElapsedColumn,
-            )
-        except ImportError:  # pragma: no cover (rich is a dependency)
-            return
-        self._bar = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                             TextColumn(unit),
-                             TimeElapsedColumn(),
-                             console=Console(stderr=True), transient=False)
-        self._task = self._bar.add_task(label, total=total)
-
-    def _start(self) -> None:
-        with self._lock:
-            if not self._started:
-                self._started = True
-                self._bar.start()
 
     def turn(self) -> None:
         # Called after every turn, from the workers: counted here, and the bar moved at
         # most every _TURN_S seconds (redrawing it for each of a million turns took
         # longer than the turns).
         self.began = True
-        if self._bar is not None and not self._windows:
-            with self._lock:
+        if self.enabled and not self._windows:
+            with self._counted:
                 self._pending += 1
                 now = time.monotonic()
                 if now - self._moved < _TURN_S:
                     return
                 pending, self._pending, self._moved = self._pending, 0, now
-            self._start()
-            self._bar.advance(self._task, pending)
+            self.advance(pending)
 
     def step(self, report: Any) -> None:
         self.began = True
-        if self._bar is not None:
-            self._start()
-            with self._lock:
+        if self.enabled:
+            with self._counted:
                 self._pending = 0  # the step's turns, counted whole below
                 self._done = report.step + 1 if self._windows else (
                     self._done + report.participants)
-            more: dict[str, Any] = {}
+            total = None
             if self._per_step is not None:
                 left = max(0, self._steps - (report.step + 1))
-                more["total"] = self._done + round(left * self._per_step)
-            self._bar.update(self._task, completed=self._done,
-                             description=f"step {report.step + 1}", **more)
+                total = self._done + round(left * self._per_step)
+            self.update(completed=self._done, total=total, description=f"step {report.step + 1}")
 
     @contextlib.contextmanager
     def shown(self) -> Iterator[None]:
-        if self._bar is None:
-            yield
-            return
         try:
             yield
         finally:
-            if self._started:
-                self._bar.stop()
+            self.stop()
 
 
 def _progress(enabled: bool, config: Any, label: str) -> _Progress:

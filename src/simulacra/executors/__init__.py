@@ -8,7 +8,8 @@ process boundary take an importable function and pickled plain data, never a
 live object.
 
 This package imports only the standard library and :mod:`simulacra.errors`;
-``dask.distributed`` is imported when a Dask executor is created.
+``dask.distributed`` is imported when a Dask executor is created, and ``rich``
+when a :class:`ProgressBar` is.
 """
 
 from typing import TYPE_CHECKING
@@ -30,6 +31,7 @@ if TYPE_CHECKING:  # the type checker sees every name; at run time they load laz
     from ._pool import SequentialExecutor as SequentialExecutor
     from ._pool import ThreadExecutor as ThreadExecutor
     from ._pool import process_pool as process_pool
+    from ._progress import ProgressBar as ProgressBar
     from ._refs import RefLoader as RefLoader
     from ._refs import callable_ref as callable_ref
     from ._refs import main_script as main_script
@@ -66,6 +68,7 @@ __all__ = [
     "default_start_method",
     "START_METHODS",
     # helpers
+    "ProgressBar",
     "RefLoader",
     "callable_ref",
     "main_script",
@@ -83,6 +86,7 @@ _LAZY: dict[str, str] = {
     **dict.fromkeys(("DaskExecutor", "import_distributed", "local_dask_client"), "._dask"),
     **dict.fromkeys(("START_METHODS", "InterpreterExecutor", "ProcessExecutor",
                      "SequentialExecutor", "ThreadExecutor", "process_pool"), "._pool"),
+    "ProgressBar": "._progress",
     **dict.fromkeys(("RefLoader", "callable_ref", "main_script", "resolve_callable"),
                      "._refs"),
     **dict.fromkeys(("PoolLease", "WorkerPool", "default_start_method"), "._workers"),

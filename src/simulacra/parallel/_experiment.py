@@ -44,6 +44,7 @@ from simulacra.executors import (
     Executor,
     Lost,
     ProcessExecutor,
+    ProgressBar,
     Raised,
     WorkerPool,
     auto_backend,
@@ -481,51 +482,6 @@ def _fsync_directory(directory: Path) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
-
-
-# -- progress ------------------------------------------------------------------------
-
-
-class _Progress:
-    """A rich progress bar with an ETA on stderr, or nothing at all."""
-
-    def __init__(self, enabled: bool, total: int, done: int, description: str) -> None:
-        self._bar: Any = None
-        self._task: Any = None
-        if not enabled or total == 0:
-            return
-        try:
-            from rich.console import Console  # noqa: PLC0415
-            from rich.progress import (  # noqa: PLC0415
-                BarColumn,
-                MofNCompleteColumn,
-                Progress,
-                TextColumn,
-                TimeElapsedColumn,
-                TimeRemainingColumn,
-            )
-        except ImportError:  # pragma: no cover (rich is a dependency)
-            return
-        self._bar = Progress(
-            TextColumn("{task.description}"),
-            BarColumn(),
-            MofNCompleteColumn(),
-            TimeElapsedColumn(),
-            TextColumn("ETA"),
-            TimeRemainingColumn(),
-            console=Console(stderr=True),
-        )
-        self._bar.start()
-        self._task = self._bar.add_task(description, total=total, completed=done)
-
-    def advance(self) -> None:
-        if self._bar is not None:
-            self._bar.advance(self._task)
-
-    def stop(self) -> None:
-        if self._bar is not None:
-            self._bar.stop()
-            self._bar = None
 
 
 # -- results -------------------------------------------------------------------------
@@ -1395,7 +1351,9 @@ class Experiment:
                 line += f"; {resumed} read back from {self._spool_dir}"
             _log.info("%s", line)
             show = sys.stderr.isatty() if progress is None else progress
-            bar = _Progress(show, len(keys), resumed, f"{name} x{workers}")
+            bar = ProgressBar(show and len(keys) > 0, len(keys), f"{name} x{workers}", eta=True,
+                              completed=resumed)
+            bar.start()
             units = [self._unit(c, r) for c, r in todo]
             outcomes = executor.map_units(run_unit, units)
             try:
