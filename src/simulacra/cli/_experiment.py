@@ -142,7 +142,8 @@ EXAMPLE_STUDY = """\
 model = {model}
 master_seed = 2025
 replications = 5
-backend = "auto"                # or sequential, threads, processes, interpreters, dask
+backend = "auto"                # or sequential, threads, processes,
+                                # interpreters (Python 3.13+), dask
 output = "bank-study"           # where results.csv, summary.csv... go
 
 [base]                          # shared by every config
