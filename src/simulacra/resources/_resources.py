@@ -890,7 +890,7 @@ class Container(_PutGetResource):
             return cast("ContainerMonitor", self._monitor)
         group = ContainerMonitor(self.sim, group_name, level=self._amount,
                                  getters=len(self.get_queue), putters=len(self.put_queue))
-        self._start_recording(group, _RecordingContainer)
+        self._start_recording(group, _RecordingPutGet)
         return group
 
     def _check_amount(self, amount: object, what: str) -> float:
@@ -984,7 +984,7 @@ class Store(_PutGetResource, Generic[T]):
             return cast("StoreMonitor", self._monitor)
         group = StoreMonitor(self.sim, group_name, items=len(self.items),
                              getters=len(self.get_queue), putters=len(self.put_queue))
-        self._start_recording(group, _RecordingStore)
+        self._start_recording(group, _RecordingPutGet)
         return group
 
     def put(self, item: T) -> Event[None]:
@@ -1219,70 +1219,42 @@ class _RecordingPriorityResource(_RecordingResource, PriorityResource):
         return request
 
 
-def _record_put_get(monitor: ContainerMonitor | StoreMonitor, level: float, getters: int,
-                    putters: int, now: float) -> None:
-    """Record a container's or store's state (unchanged values skip the call, as above)."""
-    series = monitor.level if isinstance(monitor, ContainerMonitor) else monitor.items
-    if level != series.values[-1]:
-        series._set(now, level)
-    series = monitor.getters
-    if getters != series.values[-1]:
-        series._set(now, getters)
-    series = monitor.putters
-    if putters != series.values[-1]:
-        series._set(now, putters)
+class _RecordingPutGet(_PutGetResource):
+    """A Container, Store, FilterStore or PriorityStore that records its level and queues.
 
-
-class _RecordingContainer(Container):
-    """A Container that records its level and its queues."""
+    The level is the container's amount or the store's number of items (a
+    ``level`` or an ``items`` series); put and get are the class's own, whose
+    signatures differ (an amount, an item, a filter), so they pass on what
+    they are given.
+    """
 
     __slots__ = ()
-    _monitor: ContainerMonitor
+    _monitor: ContainerMonitor | StoreMonitor
 
     def _record(self) -> None:
-        _record_put_get(self._monitor, self._amount, len(self.get_queue), len(self.put_queue),
-                        self.sim.now)
+        # Unchanged values skip the call, as for a resource above.
+        monitor, now = self._monitor, self.sim.now
+        series = monitor.level if isinstance(monitor, ContainerMonitor) else monitor.items
+        value = self._level()
+        if value != series.values[-1]:
+            series._set(now, value)
+        series = monitor.getters
+        value = len(self.get_queue)
+        if value != series.values[-1]:
+            series._set(now, value)
+        series = monitor.putters
+        value = len(self.put_queue)
+        if value != series.values[-1]:
+            series._set(now, value)
 
-    def put(self, amount: float) -> Event[None]:
-        event = super().put(amount)
-        self._record()
-        return event
-
-    def get(self, amount: float) -> Event[None]:
-        event = super().get(amount)
-        self._record()
-        return event
-
-    def _trigger_put(self, event: Event[Any] | None) -> None:
-        super()._trigger_put(event)
-        self._record()
-
-    def _trigger_get(self, event: Event[Any] | None) -> None:
-        super()._trigger_get(event)
-        self._record()
-
-    def _exit_request(self, event: Event[Any], exc_type: object) -> None:
-        super()._exit_request(event, exc_type)
-        self._record()
-
-
-class _RecordingStore(Store[Any]):
-    """A Store, FilterStore or PriorityStore that records its items and its queues."""
-
-    __slots__ = ()
-    _monitor: StoreMonitor
-
-    def _record(self) -> None:
-        _record_put_get(self._monitor, len(self.items), len(self.get_queue),
-                        len(self.put_queue), self.sim.now)
-
-    def put(self, item: Any) -> Event[None]:
-        event = super().put(item)
+    def put(self, *args: Any, **kwargs: Any) -> Event[Any]:
+        # Container.put or Store.put (the base class declares neither).
+        event: Event[Any] = cast("Any", super()).put(*args, **kwargs)
         self._record()
         return event
 
     def get(self, *args: Any, **kwargs: Any) -> Event[Any]:
-        event = super().get(*args, **kwargs)
+        event: Event[Any] = cast("Any", super()).get(*args, **kwargs)
         self._record()
         return event
 
