@@ -8,6 +8,7 @@ Built on the public kernel API of ``simulacra.core`` (plus its documented
 standard library (polars lazily, for ``to_polars()``).
 """
 
+from . import _monitors, _resources
 from ._monitors import KINDS as KINDS
 from ._monitors import MONITORS_FORMAT as MONITORS_FORMAT
 from ._monitors import POLARS_EXTRA as POLARS_EXTRA
@@ -34,30 +35,5 @@ from ._resources import ResourceStatistics as ResourceStatistics
 from ._resources import Store as Store
 from ._resources import StoreStatistics as StoreStatistics
 
-__all__ = [
-    "KINDS",
-    "MONITORS_FORMAT",
-    "POLARS_EXTRA",
-    "ContainerMonitor",
-    "Monitor",
-    "MonitorSet",
-    "ResourceMonitor",
-    "StoreMonitor",
-    "Tally",
-    "import_polars",
-    "monitors",
-    "read_monitors",
-    "write_monitors",
-    "Container",
-    "ContainerStatistics",
-    "FilterStore",
-    "PreemptiveResource",
-    "Preempted",
-    "PriorityItem",
-    "PriorityResource",
-    "PriorityStore",
-    "Resource",
-    "ResourceStatistics",
-    "Store",
-    "StoreStatistics",
-]
+#: What the two modules export, in their order (each module's ``__all__`` is the one list).
+__all__ = _monitors.__all__ + _resources.__all__
