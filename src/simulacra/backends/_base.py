@@ -3,29 +3,45 @@
 from __future__ import annotations
 
 import abc
+import hashlib
 from collections.abc import Iterable, Mapping
 from types import MappingProxyType, TracebackType
-from typing import Any, Protocol, TypeAlias, runtime_checkable
+from typing import Any, ClassVar, Protocol, TypeAlias, runtime_checkable
 
-from simulacra.agents import AgentId, AgentSpec, Message, Phase, state_digest
+from simulacra.agents import AgentId, AgentSpec, Message, Phase, canonical_line, state_digest
 from simulacra.errors import ConfigError
 from simulacra.rng import SeedTree
 
 __all__ = ["AgentSnapshot", "AgentStates", "BackendBase", "ExecutionBackend", "ModelView"]
 
 AgentSnapshot: TypeAlias = dict[AgentId, tuple[str, dict[str, Any]]]
+"""``{agent id: (class qualname, state)}``: agent states, for digests and results."""
 
 
 class AgentStates:
-    """The final agent states of a run result: ``agents``, ``state(id)`` and their digest."""
+    """What a run result holds: final agent states, per-step counts and digests, one run digest.
 
-    __slots__ = ("_final", "agents")
+    ``agents``, ``state(id)`` and their digest; per step, the messages sent
+    and (when the run had ``digests=True``) the state and message digests;
+    and :attr:`digest`, one SHA-256 over the run under the result's
+    ``_scheme``, with the fields its ``_digest_fields`` adds in front.
+    """
+
+    __slots__ = ("_digest", "_final", "agents", "message_counts", "message_digests",
+                 "state_digests")
 
     agents: Mapping[AgentId, tuple[str, dict[str, Any]]]
+    #: The header of :attr:`digest` (one scheme a result class).
+    _scheme: ClassVar[str]
 
-    def __init__(self, agents: AgentSnapshot) -> None:
+    def __init__(self, agents: AgentSnapshot, message_counts: tuple[int, ...],
+                 state_digests: tuple[str, ...], message_digests: tuple[str, ...]) -> None:
         self.agents = MappingProxyType(agents)
+        self.message_counts = message_counts
+        self.state_digests = state_digests
+        self.message_digests = message_digests
         self._final: str | None = None
+        self._digest: str | None = None
 
     def state(self, agent_id: AgentId) -> dict[str, Any]:
         """The final ``vars()`` of agent *agent_id*.
@@ -44,7 +60,29 @@ class AgentStates:
         if self._final is None:
             self._final = state_digest(self.agents)
         return self._final
-"""``{agent id: (class qualname, state)}``: agent states, for digests and results."""
+
+    @property
+    def digest(self) -> str:
+        """One SHA-256 over the whole run: steps, per-step digests and final state.
+
+        A Pregel result's covers its halting, message counts and aggregates
+        too. Compare digests of runs with the same ``digests`` setting:
+        without per-step digests, it covers the final state only.
+        """
+        if self._digest is None:
+            h = hashlib.sha256((self._scheme + "\n").encode("ascii"))
+            h.update(canonical_line({
+                **self._digest_fields(),
+                "state_digests": list(self.state_digests),
+                "message_digests": list(self.message_digests),
+                "final_state": self.final_state_digest,
+            }))
+            self._digest = h.hexdigest()
+        return self._digest
+
+    def _digest_fields(self) -> dict[str, Any]:
+        """What :attr:`digest` covers before the per-step digests and the final state."""
+        raise NotImplementedError
 
 
 class ModelView(Protocol):

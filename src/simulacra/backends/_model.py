@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import copy
-import hashlib
 import inspect
 import os
 from collections.abc import Callable, Iterable, Mapping
@@ -19,7 +18,6 @@ from simulacra.agents import (
     MessageDigest,
     Phase,
     Sequence,
-    canonical_line,
     check_agent_class,
     check_id,
     copy_initial_state,
@@ -61,38 +59,19 @@ class RunResult(AgentStates):
             vars)}``, in id order.
     """
 
-    __slots__ = ("_digest", "backend", "message_counts", "message_digests", "seed",
-                 "state_digests", "steps")
+    __slots__ = ("backend", "seed", "steps")
+    _scheme = RUN_SCHEME
 
     def __init__(self, *, seed: SeedTree, backend: str, steps: int,
                  state_digests: tuple[str, ...], message_digests: tuple[str, ...],
                  message_counts: tuple[int, ...], agents: AgentSnapshot) -> None:
-        super().__init__(agents)
+        super().__init__(agents, message_counts, state_digests, message_digests)
         self.seed = seed
         self.backend = backend
         self.steps = steps
-        self.state_digests = state_digests
-        self.message_digests = message_digests
-        self.message_counts = message_counts
-        self._digest: str | None = None
 
-    @property
-    def digest(self) -> str:
-        """One SHA-256 over the whole run: steps, per-step digests and final state.
-
-        Compare digests of runs with the same ``digests`` setting: without
-        per-step digests, it covers the final state only.
-        """
-        if self._digest is None:
-            h = hashlib.sha256((RUN_SCHEME + "\n").encode("ascii"))
-            h.update(canonical_line({
-                "steps": self.steps,
-                "state_digests": list(self.state_digests),
-                "message_digests": list(self.message_digests),
-                "final_state": self.final_state_digest,
-            }))
-            self._digest = h.hexdigest()
-        return self._digest
+    def _digest_fields(self) -> dict[str, Any]:
+        return {"steps": self.steps}
 
     def __repr__(self) -> str:
         return (f"<RunResult: {len(self.agents)} agents, {self.steps} steps on "

@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import hashlib
 import inspect
 import operator
 from collections.abc import Callable, Iterable, Mapping
@@ -54,7 +53,6 @@ from simulacra.agents import (
     MessageDigest,
     Phase,
     Sequence,
-    canonical_line,
     close_context,
     expand_entries,
     first_failure,
@@ -577,45 +575,25 @@ class PregelResult(AgentStates):
         message_digests: Per superstep, the message digest (empty unless ``digests=True``).
     """
 
-    __slots__ = (
-        "_digest",
-        "aggregates",
-        "halted",
-        "message_counts",
-        "message_digests",
-        "state_digests",
-        "supersteps",
-    )
+    __slots__ = ("aggregates", "halted", "supersteps")
+    _scheme = PREGEL_SCHEME
 
     def __init__(self, *, supersteps: int, halted: bool, agents: AgentSnapshot,
                  aggregates: tuple[Mapping[str, Any], ...], message_counts: tuple[int, ...],
                  state_digests: tuple[str, ...] = (),
                  message_digests: tuple[str, ...] = ()) -> None:
-        super().__init__(agents)
+        super().__init__(agents, message_counts, state_digests, message_digests)
         self.supersteps = supersteps
         self.halted = halted
         self.aggregates = aggregates
-        self.message_counts = message_counts
-        self.state_digests = state_digests
-        self.message_digests = message_digests
-        self._digest: str | None = None
 
-    @property
-    def digest(self) -> str:
-        """One SHA-256 over the run: supersteps, halting, counts, aggregates, digests, state."""
-        if self._digest is None:
-            h = hashlib.sha256((PREGEL_SCHEME + "\n").encode("ascii"))
-            h.update(canonical_line({
-                "supersteps": self.supersteps,
-                "halted": self.halted,
-                "message_counts": list(self.message_counts),
-                "aggregates": [dict(a) for a in self.aggregates],
-                "state_digests": list(self.state_digests),
-                "message_digests": list(self.message_digests),
-                "final_state": self.final_state_digest,
-            }))
-            self._digest = h.hexdigest()
-        return self._digest
+    def _digest_fields(self) -> dict[str, Any]:
+        return {
+            "supersteps": self.supersteps,
+            "halted": self.halted,
+            "message_counts": list(self.message_counts),
+            "aggregates": [dict(a) for a in self.aggregates],
+        }
 
     def __repr__(self) -> str:
         how = "all halted" if self.halted else "at the superstep limit"
