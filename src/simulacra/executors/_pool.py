@@ -141,7 +141,24 @@ class SequentialExecutor(_Closable):
         return "SequentialExecutor()"
 
 
-class _FuturesExecutor(_Closable):
+class _Workers(_Closable):
+    """An executor on a set of workers: how many, and the re-runs of a unit whose worker died."""
+
+    _workers: int
+    _retries: int
+
+    @property
+    def workers(self) -> int:
+        """How many units may run at the same time."""
+        return self._workers
+
+    @property
+    def retries(self) -> int:
+        """How many times a unit is re-run after its worker died under it."""
+        return self._retries
+
+
+class _FuturesExecutor(_Workers):
     """The shared loop over a ``concurrent.futures`` pool; see the module docstring."""
 
     name: ClassVar[str]
@@ -156,16 +173,6 @@ class _FuturesExecutor(_Closable):
         #: Bumped each time the pool is replaced; futures remember theirs, so
         #: that the many failures of one broken pool replace it only once.
         self._generation = 0
-
-    @property
-    def workers(self) -> int:
-        """How many units may run at the same time."""
-        return self._workers
-
-    @property
-    def retries(self) -> int:
-        """How many times a unit is re-run after its worker died under it."""
-        return self._retries
 
     # -- what each pool kind says ------------------------------------------------
 
@@ -334,7 +341,7 @@ class ThreadExecutor(_FuturesExecutor):
 
 
 @final
-class ProcessExecutor(_Closable):
+class ProcessExecutor(_Workers):
     """Runs units in worker processes: a :class:`WorkerPool` of its own, or one it is given.
 
     Each worker runs one unit at a time, so when a worker dies (killed,
@@ -405,16 +412,6 @@ class ProcessExecutor(_Closable):
             self._workers = check_workers(max_workers)
             warn_if_oversubscribed(self._workers)
             self._pool, self._owned = None, True
-
-    @property
-    def workers(self) -> int:
-        """How many units may run at the same time."""
-        return self._workers
-
-    @property
-    def retries(self) -> int:
-        """How many times a unit is re-run after its worker died under it."""
-        return self._retries
 
     @property
     def start_method(self) -> str:
