@@ -21,7 +21,9 @@ origin), ``sim._schedule_keyed(event, when, key)`` (schedule a triggered
 event with such a key) and ``sim._cur_key`` (the key of the event being
 processed). A layer-2 module may keep data of its own per Sim in
 ``sim._extras`` (None, or a dict of it keyed by the module's name): it is held
-by the Sim and goes with it. Nothing else in the kernel is for use outside it.
+by the Sim and goes with it. A layer that hands a failed event's exception on
+as the kernel does (offload, pausable agents) copies it with
+:func:`copy_failure`. Nothing else in the kernel is for use outside it.
 
 Two kernels, one set of classes: ``SIMULACRA_KERNEL=auto|compiled|python``
 (default ``auto``) chooses whether the compiled fast paths of ``_ckernel``
@@ -119,6 +121,12 @@ _KERNEL, _COMPILED = _select_kernel()
 #: Which kernel runs in this process: ``"compiled"`` (the C fast paths of
 #: ``simulacra.core._ckernel`` are installed) or ``"python"``.
 KERNEL: str = _KERNEL
+
+
+#: A fresh copy of a failed event's exception whose ``__cause__`` is the original
+#: (SimPy's failure copy; the exception itself where its type will not copy): what
+#: the kernel raises or throws into each receiver, so receivers share no traceback.
+copy_failure: _Callable[[BaseException], BaseException] = _pure._copy_exception
 
 
 def accelerate(module: _ModuleType) -> None:

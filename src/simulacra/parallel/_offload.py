@@ -64,7 +64,7 @@ from concurrent.futures import wait as wait_futures
 from concurrent.futures.process import BrokenProcessPool
 from typing import Any, Final, Protocol
 
-from simulacra.core import Event, ProcessGenerator, Sim
+from simulacra.core import Event, ProcessGenerator, Sim, copy_failure
 from simulacra.errors import (
     ConfigError,
     InvalidDelay,
@@ -374,20 +374,10 @@ class _Task:
         self.callbacks: list[Any] | None = None
 
 
-def _copy_exception(exc: BaseException) -> BaseException:
-    """What the kernel raises for an unhandled failed event: a copy caused by *exc*."""
-    try:
-        copy = type(exc)(*exc.args)
-    except Exception:
-        return exc
-    copy.__cause__ = exc
-    return copy
-
-
 def _raise_if_unhandled(event: Event[Any]) -> None:
     """Crash ``run`` with a failure that nobody waiting on *event* handled (as the kernel does)."""
     if not event.ok and not event.defused:
-        raise _copy_exception(event.value)
+        raise copy_failure(event.value)
 
 
 def _settle(event: Event[Any], ok: bool, value: Any) -> None:

@@ -39,7 +39,7 @@ from collections.abc import Callable
 from threading import get_ident
 from typing import Any, Final, final
 
-from simulacra.core import Event, Sim
+from simulacra.core import Event, Sim, copy_failure
 from simulacra.errors import AgentStateError, ConfigError, InvalidDelay, ThreadOwnershipError
 from simulacra.rng import SeedTree
 
@@ -154,16 +154,6 @@ def _payload(value: object) -> object:
     if value is None or isinstance(value, str | int | float | bool):
         return value
     return repr(value)
-
-
-def _copy_failure(exc: BaseException) -> BaseException:
-    """A fresh copy of *exc* caused by it, so that waiters do not share a traceback."""
-    try:
-        copy = type(exc)(*exc.args)
-    except Exception:
-        return exc
-    copy.__cause__ = exc
-    return copy
 
 
 @final
@@ -307,7 +297,7 @@ class PausableAgent:
             self._host._enter(self, event.value, None, from_kernel=True)
         else:
             event.defused = True  # handled: it is thrown into the agent
-            self._host._enter(self, None, _copy_failure(event.value), from_kernel=True)
+            self._host._enter(self, None, copy_failure(event.value), from_kernel=True)
 
 
 @final
@@ -455,7 +445,7 @@ class PausableContext:
         if callbacks is None:  # already processed
             if event.ok:
                 return event.value
-            raise _copy_failure(event.value)
+            raise copy_failure(event.value)
         host.sim.record("agent.wait", agent._name, None)
         callbacks.append(agent._on_event)
         return agent._block(_WAITING, event)
