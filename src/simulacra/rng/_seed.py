@@ -81,26 +81,18 @@ def _reject(field: str, value: object, expected: str) -> NoReturn:
 
 def _check_master(value: object, field: str = "master_seed") -> int | str | bytes:
     """Return *value* as a valid master seed (int, str or bytes) or raise ConfigError."""
-    if isinstance(value, bool):
-        _reject(field, value, "an int, str or bytes (bool is ambiguous: True == 1)")
-    if isinstance(value, int):
-        return int(value)
-    if isinstance(value, str):
-        return str.__str__(value)  # a plain str, even for a subclass
     if isinstance(value, bytes):
         return bytes(value)
-    if not isinstance(value, float) and hasattr(type(value), "__index__"):
-        try:
-            return operator.index(value)  # type: ignore[arg-type]  # e.g. numpy.int64
-        except TypeError:
-            pass
-    return _reject(field, value, "an int, str or bytes")
+    return _check_element(value, field, "an int, str or bytes")
 
 
-def _check_element(value: object, field: str) -> int | str:
-    """Return *value* as a valid path element (int or str) or raise ConfigError."""
+def _check_element(value: object, field: str, expected: str = "an int or a str") -> int | str:
+    """Return *value* as a valid path element (int or str) or raise ConfigError.
+
+    *expected* names what the field takes, in the error (a master seed may also be bytes).
+    """
     if isinstance(value, bool):
-        _reject(field, value, "an int or a str (bool is ambiguous: True == 1)")
+        _reject(field, value, f"{expected} (bool is ambiguous: True == 1)")
     if isinstance(value, int):
         return int(value)
     if isinstance(value, str):
@@ -110,7 +102,7 @@ def _check_element(value: object, field: str) -> int | str:
             return operator.index(value)  # type: ignore[arg-type]  # e.g. numpy.int64
         except TypeError:
             pass
-    return _reject(field, value, "an int or a str")
+    return _reject(field, value, expected)
 
 
 def _check_path(path: tuple[object, ...], offset: int = 0) -> tuple[int | str, ...]:
@@ -123,8 +115,8 @@ def _check_name(name: object) -> str:
     return name
 
 
-def _derive(master_seed: int | str | bytes, path: tuple[int | str, ...]) -> int:
-    """Derive a seed from already-validated parts."""
+def _hash_path(master_seed: int | str | bytes, path: tuple[int | str, ...]) -> Any:
+    """SHA-256 so far over the scheme, *master_seed* and *path* (already-validated parts)."""
     h = hashlib.sha256(_SCHEME_ITEM)
     if isinstance(master_seed, int):
         h.update(_encode_int(master_seed))
@@ -137,7 +129,12 @@ def _derive(master_seed: int | str | bytes, path: tuple[int | str, ...]) -> int:
             h.update(_encode_int(element))
         else:
             h.update(_encode_str(element, f"path[{i}]"))
-    return int.from_bytes(h.digest()[:16], "big")
+    return h
+
+
+def _derive(master_seed: int | str | bytes, path: tuple[int | str, ...]) -> int:
+    """Derive a seed from already-validated parts."""
+    return int.from_bytes(_hash_path(master_seed, path).digest()[:16], "big")
 
 
 def derive_seed(master_seed: int | str | bytes, *path: int | str) -> int:
@@ -293,17 +290,7 @@ class SeedTree:
         """
         (label,) = _check_path((label,))
         tail = _encode_str(_STREAM_TAG, "path") + _encode_str(_check_name(name), "name")
-        head = hashlib.sha256(_SCHEME_ITEM)
-        master = self._master_seed
-        if isinstance(master, int):
-            head.update(_encode_int(master))
-        elif isinstance(master, str):
-            head.update(_encode_str(master, "master_seed"))
-        else:
-            head.update(_item(b"b", master))
-        for i, element in enumerate((*self._path, label)):
-            head.update(_encode_int(element) if isinstance(element, int)
-                        else _encode_str(element, f"path[{i}]"))
+        head = _hash_path(self._master_seed, (*self._path, label))
         return _child_streams(head, tail, len(self._path) + 1, indices)
 
     def np_rng(self, name: str) -> Generator:
