@@ -56,6 +56,7 @@ from ._phase import Phase as Phase
 from ._phase import Sequence as Sequence
 from ._population import Population as Population
 from ._population import freeze_world as freeze_world
+from ._population import snapshot_copy_error as snapshot_copy_error
 from ._population import snapshot_when as snapshot_when
 from ._population import sorted_ids as sorted_ids
 from ._refs import object_ref as object_ref
@@ -78,7 +79,7 @@ __all__ = [
     "resolve_ref", "Entry", "Fanout", "expand_entries", "count_entries",
     # state and payloads that cannot be copied or pickled: the errors that name them
     "copy_initial_state", "first_failure", "state_error", "payload_error", "snapshot_when",
-    "type_name", "COPY_ADVICE", "PICKLE_ADVICE",
+    "snapshot_copy_error", "type_name", "COPY_ADVICE", "PICKLE_ADVICE",
     # LLM agent societies: observe/act agents and worlds (game masters)
     "World", "LLMAgent", "Actor", "ActionSpec", "ActionEvent", "WORLD_SCHEME",
     # a prompt memory held to a token budget

@@ -111,6 +111,20 @@ def snapshot_when(ran: tuple[str, int] | None, done: str) -> str:
     return f"when its state {done} for a snapshot after phase {ran[0]!r} at step {ran[1]}"
 
 
+def snapshot_copy_error(agent_id: AgentId, agent: object, ran: tuple[str, int] | None,
+                        exc: Exception) -> UncopyableState:
+    """The error for *agent*, whose state did not copy for a snapshot after phase *ran*.
+
+    It names the first attribute that does not copy alone (see ``first_failure``),
+    and the phase and step.
+    """
+    found = first_failure(vars(agent).items(), private_copy)
+    phase, step = ran or (None, None)
+    return state_error(agent_id, type(agent).__qualname__, found, exc, pickled=False,
+                       when=snapshot_when(ran, "was copied"), advice=COPY_ADVICE,
+                       phase=phase, step=step)
+
+
 def sorted_ids(ids: Iterable[object], field: str = "ids") -> list[AgentId]:
     """Return *ids* checked (one type, int or str, no duplicates) and sorted.
 
@@ -534,12 +548,7 @@ class Population:
                     state = state.copy()  # every value immutable: a shallow copy is a private one
                 out[agent_id] = (type(agent).__qualname__, state)
         except Exception as exc:
-            agent = self._agents[agent_id]
-            found = first_failure(vars(agent).items(), private_copy)
-            phase, step = self._ran or (None, None)
-            raise state_error(agent_id, type(agent).__qualname__, found, exc, pickled=False,
-                              when=snapshot_when(self._ran, "was copied"), advice=COPY_ADVICE,
-                              phase=phase, step=step) from exc
+            raise snapshot_copy_error(agent_id, self._agents[agent_id], self._ran, exc) from exc
         return out
 
     def __repr__(self) -> str:

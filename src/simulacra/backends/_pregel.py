@@ -42,7 +42,6 @@ from types import MappingProxyType
 from typing import Any, Final, TypeAlias, final
 
 from simulacra.agents import (
-    COPY_ADVICE,
     Action,
     Agent,
     AgentId,
@@ -55,14 +54,12 @@ from simulacra.agents import (
     Sequence,
     close_context,
     expand_entries,
-    first_failure,
     freeze_world,
     new_context,
     private_copy,
-    snapshot_when,
+    snapshot_copy_error,
     sorted_ids,
     state_digest,
-    state_error,
 )
 from simulacra.errors import (
     AgentActionError,
@@ -469,12 +466,7 @@ class PregelBackend(BackendBase):
                 out[agent_id] = (type(agent).__qualname__,
                                  {key: private_copy(value) for key, value in vars(agent).items()})
         except Exception as exc:
-            agent = agents[agent_id]
-            found = first_failure(vars(agent).items(), private_copy)
-            phase, step = self._ran or (None, None)
-            raise state_error(agent_id, type(agent).__qualname__, found, exc, pickled=False,
-                              when=snapshot_when(self._ran, "was copied"), advice=COPY_ADVICE,
-                              phase=phase, step=step) from exc
+            raise snapshot_copy_error(agent_id, agents[agent_id], self._ran, exc) from exc
         return out
 
     def close(self) -> None:
