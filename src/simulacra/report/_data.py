@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from pathlib import Path
@@ -151,16 +152,48 @@ def read_jsonl(path: Path, *, what: str) -> list[dict[str, Any]]:
     return out
 
 
-def _read_json_object(path: Path, what: str) -> dict[str, Any]:
+def _read_json(path: Path, what: str) -> Any:
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        return json.loads(path.read_text(encoding="utf-8"))
     except OSError as exc:  # its message names the path again
         raise ConfigError(f"{path}: not readable as {what} ({os_problem(exc)})") from None
     except ValueError as exc:  # UnicodeDecodeError is a ValueError
         raise ConfigError(f"{path}: not readable as {what} ({exc})") from None
+
+
+def _read_json_object(path: Path, what: str) -> dict[str, Any]:
+    data = _read_json(path, what)
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: not {what} (a JSON object)")
     return data
+
+
+def _run_manifest(path: str | os.PathLike[str]) -> tuple[Path, Path, Any]:
+    """A society run directory, its manifest file and what that file holds (any JSON).
+
+    Raises:
+        ConfigError: *path* does not exist or is a file, lacks a file every run
+            directory has (the message names it), or its manifest is not
+            readable JSON.
+    """
+    where = Path(path)
+    if not where.is_dir():
+        raise ConfigError(f"{str(where)!r} is not a run directory: it does not exist"
+                          if not where.exists() else
+                          f"{str(where)!r} is not a run directory: it is a file")
+    names = run_files()
+    for role in _RUN_REQUIRED:
+        if not (where / names[role]).is_file():
+            raise ConfigError(f"{str(where)!r} is not a run directory of simulacra run: "
+                              f"no {names[role]}")
+    manifest_file = where / names["manifest"]
+    return where, manifest_file, _read_json(manifest_file, "a run manifest")
+
+
+def _check_manifest_scheme(manifest_file: Path, scheme: object) -> None:
+    if scheme not in MANIFEST_SCHEMES:
+        raise ConfigError(f"{manifest_file}: unknown format version {scheme!r}; "
+                          f"this simulacra reads {', '.join(MANIFEST_SCHEMES)}")
 
 
 # -- society runs -----------------------------------------------------------------------
@@ -230,22 +263,11 @@ def load_society_run(path: str | Path) -> RunData:
     """
     import yaml  # type: ignore[import-untyped]  # noqa: PLC0415  (a dependency; lazy)
 
-    where = Path(path)
-    if not where.is_dir():
-        raise ConfigError(f"{str(where)!r} is not a run directory: it does not exist"
-                          if not where.exists() else
-                          f"{str(where)!r} is not a run directory: it is a file")
+    where, manifest_file, manifest = _run_manifest(path)
+    if not isinstance(manifest, dict):
+        raise ConfigError(f"{manifest_file}: not a run manifest (a JSON object)")
+    _check_manifest_scheme(manifest_file, manifest.get("scheme"))
     names = run_files()
-    for role in _RUN_REQUIRED:
-        if not (where / names[role]).is_file():
-            raise ConfigError(f"{str(where)!r} is not a run directory of simulacra run: "
-                              f"no {names[role]}")
-    manifest_file = where / names["manifest"]
-    manifest = _read_json_object(manifest_file, "a run manifest")
-    scheme = manifest.get("scheme")
-    if scheme not in MANIFEST_SCHEMES:
-        raise ConfigError(f"{manifest_file}: unknown format version {scheme!r}; "
-                          f"this simulacra reads {', '.join(MANIFEST_SCHEMES)}")
     config_file = where / names["config"]
     try:
         config = yaml.safe_load(config_file.read_text(encoding="utf-8"))

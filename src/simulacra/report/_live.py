@@ -56,14 +56,14 @@ from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final, Protocol
 
-from simulacra._util import install_hint, os_problem
+from simulacra._util import install_hint
 from simulacra.errors import ConfigError
 
 from ._data import (
-    _RUN_REQUIRED,
-    MANIFEST_SCHEMES,
     CallStats,
+    _check_manifest_scheme,
     _percentile,
+    _run_manifest,
     _scenario_label,
     event_text,
     run_files,
@@ -121,29 +121,9 @@ def check_view_dir(path: str | os.PathLike[str]) -> Path:
         ConfigError: It does not exist, is not a run directory (the message
             names the missing file), or its manifest is of an unknown version.
     """
-    where = Path(path)
-    if not where.exists():
-        raise ConfigError(f"{str(where)!r} is not a run directory: it does not exist")
-    if not where.is_dir():
-        raise ConfigError(f"{str(where)!r} is not a run directory: it is a file")
-    names = run_files()
-    for role in _RUN_REQUIRED:
-        if not (where / names[role]).is_file():
-            raise ConfigError(f"{str(where)!r} is not a run directory of simulacra run: "
-                              f"no {names[role]}")
-    manifest_file = where / names["manifest"]
-    try:
-        manifest = json.loads(manifest_file.read_text(encoding="utf-8"))
-    except OSError as exc:  # its message names the path again
-        raise ConfigError(f"{manifest_file}: not readable as a run manifest "
-                          f"({os_problem(exc)})") from None
-    except ValueError as exc:
-        raise ConfigError(f"{manifest_file}: not readable as a run manifest "
-                          f"({exc})") from None
-    scheme = manifest.get("scheme") if isinstance(manifest, dict) else None
-    if scheme not in MANIFEST_SCHEMES:
-        raise ConfigError(f"{manifest_file}: unknown format version {scheme!r}; "
-                          f"this simulacra reads {', '.join(MANIFEST_SCHEMES)}")
+    where, manifest_file, manifest = _run_manifest(path)
+    _check_manifest_scheme(manifest_file,
+                           manifest.get("scheme") if isinstance(manifest, dict) else None)
     return where
 
 
