@@ -42,6 +42,7 @@ from ._greenlet import (
     _getcurrent,
     _is_delay,
     _is_name,
+    _next_call,
 )
 
 __all__ = ["AgentLock", "AsyncAgent", "AsyncContext", "AsyncHost", "Channel"]
@@ -415,15 +416,7 @@ class _AsyncLLM:
     def complete(self, request: Any) -> Any:
         """Call ``model.complete(request, site=CallSite(name, n))`` on this thread (real I/O)."""
         agent = self._agent
-        agent._host._check_inside(agent, "ctx.llm.complete()")
-        model = agent._host._llm
-        if model is None:
-            raise ConfigError(
-                f"agent {agent._name!r} called ctx.llm.complete() but its host has no model; "
-                "pass AsyncHost(llm=...)"
-            )
-        n = agent._ncalls
-        agent._ncalls = n + 1
+        model, n = _next_call(agent, "AsyncHost(llm=...)")
         agent._set(_CALLING)
         try:
             return model.complete(request, site=_call_site(agent._name, n))

@@ -133,6 +133,26 @@ def _call_site(agent: str, n: int) -> Any:
     return _call_site_type()(agent, n)
 
 
+def _next_call(agent: Any, give_model: str) -> tuple[Any, int]:
+    """A pausable or async agent's next ``ctx.llm.complete()``: its host's model, the call's n.
+
+    Raises:
+        AgentStateError: called from outside the agent.
+        ConfigError: the host has no model (*give_model* says how to give it one).
+    """
+    host = agent._host
+    host._check_inside(agent, "ctx.llm.complete()")
+    model = host._llm
+    if model is None:
+        raise ConfigError(
+            f"agent {agent._name!r} called ctx.llm.complete() but its host has no model; "
+            f"pass {give_model}"
+        )
+    n: int = agent._ncalls
+    agent._ncalls = n + 1
+    return model, n
+
+
 def _describe(obj: object) -> str:
     text = repr(obj)
     if len(text) > 80:
@@ -330,15 +350,8 @@ class LLMHandle:
         """
         agent = self._agent
         host = agent._host
-        host._check_inside(agent, "ctx.llm.complete()")
-        model = host._llm
-        if model is None:
-            raise ConfigError(
-                f"agent {agent._name!r} called ctx.llm.complete() but its host has no model; "
-                "pass PausableHost(llm=...) (an object with complete(request, *, site=...))"
-            )
-        n = agent._ncalls
-        agent._ncalls = n + 1
+        model, n = _next_call(
+            agent, "PausableHost(llm=...) (an object with complete(request, *, site=...))")
         completion = model.complete(request, site=_call_site(agent._name, n))
         latency = host._latency
         duration = 0.0
