@@ -547,11 +547,9 @@ class ResourceMonitor(MonitorSet):
     __slots__ = ("name", "queue", "utilisation")
 
     def __init__(self, sim: Sim, name: str, *, utilisation: float, queue: int) -> None:
-        _names_free(sim, name, ("utilisation", "queue"))
         self.name = name
-        self.utilisation = Monitor(sim, f"{name}.utilisation", kind="utilisation",
-                                   value=utilisation)
-        self.queue = Monitor(sim, f"{name}.queue", kind="queue", value=queue)
+        self.utilisation, self.queue = _series(
+            sim, name, ("utilisation", "utilisation", utilisation), ("queue", "queue", queue))
         super().__init__(self.utilisation, self.queue)
 
 
@@ -570,11 +568,9 @@ class ContainerMonitor(MonitorSet):
 
     def __init__(self, sim: Sim, name: str, *, level: float, getters: int,
                  putters: int) -> None:
-        _names_free(sim, name, ("level", "getters", "putters"))
         self.name = name
-        self.level = Monitor(sim, f"{name}.level", kind="level", value=level)
-        self.getters = Monitor(sim, f"{name}.getters", kind="queue", value=getters)
-        self.putters = Monitor(sim, f"{name}.putters", kind="queue", value=putters)
+        self.level, self.getters, self.putters = _series(
+            sim, name, ("level", "level", level), *_queues(getters, putters))
         super().__init__(self.level, self.getters, self.putters)
 
 
@@ -592,11 +588,9 @@ class StoreMonitor(MonitorSet):
     __slots__ = ("getters", "items", "name", "putters")
 
     def __init__(self, sim: Sim, name: str, *, items: int, getters: int, putters: int) -> None:
-        _names_free(sim, name, ("items", "getters", "putters"))
         self.name = name
-        self.items = Monitor(sim, f"{name}.items", kind="count", value=items)
-        self.getters = Monitor(sim, f"{name}.getters", kind="queue", value=getters)
-        self.putters = Monitor(sim, f"{name}.putters", kind="queue", value=putters)
+        self.items, self.getters, self.putters = _series(
+            sim, name, ("items", "count", items), *_queues(getters, putters))
         super().__init__(self.items, self.getters, self.putters)
 
 
@@ -627,6 +621,20 @@ def _entry(sim: Sim) -> _SimMonitors:
 
 def _register(sim: Sim, item: Monitor | Tally) -> None:
     _entry(sim).set.add(item)
+
+
+def _series(sim: Sim, name: str, *parts: tuple[str, str, float]) -> list[Monitor]:
+    """A resource's series ``NAME.PART``, one per ``(part, kind, value)``, in that order.
+
+    The names are checked before any series is made (none is left over).
+    """
+    _names_free(sim, name, tuple(part for part, _, _ in parts))
+    return [Monitor(sim, f"{name}.{part}", kind=kind, value=value) for part, kind, value in parts]
+
+
+def _queues(getters: int, putters: int) -> tuple[tuple[str, str, float], tuple[str, str, float]]:
+    """The getters and putters series of a container or a store, as :func:`_series` takes them."""
+    return ("getters", "queue", getters), ("putters", "queue", putters)
 
 
 def _names_free(sim: Sim, name: str, parts: tuple[str, ...]) -> None:
