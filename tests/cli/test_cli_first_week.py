@@ -115,7 +115,7 @@ def test_the_summary_explains_calls_against_agent_steps(
     lines = (out / "calls.jsonl").read_text(encoding="utf-8").splitlines()
     calls = {(c["agent"], c["n"]) for c in map(json.loads, lines)}
     lines = (out / "action_events.jsonl").read_text(encoding="utf-8").splitlines()
-    turns = {(e["agent"], e["step"]) for e in map(json.loads, lines)}
+    turns = {(e["agent"], e["turn"]) for e in map(json.loads, lines)}  # "step": the window
     assert turns < calls  # every resolved turn called; some calls resolved no turn
     row = next(line for line in text.splitlines() if "calls per agent-step" in line)
     assert f"{len(calls) / len(turns):.2f}: a turn called more than once" in row

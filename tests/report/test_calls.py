@@ -66,7 +66,8 @@ def test_event_engine_lines_carry_the_simulated_latency(flaky_event_run: Path) -
     config = json.loads(json.dumps(__import__("yaml").safe_load(
         (flaky_event_run / "config.yaml").read_text())))
     minimum = config["sim"]["llm"]["latency"]["min_duration"]
-    resolved = {(e["agent"], e["step"]): e["time"] for e in _events(flaky_event_run)}
+    # An event of the event-driven engine names its turn in "turn" (its "step" is the window).
+    resolved = {(e["agent"], e["turn"]): e["time"] for e in _events(flaky_event_run)}
     checked = 0
     for call in calls:
         assert call["step"] == int(call["t"] // 1.0)

@@ -46,3 +46,18 @@ def test_a_run_directory_of_an_unknown_format_is_refused_in_one_line(
     assert err.count("\n") == 0, err
     assert "run directory format 'simulacra.manifest.v9'" in err
     assert "'simulacra.manifest.v1'" in err
+
+
+@pytest.mark.parametrize("engine", ["async_event", "event_max_turns"])
+def test_a_v1_event_run_directory_resumes_as_it_was_made(
+        runs: Path, engine: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """Written before ActionEvent.turn, its events hold the agent's turn in "step": a resume
+    stamps them the same way (its manifest says nothing of it) and ends on its digest."""
+    run = runs / engine
+    written = (run / "digest.txt").read_text().split()[0]
+    (run / "digest.txt").unlink()  # as if it had stopped: resume it from its first checkpoint
+    assert main(["run", "--resume", str(run), "--from-checkpoint", "0", "--no-progress"]) == 0
+    assert (run / "digest.txt").read_text().split()[0] == written
+    assert json.loads((run / "manifest.json").read_text())["event_step"] == "turn"
+    assert all("turn" not in json.loads(line) for line in
+               (run / "action_events.jsonl").read_text().splitlines())

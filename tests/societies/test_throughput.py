@@ -145,10 +145,10 @@ def test_turns_needing_no_call_are_counted_per_turn_on_both_engines(
     run_society(config, out=tmp_path / "run")
     events = [json.loads(line) for line in
               (tmp_path / "run" / "action_events.jsonl").read_text().splitlines()]
-    turns = {(e["agent"], e["step"]) for e in events}
+    turns = {(e["agent"], e.get("turn", e["step"])) for e in events}
     # Round engine: "step" is the round, and every agent takes one turn a round; event
-    # engine: "step" is the agent's turn number. Either way odd numbers asked nothing.
-    expected = sum(1 for _, step in turns if step % 2 == 1)
+    # engine: "turn" is the agent's turn number. Either way odd numbers asked nothing.
+    expected = sum(1 for _, turn in turns if turn % 2 == 1)
     found = json.loads((tmp_path / "run" / "summary.json").read_text())["llm"]["throughput"]
     assert found["agent_steps"] == len(turns)
     assert found["no_call_agent_steps"] == expected, found

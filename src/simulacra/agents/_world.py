@@ -60,7 +60,9 @@ class ActionSpec:
     Attributes:
         step: On the round engine, the step (round) of the turn. On the
             event-driven engine, the agent's own turn number: 0 for its first
-            turn, 1 for its second..., counted per agent (not the window).
+            turn, 1 for its second..., counted per agent (not the window); the
+            events the turn resolves into hold it as :attr:`ActionEvent.turn`,
+            and the window as their ``step``.
         time: The simulated time of the turn (the step, as a float, in rounds).
         reason: Why the agent acts now: ``"round"``, or for the event-driven
             engine ``"wake"`` or the kind of event that woke it (``"mention"``).
@@ -78,13 +80,11 @@ class ActionEvent:
 
     Attributes:
         index: The event's position in the run (0, 1, 2...), given by the world.
-        step: On the round engine, the step (round) it was resolved in, the
-            same for every event of the step. On the event-driven engine, the
-            acting agent's own turn number (its :attr:`ActionSpec.step`: 0, 1,
-            2... per agent), not the window the event fell in, which is
-            ``int(time // window)``; a scenario's event there holds its window.
-            The field keeps one name on both engines so that event logs and
-            digests stay as they are.
+        step: The step it was resolved in, on both engines: on the round
+            engine the step (round), the same for every event of the step; on
+            the event-driven engine the window of virtual time it fell in,
+            ``int(time // window)`` (a scenario's event too). A world that
+            tallies by ``step`` counts the same thing on both.
         time: Its simulated time.
         agent: The id of the agent whose action it resolves (as a str).
         kind: What happened: ``"post"``, ``"reply"``, ``"like"``,
@@ -93,6 +93,11 @@ class ActionEvent:
             None, lists and dicts of those).
         triggers: Ids (as str) of agents this event concerns directly -- the
             agents it mentions. The event-driven engine wakes them.
+        turn: On the event-driven engine, the acting agent's own turn number
+            (its :attr:`ActionSpec.step`: 0, 1, 2... per agent, whatever the
+            window); ``None`` on the round engine, where it is the step. Runs
+            of the event-driven engine written before this field existed held
+            the turn in ``step``; they replay and resume as they were made.
     """
 
     index: int
@@ -102,6 +107,7 @@ class ActionEvent:
     kind: str
     data: Mapping[str, Any] = field(default_factory=dict)
     triggers: tuple[str, ...] = ()
+    turn: int | None = None
 
     def to_json(self) -> dict[str, Any]:
         """The event as one JSON object (a line of ``action_events.jsonl``)."""
@@ -109,6 +115,8 @@ class ActionEvent:
                                "agent": self.agent, "kind": self.kind, "data": dict(self.data)}
         if self.triggers:
             out["triggers"] = list(self.triggers)
+        if self.turn is not None:
+            out["turn"] = self.turn
         return out
 
     @classmethod
@@ -119,17 +127,21 @@ class ActionEvent:
             ConfigError: A field is missing or has the wrong type.
         """
         try:
+            turn = obj.get("turn")
             return cls(int(obj["i"]), int(obj["step"]), float(obj["time"]), str(obj["agent"]),
                        str(obj["kind"]), dict(obj.get("data") or {}),
-                       tuple(str(t) for t in obj.get("triggers") or ()))
+                       tuple(str(t) for t in obj.get("triggers") or ()),
+                       None if turn is None else int(turn))
         except (KeyError, TypeError, ValueError) as exc:
             raise ConfigError(f"not an action event: {obj!r} ({exc})") from None
 
     def payload(self) -> dict[str, Any]:
-        """The index, step, data and triggers in one dict (a trace record's payload)."""
+        """The index, step, data, triggers and turn in one dict (a trace record's payload)."""
         payload: dict[str, Any] = {"i": self.index, "step": self.step, **self.data}
         if self.triggers:
             payload["triggers"] = list(self.triggers)
+        if self.turn is not None:
+            payload["turn"] = self.turn
         return payload
 
     def record(self) -> tuple[float, str, str, dict[str, Any]]:
@@ -369,10 +381,11 @@ class World:
         return applied
 
     def resolve(self, agent_id: AgentId, action: Any, *, step: int,
-                time: float | None = None) -> list[ActionEvent]:
+                time: float | None = None, turn: int | None = None) -> list[ActionEvent]:
         """Resolve one agent's action: decide its events, number them, apply them.
 
-        Callers hold :attr:`lock`.
+        Callers hold :attr:`lock`. *turn* is the acting agent's own turn number on
+        the event-driven engine (:attr:`ActionEvent.turn`), ``None`` on the round one.
 
         Raises:
             InvalidAction: The world cannot resolve *action*; nothing changed.
@@ -382,21 +395,21 @@ class World:
         who = str(agent_id)
         for kind, data, triggers in self.decide(agent_id, action, step, when):
             index = self.events
-            event = ActionEvent(index, step, when, who, kind, data, triggers)
+            event = ActionEvent(index, step, when, who, kind, data, triggers, turn)
             self.apply(event)
             self.events = index + 1  # the numbering is ours, whatever apply() does
             out.append(event)
         return out
 
     def failed(self, agent_id: AgentId, error: BaseException, *, step: int,
-               time: float | None = None) -> ActionEvent:
+               time: float | None = None, turn: int | None = None) -> ActionEvent:
         """Record a failed turn as a ``turn_failed`` event (callers hold :attr:`lock`)."""
         message = str(error)
         data = {"error": type(error).__name__,
                 "message": message if len(message) <= 200 else message[:197] + "..."}
         index = self.events
         event = ActionEvent(index, step, float(step) if time is None else time,
-                            str(agent_id), "turn_failed", data)
+                            str(agent_id), "turn_failed", data, (), turn)
         self.apply(event)
         self.events = index + 1
         return event

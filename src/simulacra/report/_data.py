@@ -572,7 +572,8 @@ class EventTable:
         agents: Every agent name (authors and agents concerned), sorted.
         kinds: Every event kind, sorted.
         rows: One per event, in log order: ``[i, step, time, agent, kind,
-            text, concerned]``, where ``agent`` and ``kind`` index
+            text, concerned]``, and the agent's ``turn`` last when the event
+            has one (the event-driven engine's), where ``agent`` and ``kind`` index
             :attr:`agents` and :attr:`kinds`, ``text`` is :func:`event_text`
             and ``concerned`` lists the indices of the other agents the
             event concerns (mentions, the replied-to or liked author, whom
@@ -610,9 +611,13 @@ def event_table(events: Sequence[Mapping[str, Any]], agents: Iterable[str] = ())
         if others:
             names.update(others)
         time = event.get("time", 0.0)
-        append([event.get("i", number), event.get("step", 0),
-                round(time, 6) if time.__class__ is float else time, author, kind,
-                event_text(event), others or 0])
+        row = [event.get("i", number), event.get("step", 0),
+               round(time, 6) if time.__class__ is float else time, author, kind,
+               event_text(event), others or 0]
+        turn = event.get("turn")
+        if turn is not None:  # the event-driven engine's: the agent's turn ("step": window)
+            row.append(turn)
+        append(row)
     agent_list, kind_list = sorted(names), sorted(kinds)
     agent_at = {name: i for i, name in enumerate(agent_list)}
     kind_at = {name: i for i, name in enumerate(kind_list)}

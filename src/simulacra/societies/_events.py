@@ -37,8 +37,10 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures as cf
+import dataclasses
 import functools
 import hashlib
+import inspect
 import json
 import math
 import random
@@ -336,6 +338,10 @@ class EventEngine(SocietyEngine):
         self._wake_interval = _check_float("wake_interval", wake_interval, positive=True)
         self._reaction = _check_float("reaction_delay", reaction_delay, positive=False)
         self._width = _check_float("window", window, positive=True)
+        #: What an event's ``step`` holds: its window (this release), or the acting
+        #: agent's turn (runs written before ActionEvent.turn; see use_event_step).
+        self._event_step = "window"
+        self._takes_turn: tuple[bool, bool] | None = None
         self._latency, self._min = check_latency(latency)
         self._world = world
         self._mode = mode
@@ -407,6 +413,17 @@ class EventEngine(SocietyEngine):
         self._chain_max = 0
         self._peak = 0
         self._scenario: SocietyScenario | None = None
+
+    def use_event_step(self, meaning: str) -> None:
+        """Say what an event's ``step`` holds: ``"window"`` (the default) or ``"turn"``.
+
+        ``"turn"`` is how runs written before :attr:`ActionEvent.turn` stamped their
+        events (the acting agent's turn number in ``step``); a replay or resume of
+        such a run directory uses it, so that it ends on the digest it was made with.
+        """
+        if meaning not in ("window", "turn"):
+            raise ConfigError(f"an event's step is its 'window' or its 'turn', got {meaning!r}")
+        self._event_step = meaning
 
     def use_scenario(self, scenario: SocietyScenario | None) -> None:
         """Apply *scenario*'s changes at their virtual times.
@@ -701,11 +718,21 @@ class EventEngine(SocietyEngine):
         failure: BaseException | None = None if ok else action
         if failure is not None and isinstance(failure, self._fatal):
             raise failure
+        if self._event_step == "window":
+            step, turn = int(when // self._width), spec.step
+        else:  # a run directory written before ActionEvent.turn: as it was made
+            step, turn = spec.step, None
+        takes = self._takes_turn
+        if takes is None:  # a world that overrides resolve()/failed() may not take turn=
+            takes = self._takes_turn = (_accepts(world.resolve, "turn"),
+                                        _accepts(world.failed, "turn"))
         with world.lock:
             expected = world.events
             if failure is None:
                 try:
-                    events = world.resolve(agent_id, action, step=spec.step, time=when)
+                    events = (world.resolve(agent_id, action, step=step, time=when, turn=turn)
+                              if turn is not None and takes[0] else
+                              world.resolve(agent_id, action, step=step, time=when))
                 except InvalidAction as exc:
                     failure = exc
             if failure is not None:
@@ -715,7 +742,12 @@ class EventEngine(SocietyEngine):
                         f"{type(failure).__name__}: {failure}")
                     error.agent, error.step, error.phase = agent_id, spec.step, "act"
                     raise error from failure
-                events = [world.failed(agent_id, failure, step=spec.step, time=when)]
+                events = [world.failed(agent_id, failure, step=step, time=when, turn=turn)
+                          if turn is not None and takes[1] else
+                          world.failed(agent_id, failure, step=step, time=when)]
+            if turn is not None and not all(takes):  # stamped here, as resolve() would
+                events = [e if e.turn is not None else dataclasses.replace(e, turn=turn)
+                          for e in events]
             for event in events:
                 if event.index != expected:
                     raise misnumbered(world, event, expected)
@@ -1194,6 +1226,15 @@ class _Runner:
         self.finish_all()
 
 
+def _accepts(method: Callable[..., Any], name: str) -> bool:
+    """Whether *method* takes the keyword argument *name* (or any keyword)."""
+    try:
+        parameters = inspect.signature(method).parameters.values()
+    except (TypeError, ValueError):
+        return False
+    return any(p.name == name or p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters)
+
+
 # -- the run-config seam: ``sim.engine.step.built_in: async_event`` --------------------------
 
 #: The options ``sim.engine.step.options`` takes for this engine.
@@ -1240,6 +1281,10 @@ class EventSteps:
     def use_scenario(self, scenario: Any) -> None:
         """Apply *scenario*'s changes at their virtual times (``EventEngine.use_scenario``)."""
         self.engine.use_scenario(scenario)
+
+    def use_event_step(self, meaning: str) -> None:
+        """What an event's ``step`` holds (``EventEngine.use_event_step``)."""
+        self.engine.use_event_step(meaning)
 
     def state(self) -> dict[str, Any]:
         """The engine's state plus this adapter's step count (checkpoints)."""

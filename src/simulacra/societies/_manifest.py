@@ -32,8 +32,8 @@ from simulacra.errors import ConfigError
 if TYPE_CHECKING:
     from ._config import RunConfig
 
-__all__ = ["MANIFEST_SCHEME", "factory_file", "finish_manifest", "portable_factory",
-           "start_manifest"]
+__all__ = ["MANIFEST_SCHEME", "event_step_of", "factory_file", "finish_manifest",
+           "portable_factory", "start_manifest"]
 
 MANIFEST_SCHEME = "simulacra.manifest.v1"
 #: The run-directory formats this release reads: every run written since the
@@ -83,13 +83,15 @@ def factory_file(ref: str | None) -> Path | None:
 
 def start_manifest(path: Path, config: RunConfig, *, completions: str,
                    replayable: bool | None = None,
-                   scenario: Mapping[str, Any] | None = None) -> None:
+                   scenario: Mapping[str, Any] | None = None,
+                   event_step: str = "window") -> None:
     """Write ``manifest.json`` at the start of a run (or rewrite it for a resume or replay).
 
     *replayable* False marks a run resumed with ``--re-record`` after its
     recordings were lost (a replay then refuses it); None keeps what was there.
     *scenario* is the run's scenario (name, SHA-256, file); None keeps what was
-    there (a resume), and a run without one has none.
+    there (a resume), and a run without one has none. *event_step* is what the
+    event-driven engine's events hold in ``step`` (:func:`event_step_of`).
     """
     from simulacra._version import __version__  # noqa: PLC0415
 
@@ -122,11 +124,22 @@ def start_manifest(path: Path, config: RunConfig, *, completions: str,
         "replayable": (previous.get("replayable", True) if replayable is None
                        else replayable and previous.get("replayable", True)),
         "finished": False,
+        "event_step": event_step,
     }
     kept = dict(scenario) if scenario is not None else previous.get("scenario")
     if kept is not None:
         manifest["scenario"] = kept
     _write(path, manifest)
+
+
+def event_step_of(manifest: Mapping[str, Any]) -> str:
+    """What a run's events hold in ``step`` on the event-driven engine.
+
+    Its window; or the acting agent's turn for runs written before
+    ``ActionEvent.turn``, whose manifest does not say.
+    """
+    meaning = manifest.get("event_step", "turn")
+    return meaning if meaning in ("window", "turn") else "turn"
 
 
 def finish_manifest(path: Path, recordings: Path) -> None:

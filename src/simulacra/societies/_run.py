@@ -23,6 +23,7 @@ import inspect
 import threading
 import time as _time
 from collections.abc import Callable, Iterator, Mapping
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final, Protocol, TypeVar, final
@@ -43,6 +44,7 @@ from simulacra.rng import SeedTree, as_seed_tree
 from ._calls import CallLog, CallLogModel
 from ._config import RunConfig, parse_config
 from ._manifest import (
+    event_step_of,
     finish_manifest,
     portable_factory,
     read_manifest,
@@ -399,6 +401,11 @@ def _usage(model: object) -> dict[str, Any]:
     return {}
 
 
+#: What the event-driven engine's events hold in ``step`` in the run being made: "window",
+#: or "turn" while a run directory written before ``ActionEvent.turn`` is replayed or
+#: resumed (its manifest does not say; see EventEngine.use_event_step).
+_EVENT_STEP: ContextVar[str] = ContextVar("simulacra_event_step", default="window")
+
 #: The model calls a step is expected to make (agents x participation) from which a run's
 #: recordings are written by a child process (RecordingStore.hold(offload=True)): it
 #: takes 10-20 us a call off the run's thread, and some 0.1 s to start.
@@ -491,7 +498,7 @@ def run_society(config: RunConfig | Mapping[str, Any], *,
             source = (str(chosen) if isinstance(chosen, str | Path) else None)
             entry = manifest_entry(artifact, source)
         start_manifest(rundir.file("manifest"), config, completions=completions,
-                       scenario=entry)
+                       scenario=entry, event_step=_EVENT_STEP.get())
     return _execute(config, rundir, model, on_step, on_turn, fatal=fatal, resume=None,
                     control=control, prepared=prepared)
 
@@ -660,11 +667,18 @@ def resume_society(run_dir: str | os.PathLike[str], *,
         aside.mkdir(exist_ok=True)
         for file in newer:
             file.rename(aside / file.name)
+    # A run made before ActionEvent.turn goes on as it was made (its events' step).
+    meaning = event_step_of(read_manifest(manifest_path) if manifest_path.is_file() else {})
     rundir = RunDirectory.reopen(run_dir, positions)
     start_manifest(rundir.file("manifest"), config, completions="live+recordings",
-                   replayable=None if complete else False)
-    return _execute(config, rundir, model, on_step, on_turn, fatal=(),
-                    resume=(step, engine_state, sessions), control=control, scenario=scenario)
+                   replayable=None if complete else False, event_step=meaning)
+    token = _EVENT_STEP.set(meaning)
+    try:
+        return _execute(config, rundir, model, on_step, on_turn, fatal=(),
+                        resume=(step, engine_state, sessions), control=control,
+                        scenario=scenario)
+    finally:
+        _EVENT_STEP.reset(token)
 
 
 @dataclass(slots=True)
@@ -1158,6 +1172,9 @@ def _execute(config: RunConfig, rundir: RunDirectory | None, model: LanguageMode
             engine.restore(resume[1])
         if tracer is not None:
             engine.tracer = tracer  # type: ignore[attr-defined]  # a traced engine (checked)
+        use_event_step = getattr(engine, "use_event_step", None)
+        if callable(use_event_step):  # the event-driven engine: what its events' step holds
+            use_event_step(_EVENT_STEP.get())
         if store is not None and hasattr(engine, "calls_done"):
             # The step's calls are written behind while its events are resolved.
             engine.calls_done = functools.partial(store.commit, wait=False)
@@ -1660,9 +1677,13 @@ def replay_run(run_dir: str | os.PathLike[str], *, overrides: tuple[str, ...] = 
     with RecordingStore(rundir.file("recordings"), readonly=True) as store:
         store.preload()  # every call is asked once: one query for them all
         model = ReplayModel(store, strict=True)
-        run = run_society(config, out=out, model=model, on_step=collect, on_turn=on_turn,
-                          fatal=(ReplayMiss,), write=out is not None, completions="recordings",
-                          scenario=scenario)
+        token = _EVENT_STEP.set(event_step_of(stated))  # as the run was made
+        try:
+            run = run_society(config, out=out, model=model, on_step=collect,
+                              on_turn=on_turn, fatal=(ReplayMiss,), write=out is not None,
+                              completions="recordings", scenario=scenario)
+        finally:
+            _EVENT_STEP.reset(token)
         served = int(model.calls_served)
     # Every event, not only the digest: the log is what users read and analyse,
     # and a log that was cut short or edited must not pass as the run's.

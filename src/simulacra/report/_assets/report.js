@@ -641,7 +641,8 @@
       return item;
     }
     calls.forEach(function (c) { turnOf(c[1]).calls.push(c); });
-    own.forEach(function (i) { turnOf(ROWS[i][1]).events.push(i); });
+    // An event's turn: its own (the event-driven engine's, last in the row), or its step.
+    own.forEach(function (i) { var r = ROWS[i]; turnOf(r.length > 7 ? r[7] : r[1]).events.push(i); });
     var order = Array.from(turns.keys()).sort(function (x, y) { return x - y; });
     var unit = D.windowed ? "turn" : "step";
     page.appendChild(el("h3", "", "Its turns: what it saw and what it did"));
