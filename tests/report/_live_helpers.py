@@ -91,5 +91,6 @@ class ViewedRun:
     def kill(self) -> None:
         if self.process.poll() is None:
             self.process.kill()
-            self.process.communicate()
+        if self.process.stdout is not None and not self.process.stdout.closed:
+            self.process.communicate()  # and its pipes closed, however it ended
         self.client.close()

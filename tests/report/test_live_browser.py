@@ -102,7 +102,9 @@ def _assert_every_chart_drawn(page: Any, calls: int | None = None) -> None:
 
 
 def test_the_live_page_controls_the_run(browser: Any, tmp_path: Path) -> None:
-    agents, steps = 10, 200
+    # Steps enough that the run cannot finish before the page's pause lands (a step of
+    # ten scripted agents takes about a millisecond now).
+    agents, steps = 10, 2000
     straight = tmp_path / "straight"
     done = simulacra_cli(*run_args(straight, "round", agents, steps, *PRICES))
     assert done.returncode == 0, done.stderr
