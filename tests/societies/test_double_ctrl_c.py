@@ -137,10 +137,10 @@ run:
     assert f"simulacra run --resume {run_dir}" in err
 
 
-def test_a_second_sigint_in_the_middle_of_a_step_loses_no_finished_steps_calls(
+def test_a_second_sigint_in_the_middle_of_a_step_keeps_the_last_finished_steps_checkpoint(
         tmp_path: Path) -> None:
-    """Stopped at once mid-step: the resume runs the steps finished after the checkpoint
-    again from the recordings (no call made for them), and ends where the run would have."""
+    """Stopped at once mid-step: the checkpoint of the last finished step is written from
+    the recordings (no call made), and the resume goes on from it to the run's digest."""
     config = ROOT / "examples" / "social" / "config.yaml"
     settings = ["sim.agents=1500", "sim.steps=8", "sim.engine.mode=sequential",
                 "run.checkpoint_every=100000"]
@@ -165,11 +165,12 @@ def test_a_second_sigint_in_the_middle_of_a_step_loses_no_finished_steps_calls(
     assert "Traceback" not in err
     finished = len(telemetry.read_bytes().splitlines())
     kept = sorted(p.name for p in (run_dir / "checkpoints").glob("checkpoint-*.ckpt"))
-    if kept == ["checkpoint-000000.ckpt"]:  # stopped at once (the usual case)
-        assert "stopped at once" in err
-        steps = "step 0 runs" if finished == 1 else f"steps 0-{finished - 1} run"
-        assert (f"continues from its checkpoint of step 0; the finished {steps} again from "
-                "the recordings, without calling the model") in err, err
+    # The last finished step's checkpoint is kept: when the second signal cut a step short
+    # (the usual case), it is written from the recordings before the process exits.
+    assert kept[-1] == f"checkpoint-{finished:06d}.ckpt", (kept, finished, err)
+    if "stopped at once" in err:
+        assert f"writing the checkpoint of step {finished} from the recordings" in err, err
+        assert f"continues from its checkpoint of step {finished}" in err, err
     resumed = subprocess.run([sys.executable, "-m", "simulacra", "run", "--resume",
                               str(run_dir), "--no-progress"], capture_output=True, text=True,
                              env=env, timeout=120, check=False)

@@ -285,8 +285,17 @@ def _stopped_at_once(where: str) -> int:
 
     rundir = simulacra.RunDirectory(where)
     step = rundir.last_checkpoint()
+    finished = _finished_steps(rundir)
+    if step is not None and finished > step and rundir.file("recordings").exists():
+        print(f"interrupted: stopped at once in step {finished}; writing the checkpoint of "
+              f"step {finished} from the recordings (again: leave it at step {step})",
+              file=sys.stderr, flush=True)
+        if _catch_up(where, finished):
+            print(f"interrupted: `simulacra run --resume {where}` continues from its "
+                  f"checkpoint of step {finished}", file=sys.stderr)
+            return EXIT_INTERRUPTED
+        step = rundir.last_checkpoint()
     if step is not None:
-        finished = _finished_steps(rundir)
         again = ""
         if finished > step:
             # The steps that finished after the checkpoint are in the files and their calls
@@ -302,6 +311,39 @@ def _stopped_at_once(where: str) -> int:
         print(f"interrupted: stopped at once, before any checkpoint was written: {where} "
               "cannot be resumed; run it again", file=sys.stderr)
     return EXIT_INTERRUPTED
+
+
+def _catch_up(where: str, finished: int) -> bool:
+    """Write the checkpoint of the last finished step of a run stopped in the middle of a step.
+
+    The state of that step is gone from memory, but its calls are in the recordings:
+    the run is resumed from its newest checkpoint with a model that only serves them
+    (strict: nothing is asked of the real model), and stopped at the end of step
+    *finished* - 1, which writes its checkpoint. A Ctrl-C meanwhile gives up (the run
+    keeps the older checkpoint); so does anything the recordings cannot serve.
+    """
+    import simulacra  # noqa: PLC0415
+    from simulacra.llm import RecordingStore, ReplayModel  # noqa: PLC0415
+
+    control = simulacra.RunControl()
+
+    def on_step(report: Any) -> None:
+        if report.step + 1 >= finished:
+            control.request_stop("catch-up")
+
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        with RecordingStore(simulacra.RunDirectory(where).file("recordings"),
+                            readonly=True) as store:
+            simulacra.resume_society(where, model=ReplayModel(store, strict=True),
+                                     on_step=on_step, control=control)
+    except simulacra.RunStopped:
+        return simulacra.RunDirectory(where).last_checkpoint() == finished
+    except (simulacra.SimError, KeyboardInterrupt, OSError):
+        return False
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    return False  # it ran to its end: nothing stopped it where asked
 
 
 def _finished_steps(rundir: Any) -> int:
