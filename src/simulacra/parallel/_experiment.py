@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import copy
 import hashlib
+import importlib.util
 import inspect
 import itertools
 import json
@@ -21,6 +22,7 @@ import math
 import numbers
 import os
 import sys
+import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -546,6 +548,24 @@ def _series(pl: Any, name: str, values: Sequence[Any]) -> Any:
     if kinds <= {int, float}:
         return pl.Series(name, [None if v is None else float(v) for v in values], dtype=pl.Float64)
     return pl.Series(name, [None if v is None else str(v) for v in values], dtype=pl.String)
+
+
+class TablesNeedPolars(UserWarning):
+    """A study runs without polars installed: its records are kept, its tables cannot be made."""
+
+
+def _warn_without_polars() -> None:
+    """Say before the first replication that ``table()`` and ``summary()`` will need polars.
+
+    A study's results are records and need nothing; its tables do. A user who meets
+    the missing package only at ``summary()``, after every replication ran, learns it
+    an hour late.
+    """
+    if importlib.util.find_spec("polars") is None:
+        warnings.warn(
+            "results.table() and results.summary() need polars, which is not installed "
+            f"({install_hint('parallel')}); the replications run and their records are kept",
+            TablesNeedPolars, stacklevel=3)
 
 
 def _import_polars() -> Any:
@@ -1245,6 +1265,7 @@ class Experiment:
             if not isinstance(backend, Executor):
                 executor.close()
             raise
+        _warn_without_polars()
         try:
             spool = (
                 None if self._spool_dir is None else _Spool(self._spool_dir, self.identity, resume)
