@@ -33,8 +33,6 @@ Rows:
   messages (``CompletionRequest._settings_json()``) and *messages* each
   message's ``(role, content, name)``, or both ``None`` for a call stored
   without its request;
-* ``("blobs", key bytes, agent, n, completion bytes, None, blob bytes)``: a
-  call held as blobs before the store was offloaded;
 * ``("failure", key bytes, agent, n, (error type name, message))``.
 """
 
@@ -85,27 +83,33 @@ class Offload:
             _stop(proc)
         return WriterGone(why)
 
+    def _put(self, data: bytes) -> subprocess.Popen[bytes]:
+        """Write one frame to the child (started by the first); WriterGone if it is not there."""
+        if self.gone is not None:
+            raise WriterGone(self.gone)
+        proc = self._proc
+        if proc is None:
+            proc = self._proc = self._start()
+        stdin = proc.stdin
+        assert stdin is not None  # noqa: S101  (PIPE)
+        try:
+            stdin.write(len(data).to_bytes(FRAME, "big"))
+            stdin.write(data)
+            stdin.flush()
+        except (OSError, ValueError) as exc:
+            raise self._lost(f"it died ({exc})") from None
+        return proc
+
     def send(self, data: bytes) -> None:
         """Send a part of the step (``b"P"`` + pickled rows): no answer is awaited.
 
         A child that is gone is only noted: the step's commit finds it (:meth:`write`
         raises :class:`WriterGone`) and the step is written by the caller.
         """
-        if self.gone is not None:
-            return
-        proc = self._proc
         try:
-            if proc is None:
-                proc = self._proc = self._start()
-            stdin = proc.stdin
-            assert stdin is not None  # noqa: S101  (PIPE)
-            stdin.write(len(data).to_bytes(FRAME, "big"))
-            stdin.write(data)
-            stdin.flush()
+            self._put(data)
         except WriterGone:
-            return
-        except (OSError, ValueError) as exc:
-            self._lost(f"it died ({exc})")
+            pass
 
     def write(self, data: bytes) -> None:
         """Send the step's commit (``b"C"`` + its last rows); return once the child committed.
@@ -116,18 +120,10 @@ class Offload:
                 is harmless: the store's writes are idempotent).
             RuntimeError: The child wrote nothing of the group; its message.
         """
-        if self.gone is not None:
-            raise WriterGone(self.gone)
-        proc = self._proc
-        if proc is None:
-            proc = self._proc = self._start()
-        stdin, stdout = proc.stdin, proc.stdout
-        assert stdin is not None  # noqa: S101  (PIPE)
-        assert stdout is not None  # noqa: S101
+        proc = self._put(data)
+        stdout = proc.stdout
+        assert stdout is not None  # noqa: S101  (PIPE)
         try:
-            stdin.write(len(data).to_bytes(FRAME, "big"))
-            stdin.write(data)
-            stdin.flush()
             line = stdout.readline()
         except (OSError, ValueError) as exc:
             raise self._lost(f"it died ({exc})") from None

@@ -372,9 +372,6 @@ def _flat_row(row: _Row) -> tuple[Any, ...]:
     if row[0] != "call":
         return row
     _, raw, agent, n, completion, request = row
-    if type(completion) is _Blob:  # held as blobs (before hold(offload=True)): as bytes
-        return ("blobs", raw, agent, n, completion.data, None,
-                None if request is None else tuple(b.data for b in request))
     if request is None:
         return ("call", raw, agent, n, completion.fields(), None, None)
     return ("call", raw, agent, n, completion.fields(), request._settings_json(),
@@ -394,10 +391,6 @@ def offloaded_rows(flat: list[tuple[Any, ...]], cache: dict[Any, Any]) -> list[_
             rows.append(row)
             continue
         _, raw, agent, n, completion, settings, messages = row
-        if kind == "blobs":
-            rows.append(("call", raw, agent, n, _held_blob(completion),
-                         None if messages is None else [_held_blob(m) for m in messages]))
-            continue
         request: list[_Blob] | None = None
         if settings is not None:
             if len(cache) >= 4096:
@@ -405,8 +398,7 @@ def offloaded_rows(flat: list[tuple[Any, ...]], cache: dict[Any, Any]) -> list[_
             head, tail = settings
             first = cache.get(settings)
             if first is None:
-                first = cache[settings] = _held_blob(
-                    (head[:-len(',"messages":[')] + tail[1:]).encode("utf-8"))
+                first = cache[settings] = _held_blob(_settings_text(head, tail))
             request = [first]
             for message in messages:
                 blob = cache.get(message)
@@ -416,6 +408,11 @@ def offloaded_rows(flat: list[tuple[Any, ...]], cache: dict[Any, Any]) -> list[_
         rows.append(("call", raw, agent, n,
                      _held_blob(completion_text(completion).encode("utf-8")), request))
     return rows
+
+
+def _settings_text(head: str, tail: str) -> bytes:
+    """A request's settings blob: its canonical text around the messages, less them."""
+    return (head[:-len(',"messages":[')] + tail[1:]).encode("utf-8")
 
 
 def _held_blob(data: bytes) -> _Blob:
@@ -885,12 +882,24 @@ class RecordingStore:
                 self._submit(rows)
         except BaseException:
             self._forget_ids()
-            with self._state:
-                self._pending = {**pending, **self._pending}
-                self._flying = [each for each in self._flying if each is not pending]
+            self._land([pending], again=True)
             raise
+        self._land([pending], again=False)
+
+    def _land(self, groups: list[dict[tuple[str, bytes, str, int], _Row]], *,
+              again: bool) -> None:
+        """Take written-behind *groups* off the flying list.
+
+        With *again* (a failed write), they are held again, before anything held since.
+        """
         with self._state:
-            self._flying = [each for each in self._flying if each is not pending]
+            if again:
+                held: dict[tuple[str, bytes, str, int], _Row] = {}
+                for group in groups:
+                    held.update(group)
+                self._pending = {**held, **self._pending}
+            self._flying = [each for each in self._flying
+                            if not any(each is group for group in groups)]
 
     #: Blob ids an offloaded store's child remembers across steps (see stream()).
     _STREAM_KNOWN = 262_144
@@ -967,17 +976,9 @@ class RecordingStore:
                 raise RecordingError(f"recording store {self.path}: the write failed and was "
                                      f"rolled back: {exc}") from None
         except BaseException:
-            with self._state:
-                held: dict[tuple[str, bytes, str, int], _Row] = {}
-                for group in groups:
-                    held.update(group)
-                self._pending = {**held, **self._pending}
-                self._flying = [each for each in self._flying
-                                if not any(each is group for group in groups)]
+            self._land(groups, again=True)
             raise
-        with self._state:
-            self._flying = [each for each in self._flying
-                            if not any(each is group for group in groups)]
+        self._land(groups, again=False)
 
     def sync(self) -> None:
         """Wait until every ``commit(wait=False)`` so far is written (durable).
@@ -1201,7 +1202,7 @@ class RecordingStore:
         setting = head + tail
         settings = self._settings.get(setting)
         if settings is None:
-            settings = _Blob((head[:-len(',"messages":[')] + tail[1:]).encode("utf-8"))
+            settings = _Blob(_settings_text(head, tail))
             if len(self._settings) >= self._CACHED:
                 self._settings.clear()
             self._settings[setting] = settings
