@@ -285,7 +285,7 @@ def _stopped_at_once(where: str) -> int:
 
     rundir = simulacra.RunDirectory(where)
     step = rundir.last_checkpoint()
-    finished = _finished_steps(rundir)
+    finished = rundir.finished_steps()
     if step is not None and finished > step and rundir.file("recordings").exists():
         print(f"interrupted: stopped at once in step {finished}; writing the checkpoint of "
               f"step {finished} from the recordings (again: leave it at step {step})",
@@ -344,15 +344,6 @@ def _catch_up(where: str, finished: int) -> bool:
     finally:
         signal.signal(signal.SIGINT, previous)
     return False  # it ran to its end: nothing stopped it where asked
-
-
-def _finished_steps(rundir: Any) -> int:
-    """The steps a run directory's telemetry counts as finished (a line each)."""
-    try:
-        with rundir.file("telemetry").open("rb") as lines:
-            return sum(1 for line in lines if line.strip())
-    except OSError:
-        return 0
 
 
 def _bytes(size: int) -> str:

@@ -291,6 +291,18 @@ class RunDirectory:
         files = checkpoint_files(self.checkpoints)
         return checkpoint_step(files[-1]) if files else None
 
+    def finished_steps(self) -> int:
+        """How many steps the run has finished, as ``telemetry.jsonl`` counts them (a line each).
+
+        0 when there is no telemetry (yet). Steps a resume cut back are not counted:
+        a resume truncates the file to its checkpoint.
+        """
+        try:
+            with self.file("telemetry").open("rb") as lines:
+                return sum(1 for line in lines if line.strip())
+        except OSError:
+            return 0
+
     def size_bytes(self) -> int:
         """The bytes the run directory holds: every regular file under it, checkpoints included.
 
