@@ -535,7 +535,7 @@ def check_tracing(config: RunConfig, *, has_run_dir: bool) -> None:
 
 
 #: The step engines that take a tracer (``engine.tracer``).
-_TRACED_ENGINES: Final = ("round",)
+_TRACED_ENGINES: Final = ("round", "async_event")
 
 
 def _start_tracing(config: RunConfig, rundir: RunDirectory | None) -> RunTracer | None:
