@@ -78,6 +78,7 @@ from .errors import SpoolError as SpoolError
 from .errors import ThreadOwnershipError as ThreadOwnershipError
 from .errors import TraceError as TraceError
 from .errors import UncopyableState as UncopyableState
+from .errors import UnknownEndpoint as UnknownEndpoint
 from .errors import UnknownEntity as UnknownEntity
 from .errors import UnknownRecipient as UnknownRecipient
 from .errors import UntilInPast as UntilInPast
@@ -272,7 +273,8 @@ __all__ = [
     "SimError", "ScheduleError", "EmptySchedule", "InvalidDelay", "UntilInPast", "EventError",
     "AlreadyTriggered", "EventNotReady", "NotAnEvent", "ForeignEvent", "ProcessError",
     "DeadProcess", "SelfInterrupt", "ResourceError", "CapacityExceeded", "ForeignRequest",
-    "ConfigError", "ScenarioError", "ThreadOwnershipError", "DeterminismError", "TraceError",
+    "ConfigError", "ScenarioError", "UnknownEndpoint", "ThreadOwnershipError",
+    "DeterminismError", "TraceError",
     "Interrupt", "KernelBug",
     "BackendError", "BackendUnavailable", "WorkerLost", "RemoteError", "ExperimentError",
     "ReplicationFailed", "SpoolError", "PoolError", "PoolClosed", "PoolBusy",

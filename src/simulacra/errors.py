@@ -21,7 +21,8 @@ catches ``ValueError`` or ``RuntimeError`` keeps working::
     │   ├── CapacityExceeded       more than a container can ever hold (also ValueError)
     │   └── ForeignRequest         releasing another resource's request (also ValueError)
     ├── ConfigError                a bad argument or setting (also ValueError)
-    │   └── ScenarioError          a scenario or intervention that does not fit its model
+    │   ├── ScenarioError          a scenario or intervention that does not fit its model
+    │   └── UnknownEndpoint        a call routed to an undeclared model endpoint
     ├── ThreadOwnershipError       a Sim driven from a second thread (also RuntimeError)
     ├── DeterminismError           two runs that must match did not
     ├── TraceError                 an unreadable or malformed trace (also ValueError)
@@ -78,6 +79,7 @@ __all__ = [
     "CapacityExceeded",
     "ConfigError",
     "ScenarioError",
+    "UnknownEndpoint",
     "DeadProcess",
     "DeterminismError",
     "EmptySchedule",
@@ -221,6 +223,10 @@ class ScenarioError(ConfigError):
 
     The message names the scenario, the intervention (by index) and the knob.
     """
+
+
+class UnknownEndpoint(ConfigError, LookupError):
+    """A call was routed to a model endpoint that the run does not declare (it stops the run)."""
 
 
 class ThreadOwnershipError(SimError, RuntimeError):

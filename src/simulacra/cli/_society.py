@@ -513,8 +513,13 @@ def _rows(config: Any, run: Any) -> dict[str, Any]:
     # and the rows under "model calls" add up to it.
     resumed = len(sessions) > 1
     whole = ", whole run" if resumed else ""
-    rows["model calls"] = (f"{llm.get('calls', 0)}{whole} ({sim.llm.provider}, "
-                           f"{sim.llm.model})")
+    moved = llm.get("fallbacks") or []
+    if moved:  # this session's calls that went to a fallback, their endpoint being down
+        rows["fallbacks"] = ", ".join(f"{m['calls']} from {m['from']} to {m['to']}"
+                                      for m in moved)
+    rows["model calls"] = (f"{llm.get('calls', 0)}{whole} ("
+                           + (f"endpoints: {', '.join(sim.llm.endpoints)}" if sim.llm.endpoints
+                              else f"{sim.llm.provider}, {sim.llm.model}") + ")")
     speed = llm.get("throughput") or {}
     made, served = speed.get("calls_made", 0), speed.get("served_from_recordings", 0)
     if resumed:

@@ -39,6 +39,13 @@ from ._record import STORE_FORMAT as STORE_FORMAT
 from ._record import RecordingModel as RecordingModel
 from ._record import RecordingStore as RecordingStore
 from ._record import ReplayModel as ReplayModel
+from ._router import AFFINITIES as AFFINITIES
+from ._router import Endpoint as Endpoint
+from ._router import RateLimit as RateLimit
+from ._router import Router as Router
+from ._router import ServerPool as ServerPool
+from ._router import check_fallbacks as check_fallbacks
+from ._router import endpoint_of as endpoint_of
 from ._scripted import SOCIAL_ACTIONS as SOCIAL_ACTIONS
 from ._scripted import SOCIAL_TASK as SOCIAL_TASK
 from ._scripted import ScriptedModel as ScriptedModel
@@ -100,6 +107,14 @@ __all__ = [
     "RecordingModel",
     "ReplayModel",
     "STORE_FORMAT",
+    # several endpoints
+    "Router",
+    "Endpoint",
+    "ServerPool",
+    "RateLimit",
+    "AFFINITIES",
+    "endpoint_of",
+    "check_fallbacks",
     # latency and the test server
     "LatencyModel",
     "ScriptedServer",

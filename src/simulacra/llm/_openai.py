@@ -56,17 +56,24 @@ SITE_HEADER = "X-Simulacra-Site"
 """The header that carries the call site, ``agent/n`` (agent percent-encoded)."""
 
 _SCHEMA_NAME = "response"
+#: How :class:`OpenAICompatible` may send a response schema (``schema_format``).
+SCHEMA_FORMATS = ("json_schema", "json_object")
 
 
 # -- the wire format ---------------------------------------------------------------
 
 
-def request_to_openai(request: CompletionRequest, model: str | None = None) -> dict[str, Any]:
+def request_to_openai(request: CompletionRequest, model: str | None = None,
+                      schema_format: str = "json_schema") -> dict[str, Any]:
     """Return the ``POST /chat/completions`` JSON body for *request*.
 
     Args:
         request: The request.
         model: The model name to send; ``None`` sends ``request.model``.
+        schema_format: How a response schema is sent: ``"json_schema"``
+            (OpenAI's form, below) or ``"json_object"`` (``{"type":
+            "json_object", "schema": ...}``, the form llama.cpp's servers
+            honour; llama-cpp-python's ignores OpenAI's).
 
     A ``"tool"`` message's ``name`` is sent as ``tool_call_id``; tools become
     ``{"type": "function", "function": {...}}``; a response schema becomes
@@ -100,7 +107,9 @@ def request_to_openai(request: CompletionRequest, model: str | None = None) -> d
             }
             for tool in request.tools
         ]
-    if request.response_schema_json is not None:
+    if request.response_schema_json is not None and schema_format == "json_object":
+        body["response_format"] = {"type": "json_object", "schema": request.response_schema}
+    elif request.response_schema_json is not None:
         body["response_format"] = {
             "type": "json_schema",
             "json_schema": {
@@ -149,6 +158,9 @@ def request_from_openai(body: Mapping[str, Any]) -> CompletionRequest:
     if isinstance(response_format, dict) and response_format.get("type") == "json_schema":
         schema = (response_format.get("json_schema") or {}).get("schema", {})
         schema_json = canonical_json(schema)
+    elif (isinstance(response_format, dict) and response_format.get("type") == "json_object"
+          and response_format.get("schema") is not None):
+        schema_json = canonical_json(response_format["schema"])
     temperature = body.get("temperature", 1.0)
     return CompletionRequest(
         tuple(messages),
@@ -486,6 +498,8 @@ class OpenAICompatible:
         retry_after_max: A ``Retry-After`` longer than this (seconds) is not
             waited for: the call fails at once.
         headers: Extra headers sent with every request.
+        schema_format: How a response schema is sent (see
+            :func:`request_to_openai`): ``"json_schema"`` or ``"json_object"``.
         jitter_seed: Seeds the backoff jitter (wall-clock only; it never
             changes a result). ``None`` seeds from the OS.
     """
@@ -505,6 +519,7 @@ class OpenAICompatible:
         retry_after_max: float = 600.0,
         headers: Mapping[str, str] | None = None,
         jitter_seed: int | None = None,
+        schema_format: str = "json_schema",
     ) -> None:
         if urlsplit(str(base_url)).scheme not in ("http", "https"):
             raise ConfigError(f"base_url must be an http(s) URL, got {base_url!r}")
@@ -527,6 +542,10 @@ class OpenAICompatible:
         self.retry_after_max = _check_positive(retry_after_max, "retry_after_max", zero=True)
         self.prices = _coerce_prices(prices)
         self.headers = dict(headers or {})
+        if schema_format not in SCHEMA_FORMATS:
+            raise ConfigError(f"schema_format must be one of {SCHEMA_FORMATS}, "
+                              f"got {schema_format!r}")
+        self.schema_format = schema_format
         self._loopback = _is_loopback(self.base_url)
         self._jitter = random.Random(jitter_seed)
         self._lock = threading.Lock()
@@ -604,7 +623,8 @@ class OpenAICompatible:
             raise ConfigError(
                 f"request must be a CompletionRequest, got {type(request).__name__} {request!r}"
             )
-        return json.dumps(request_to_openai(request, self.model), ensure_ascii=False).encode()
+        body = request_to_openai(request, self.model, self.schema_format)
+        return json.dumps(body, ensure_ascii=False).encode()
 
     def _backoff(self, attempt: int, retry_after: float | None) -> float:
         base = min(self.backoff_max, self.backoff_base * 2 ** (attempt - 1))

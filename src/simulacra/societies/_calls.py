@@ -27,7 +27,11 @@ those of a slow step up to half a second before the kill)::
   failed call's request is not recorded in the store);
 - ``key``: the request's key (``CompletionRequest.key()``): what it saw is the
   request recorded under it in ``llm_recordings.sqlite``;
-- ``session``: 0 for the first session, 1 for the first resume...
+- ``session``: 0 for the first session, 1 for the first resume...;
+- ``endpoint`` (a run over ``sim.llm.endpoints`` only): the endpoint that
+  served the call, or failed it; ``fallback_from``: the endpoint it was routed
+  to, when that one was down and the call moved to its fallback. ``cost`` is
+  then at the serving endpoint's pricing.
 
 The file is telemetry, never part of the run's digest, and nothing in it
 changes what the run does: the same run writes other latencies each time.
@@ -109,11 +113,12 @@ class CallLog:
         price: ``price(prompt_tokens, completion_tokens) -> cost``.
     """
 
-    __slots__ = ("_file", "_flushed", "_lock", "_start", "context", "price", "session",
-                 "simulated")
+    __slots__ = ("_file", "_flushed", "_lock", "_start", "context", "price", "priced",
+                 "session", "simulated")
 
     def __init__(self, path: str | Path, *, session: int,
-                 price: Callable[[int, int], float]) -> None:
+                 price: Callable[[int, int], float],
+                 priced: Callable[[Completion], float | None] | None = None) -> None:
         where = Path(path)
         _cut_partial_line(where)
         self._file: IO[str] | None = where.open("a", encoding="utf-8")
@@ -122,6 +127,9 @@ class CallLog:
         self._flushed = self._start
         self.session = session
         self.price = price
+        #: ``priced(completion) -> cost`` of a run over several endpoints (each
+        #: line then names its endpoint), or None.
+        self.priced = priced
         #: Where the call belongs; set once the engine is built (None: step 0).
         self.context: Context | None = None
         #: The simulated latency of a call (the event-driven engine), or None.
@@ -167,7 +175,7 @@ class CallLog:
              wall: float, started: float) -> None:
         """Write the line of a call that returned *completion* after *wall* seconds."""
         simulated = self.simulated
-        if simulated is None and site is not None:
+        if simulated is None and site is not None and self.priced is None:
             # The common line, written straight (the same JSON as _ENCODE of the dict below).
             turn, step, t = self._where(site)
             prompt, done = completion.prompt_tokens, completion.completion_tokens
@@ -188,8 +196,17 @@ class CallLog:
             except Exception:  # telemetry must never fail a call
                 record["latency_s"] = None
         prompt, done = completion.prompt_tokens, completion.completion_tokens
+        cost = self.price(prompt, done)
+        if self.priced is not None:
+            from simulacra.llm import endpoint_of  # noqa: PLC0415  (loaded by then)
+
+            endpoint, moved = endpoint_of(completion)
+            cost = self.priced(completion) or 0.0
+            record["endpoint"] = endpoint
+            if moved is not None:
+                record["fallback_from"] = moved
         record.update(prompt_tokens=prompt, completion_tokens=done,
-                      cost=round(self.price(prompt, done), 12), ok=True,
+                      cost=round(cost, 12), ok=True,
                       key=request.key(), session=self.session)
         self._write(record)
 
@@ -199,6 +216,11 @@ class CallLog:
         record = self._head(site, wall, started)
         if self.simulated is not None:
             record["latency_s"] = None  # a failed call takes no simulated time of its own
+        if self.priced is not None:
+            record["endpoint"] = getattr(error, "endpoint", None)
+            moved = getattr(error, "fallback_from", None)
+            if moved is not None:
+                record["fallback_from"] = moved
         messages = request.messages
         prompt = messages[-1].content if messages else ""
         record.update(prompt_tokens=0, completion_tokens=0, cost=0.0, ok=False,

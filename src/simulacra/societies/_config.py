@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import copy
 import os
+import re
 from collections.abc import Iterable, Mapping
 from functools import cache
 from pathlib import Path
@@ -25,8 +26,8 @@ from typing import Any, Final, final
 from simulacra._util import describe_error, os_problem, yaml_problem
 from simulacra.errors import ConfigError
 
-__all__ = ["DEFAULTS", "STEP_ENGINES_BUILT_IN", "RunConfig", "apply_overrides", "load_config",
-           "parse_config"]
+__all__ = ["DEFAULTS", "PRESETS", "STEP_ENGINES_BUILT_IN", "RunConfig", "apply_overrides",
+           "endpoint_provider", "load_config", "parse_config"]
 
 #: The names ``sim.engine.step.built_in`` takes: the round-based engine, and the
 #: event-driven one (registered by its own module).
@@ -64,6 +65,8 @@ DEFAULTS: Final[Mapping[str, Any]] = {
             "latency": {"base": 0.2, "prefill_per_token": 0.0002, "decode_per_token": 0.02,
                         "noise_sigma": 0.1, "min_duration": 0.1},
             "pricing": {"prompt_per_mtok": 0.0, "completion_per_mtok": 0.0},
+            "endpoints": {},
+            "routing": {"default": None, "rules": [], "function": None},
         },
         "agents_memory": {"max_tokens": None, "policy": "drop_oldest"},
     },
@@ -128,6 +131,41 @@ def _schema() -> Any:
         #: Stop before a step would take the run's cost past this (see sim.llm.pricing).
         cost: float | None = Field(default=None, gt=0.0)
 
+    class EndpointConfig(_Strict):
+        #: Defaults for a kind of server: base URL, key variable, schema format.
+        preset: Literal["openai", "vllm", "llamacpp", "ollama", "scripted"] | None = None
+        provider: Literal["scripted", "openai_compatible"] | None = None
+        base_url: str | None = None
+        #: A pool: several base URLs serving the same model (one is picked per call).
+        servers: list[str] | None = Field(default=None, min_length=1)
+        affinity: Literal["prefix", "agent", "round_robin"] = "prefix"
+        model: str | None = None
+        seed: int | str | None = None
+        #: Unset: the preset's, else sim.llm.api_key_env; null: never send a key.
+        api_key_env: str | None = None
+        timeout: float | None = Field(default=None, gt=0.0)
+        max_retries: int | None = Field(default=None, ge=0)
+        backoff_base: float | None = Field(default=None, ge=0.0)
+        concurrency: int | None = Field(default=None, ge=1)
+        #: Calls per second that may start on this endpoint; null: no limit.
+        rate_limit: float | None = Field(default=None, gt=0.0)
+        pricing: Pricing | None = None
+        fallback: str | None = None
+        schema_format: Literal["json_schema", "json_object"] | None = None
+
+    class RouteRule(_Strict):
+        endpoint: str
+        #: Agent ids: an id, a list of ids, "3-9" (a range of int ids) or a glob ("pundit*").
+        agents: int | str | list[int | str] | None = None
+        #: A glob on the request's model name (an agent's name for a kind of decision).
+        request_model: str | None = None
+
+    class Routing(_Strict):
+        default: str | None = None
+        rules: list[RouteRule] = Field(default_factory=list)
+        #: ``file.py:fn`` or ``module:fn``: ``fn(site, request) -> name | None``, after the rules.
+        function: str | None = None
+
     class LLM(_Strict):
         provider: Literal["scripted", "openai_compatible"] = "scripted"
         model: str = "scripted"
@@ -143,6 +181,10 @@ def _schema() -> Any:
         concurrency: int = Field(default=64, ge=1)
         latency: Latency = Field(default_factory=Latency)
         pricing: Pricing = Field(default_factory=Pricing)
+        #: Named model endpoints (docs/howto/endpoints.md); empty: sim.llm alone.
+        endpoints: dict[str, EndpointConfig] = Field(default_factory=dict)
+        #: Which endpoint serves each call.
+        routing: Routing = Field(default_factory=Routing)
 
     class World(BaseModel):
         model_config = ConfigDict(extra="allow", frozen=True)
@@ -373,7 +415,12 @@ def parse_config(data: object, source: str | None = None,
         raise ConfigError("; ".join(parts)) from None
     given = {str(item).partition("=")[0].strip() for item in overrides}
     _check_agents_memory(doc.sim.agents_memory, label, given)
+    _check_endpoints(doc.sim.llm, label, given)
     dumped: dict[str, Any] = doc.model_dump(mode="json")
+    llm = dumped["sim"]["llm"]
+    if not llm["endpoints"] and llm["routing"] == {"default": None, "rules": [],
+                                                   "function": None}:
+        del llm["endpoints"], llm["routing"]  # a run without them stores what it always did
     if dumped.get("scenario") is None:
         dumped.pop("scenario", None)  # a run without one stores the config it always did
     _agents_memory_to_factory(dumped)
@@ -409,6 +456,102 @@ def _check_agents_memory(memory: Any, label: str, given: set[str]) -> None:
     raise ConfigError(f"{label}: {text}")
 
 
+#: What a preset of ``sim.llm.endpoints`` fills in where the endpoint says nothing:
+#: provider, base URL, key variable ("": send none) and how a response schema is sent.
+PRESETS: Final[Mapping[str, Mapping[str, Any]]] = {
+    "openai": {"provider": "openai_compatible", "base_url": "https://api.openai.com/v1",
+               "api_key_env": "OPENAI_API_KEY", "schema_format": "json_schema"},
+    "vllm": {"provider": "openai_compatible", "base_url": "http://localhost:8000/v1",
+             "api_key_env": "VLLM_API_KEY", "schema_format": "json_schema"},
+    "llamacpp": {"provider": "openai_compatible", "base_url": "http://localhost:8080/v1",
+                 "api_key_env": "LLAMA_API_KEY", "schema_format": "json_object"},
+    "ollama": {"provider": "openai_compatible", "base_url": "http://localhost:11434/v1",
+               "api_key_env": "", "schema_format": "json_schema"},
+    "scripted": {"provider": "scripted"},
+}
+
+_ENDPOINT_NAME: Final = re.compile(r"[A-Za-z0-9_.-]+")
+_AGENT_RANGE: Final = re.compile(r"(-?\d+)-(-?\d+)")
+
+
+def endpoint_provider(endpoint: Any) -> str | None:
+    """The provider an endpoint config resolves to (its own, else its preset's), or None."""
+    if endpoint.provider is not None:
+        return str(endpoint.provider)
+    if endpoint.preset is not None:
+        return str(PRESETS[endpoint.preset]["provider"])
+    return None
+
+
+def _check_endpoints(llm: Any, label: str, given: set[str]) -> None:
+    """``sim.llm.endpoints`` and ``sim.llm.routing`` make sense together, before any call.
+
+    Raises:
+        ConfigError: One line naming the key, the value and what it must be.
+    """
+    from simulacra.llm import check_fallbacks  # noqa: PLC0415  (lazy)
+
+    def fail(key: str, text: str) -> ConfigError:
+        if any(key == g or key.startswith(g + ".") or g.startswith(key) for g in given):
+            return ConfigError(f"{key}: {text} (set on the command line)")
+        return ConfigError(f"{label}: {key}: {text}")
+
+    endpoints: Mapping[str, Any] = llm.endpoints
+    routing = llm.routing
+    if not endpoints:
+        if routing.default is not None or routing.rules or routing.function is not None:
+            raise fail("sim.llm.routing", "routes calls to endpoints, and sim.llm.endpoints "
+                       "declares none: declare them, or drop sim.llm.routing")
+        return
+    declared = ", ".join(endpoints)
+    for name, endpoint in endpoints.items():
+        key = f"sim.llm.endpoints.{name}"
+        if not _ENDPOINT_NAME.fullmatch(name):
+            raise fail(key, f"the name {name!r} must be letters, digits, '_', '.' or '-'")
+        provider = endpoint_provider(endpoint)
+        if provider is None:
+            raise fail(key, "says neither a preset (openai, vllm, llamacpp, ollama, scripted) "
+                       "nor a provider (scripted, openai_compatible)")
+        if provider == "scripted":
+            if endpoint.base_url is not None or endpoint.servers is not None:
+                raise fail(key, "is scripted (answered in process), so it takes no base_url "
+                           "or servers")
+            continue
+        if endpoint.base_url is not None and endpoint.servers is not None:
+            raise fail(key, "gives both base_url and servers: one server, or a pool")
+        if (endpoint.base_url is None and endpoint.servers is None
+                and (endpoint.preset is None or "base_url" not in PRESETS[endpoint.preset])):
+            raise fail(key + ".base_url", "is required for an openai_compatible endpoint "
+                       "(e.g. http://localhost:8000/v1), or servers: [url, ...]")
+        if not endpoint.model:
+            raise fail(key + ".model", "is required for an openai_compatible endpoint: the "
+                       "model's id as the server lists it at GET {base_url}/models")
+    try:
+        check_fallbacks({name: e.fallback for name, e in endpoints.items()},
+                        where="sim.llm.endpoints")
+    except ConfigError as exc:
+        raise fail("sim.llm.endpoints", str(exc)) from None
+    if routing.default is not None and routing.default not in endpoints:
+        raise fail("sim.llm.routing.default",
+                   f"{routing.default!r} is not a declared endpoint (declared: {declared})")
+    if routing.default is None and len(endpoints) > 1:
+        raise fail("sim.llm.routing.default",
+                   f"is required with {len(endpoints)} endpoints: it serves the calls no rule "
+                   f"routes (declared: {declared})")
+    for i, rule in enumerate(routing.rules):
+        where = f"sim.llm.routing.rules[{i}]"
+        if rule.endpoint not in endpoints:
+            raise fail(where + ".endpoint", f"{rule.endpoint!r} is not a declared endpoint "
+                       f"(declared: {declared})")
+        if rule.agents is None and rule.request_model is None:
+            raise fail(where, "matches every call: give agents or request_model (or make "
+                       f"{rule.endpoint!r} the routing.default)")
+        for item in rule.agents if isinstance(rule.agents, list) else [rule.agents]:
+            match = None if not isinstance(item, str) else _AGENT_RANGE.fullmatch(item)
+            if match is not None and int(match.group(1)) > int(match.group(2)):
+                raise fail(where + ".agents", f"the range {item!r} is empty (from > to)")
+
+
 def _agents_memory_to_factory(dumped: dict[str, Any]) -> None:
     """Without a budget, ``sim.agents_memory`` is not stored: the config a run always stored.
 
@@ -438,7 +581,7 @@ def load_config(path: str | os.PathLike[str] | None = None,
     where = Path(path)
     try:
         with where.open(encoding="utf-8") as file:
-            data = yaml.safe_load(file)
+            data = yaml.load(file, Loader=_unique_keys_loader())  # noqa: S506  (a SafeLoader)
     except FileNotFoundError:
         raise ConfigError(f"config file not found: {str(where)!r}") from None
     except OSError as exc:
@@ -453,15 +596,51 @@ def load_config(path: str | os.PathLike[str] | None = None,
     return parse_config(data, str(where), overrides)
 
 
-def _absolute_factory(data: dict[str, Any], base: Path) -> dict[str, Any]:
-    sim = data.get("sim")
-    world = sim.get("world") if isinstance(sim, dict) else None
-    factory = world.get("factory") if isinstance(world, dict) else None
-    if not isinstance(factory, str):
-        return data
-    where, sep, name = factory.rpartition(":")
+@cache
+def _unique_keys_loader() -> Any:
+    """A ``yaml.SafeLoader`` that refuses a mapping with one key twice (YAML keeps the last)."""
+    import yaml  # noqa: PLC0415  (lazy)
+
+    class UniqueKeys(yaml.SafeLoader):  # type: ignore[misc]  # untyped base
+        def construct_mapping(self, node: Any, deep: bool = False) -> Any:
+            seen: set[Any] = set()
+            for key_node, _value in node.value:
+                key = self.construct_object(key_node, deep=deep)
+                try:
+                    again = key in seen
+                except TypeError:  # an unhashable key: the base class reports it
+                    break
+                if again:
+                    raise yaml.constructor.ConstructorError(
+                        None, None, f"the key {key!r} is given twice in one mapping",
+                        key_node.start_mark)
+                seen.add(key)
+            return super().construct_mapping(node, deep=deep)
+
+    return UniqueKeys
+
+
+def _absolute_ref(ref: object, base: Path) -> object:
+    """A ``file.py:name`` reference with a relative file made absolute against *base*."""
+    if not isinstance(ref, str):
+        return ref
+    where, sep, name = ref.rpartition(":")
     if sep and where.endswith(".py") and not Path(where).is_absolute():
-        out = copy.deepcopy(data)
-        out["sim"]["world"]["factory"] = f"{(base / where).resolve()}:{name}"
-        return out
-    return data
+        return f"{(base / where).resolve()}:{name}"
+    return ref
+
+
+def _absolute_factory(data: dict[str, Any], base: Path) -> dict[str, Any]:
+    """``sim.world.factory`` and ``sim.llm.routing.function`` made absolute against *base*."""
+    sim = data.get("sim")
+    if not isinstance(sim, dict):
+        return data
+    out = copy.deepcopy(data)
+    world = out["sim"].get("world")
+    if isinstance(world, dict) and "factory" in world:
+        world["factory"] = _absolute_ref(world["factory"], base)
+    llm = out["sim"].get("llm")
+    routing = llm.get("routing") if isinstance(llm, dict) else None
+    if isinstance(routing, dict) and "function" in routing:
+        routing["function"] = _absolute_ref(routing["function"], base)
+    return out

@@ -29,6 +29,8 @@ from simulacra._util import os_problem
 from simulacra.agents import canonical_line
 from simulacra.errors import ConfigError
 
+from ._endpoints import endpoints_info
+
 if TYPE_CHECKING:
     from ._config import RunConfig
 
@@ -111,8 +113,11 @@ def start_manifest(path: Path, config: RunConfig, *, completions: str,
         "seed": config.seed,
         "config_sha256": config_sha256(config.data),
         "simulation_sha256": simulation_sha256(config.data),
-        "provider": {"name": llm.provider, "model": llm.model, "base_url": llm.base_url,
-                     "api_key_env": llm.api_key_env if llm.provider != "scripted" else None},
+        "provider": ({"name": "endpoints", "model": None, "base_url": None,
+                      "api_key_env": None, "endpoints": endpoints_info(config)}
+                     if llm.endpoints else
+                     {"name": llm.provider, "model": llm.model, "base_url": llm.base_url,
+                      "api_key_env": llm.api_key_env if llm.provider != "scripted" else None}),
         "world_factory": {
             "ref": config.sim.world.factory,
             "file_relative_to_run_dir": relative,

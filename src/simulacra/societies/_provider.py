@@ -52,8 +52,12 @@ def _fatal_reason(error: ProviderError) -> str | None:
     return _transport_failure(error)
 
 
-def preflight(config: RunConfig) -> None:
+def preflight(config: RunConfig) -> dict[str, ProviderUnavailable]:
     """Check that the provider ``sim.llm`` names can serve the run; do nothing for ``scripted``.
+
+    With ``sim.llm.endpoints``, the run checks each endpoint's servers instead
+    (``_endpoints.preflight_endpoints``, which returns the endpoints found down
+    that have a fallback); this returns ``{}``, the same type.
 
     Raises:
         ProviderUnavailable: The package is missing (the message names the
@@ -63,7 +67,7 @@ def preflight(config: RunConfig) -> None:
     """
     llm = config.sim.llm
     if llm.provider != "openai_compatible":
-        return
+        return {}
     try:
         import httpx  # noqa: F401, PLC0415  (an optional extra)
     except ImportError:
@@ -76,6 +80,7 @@ def preflight(config: RunConfig) -> None:
 
     check_server(llm.base_url, llm.model, api_key_env=llm.api_key_env,
                  timeout=float(llm.timeout), names=("sim.llm.base_url", "sim.llm.model"))
+    return {}
 
 
 def _is_json(text: str) -> bool:

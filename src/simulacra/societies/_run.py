@@ -37,12 +37,14 @@ from simulacra.errors import (
     ProviderUnavailable,
     RunStopped,
     ScenarioError,
+    UnknownEndpoint,
 )
 from simulacra.executors import RefLoader
 from simulacra.rng import SeedTree, as_seed_tree
 
 from ._calls import CallLog, CallLogModel
 from ._config import RunConfig, parse_config
+from ._endpoints import build_router, endpoints_info, preflight_endpoints, uses_endpoints
 from ._manifest import (
     event_step_of,
     finish_manifest,
@@ -70,7 +72,7 @@ E = TypeVar("E", bound=BaseException)
 if TYPE_CHECKING:
     import os
 
-    from simulacra.llm import CallSite, Completion, CompletionRequest, LanguageModel
+    from simulacra.llm import CallSite, Completion, CompletionRequest, LanguageModel, Router
     from simulacra.scenarios import Scenario
 
     from ._otel import RunTracer
@@ -394,6 +396,11 @@ def _failure_summary(events: Iterator[ActionEvent] | list[ActionEvent],
             "by_kind": dict(sorted(by_kind.items())), "first": first}
 
 
+def _preflight(config: RunConfig) -> dict[str, ProviderUnavailable]:
+    """Check the run's provider, or each of its endpoints; the endpoints found down, if any."""
+    return preflight_endpoints(config) if uses_endpoints(config) else preflight(config)
+
+
 def _usage(model: object) -> dict[str, Any]:
     usage = getattr(model, "usage", None)
     if usage is not None and dataclasses.is_dataclass(usage) and not isinstance(usage, type):
@@ -488,8 +495,10 @@ def run_society(config: RunConfig | Mapping[str, Any], *,
     prepared = (world, agents,
                 None if artifact is None else _schedule(config, artifact, world, agents))
     check_tracing(config, has_run_dir=target is not None)  # before anything is written
-    if model is None and config.run.preflight:
-        preflight(config)  # before anything is written or spent
+    down = _preflight(config) if model is None and config.run.preflight else {}
+    # Routes are checked against the society (an agent no rule can match) before any call.
+    routed = (build_router(config, [agent.id for agent in agents], down)
+              if model is None and uses_endpoints(config) else None)
     rundir = RunDirectory.create(target, config.data) if target is not None else None
     if rundir is not None:
         entry = None
@@ -500,7 +509,7 @@ def run_society(config: RunConfig | Mapping[str, Any], *,
         start_manifest(rundir.file("manifest"), config, completions=completions,
                        scenario=entry, event_step=_EVENT_STEP.get())
     return _execute(config, rundir, model, on_step, on_turn, fatal=fatal, resume=None,
-                    control=control, prepared=prepared)
+                    control=control, prepared=prepared, routed=routed)
 
 
 def check_tracing(config: RunConfig, *, has_run_dir: bool) -> None:
@@ -642,8 +651,7 @@ def resume_society(run_dir: str | os.PathLike[str], *,
     scenario = run_scenario(probe.path, read_manifest(manifest_path) if manifest_path.is_file()
                             else {}, config.data.get("scenario"))
     check_tracing(config, has_run_dir=True)
-    if model is None and config.run.preflight:
-        preflight(config)
+    down = _preflight(config) if model is None and config.run.preflight else {}
     # The model's modules first: the checkpoint holds objects of its classes.
     load_factory(config.sim.world.factory)
     engine_name = config.sim.engine.step.built_in
@@ -676,7 +684,7 @@ def resume_society(run_dir: str | os.PathLike[str], *,
     try:
         return _execute(config, rundir, model, on_step, on_turn, fatal=(),
                         resume=(step, engine_state, sessions), control=control,
-                        scenario=scenario)
+                        scenario=scenario, down=down)
     finally:
         _EVENT_STEP.reset(token)
 
@@ -771,14 +779,21 @@ class _AgentMeter(Metered, ModelWrapper):
     calls with it too (it is a :class:`Metered`): one wrapper, one lock a call.
     """
 
-    __slots__ = ("callers", "limit", "per_agent")
+    __slots__ = ("_counted", "callers", "cost", "limit", "per_agent", "price")
 
     def __init__(self, inner: LanguageModel,
-                 limit: Callable[[int, int], str | None] | None = None) -> None:
+                 limit: Callable[[int, int], str | None] | None = None, *,
+                 price: Callable[[Completion], float | None] | None = None) -> None:
         super().__init__(inner)
         self.limit = limit
-        #: agent -> [calls, prompt tokens, completion tokens]
-        self.per_agent: dict[str, list[int]] = {}
+        #: ``price(completion)`` of each call (several endpoints, each with its
+        #: pricing), or None: the run prices its tokens at ``sim.llm.pricing``.
+        self.price = price
+        #: This session's cost so far (with *price*), and the part already counted.
+        self.cost = 0.0
+        self._counted = 0.0
+        #: agent -> [calls, prompt tokens, completion tokens] (and cost, with *price*)
+        self.per_agent: dict[str, list[Any]] = {}
         #: Agents that asked for a call since the runner last cleared it (a step).
         self.callers: set[str] = set()
 
@@ -794,17 +809,28 @@ class _AgentMeter(Metered, ModelWrapper):
     def _count_at(self, site: CallSite | None, completion: Completion) -> Completion:
         agent = "" if site is None else site.agent
         prompt, done = completion.prompt_tokens, completion.completion_tokens
+        price = self.price
+        cost = 0.0 if price is None else price(completion) or 0.0
         with self._lock:
             row = self.per_agent.get(agent)
             if row is None:
-                row = self.per_agent[agent] = [0, 0, 0]
+                row = self.per_agent[agent] = [0, 0, 0] if price is None else [0, 0, 0, 0.0]
             row[0] += 1
             row[1] += prompt
             row[2] += done
+            if price is not None:
+                row[3] += cost
+                self.cost += cost
             self.calls += 1
             self.prompt_tokens += prompt
             self.completion_tokens += done
         return completion
+
+    def step_cost(self) -> float:
+        """The cost of the calls since the last call of this (a step's, with *price*)."""
+        with self._lock:
+            cost, self._counted = self.cost - self._counted, self.cost
+        return cost
 
     def complete(self, request: CompletionRequest, *, site: CallSite | None = None) -> Completion:
         self._check(site)
@@ -1063,7 +1089,9 @@ def _execute(config: RunConfig, rundir: RunDirectory | None, model: LanguageMode
              resume: tuple[int, Any, Any] | None,
              control: RunControl | None = None,
              scenario: Scenario | None = None,
-             prepared: tuple[World, list[Actor], SocietyScenario | None] | None = None
+             prepared: tuple[World, list[Actor], SocietyScenario | None] | None = None,
+             routed: Router | None = None,
+             down: Mapping[str, ProviderUnavailable] | None = None
              ) -> SocietyRun:
     from simulacra.errors import RecordingError  # noqa: PLC0415  (lazy)
     from simulacra.llm import RecordingModel, RecordingStore  # noqa: PLC0415  (lazy)
@@ -1083,7 +1111,7 @@ def _execute(config: RunConfig, rundir: RunDirectory | None, model: LanguageMode
     session_events: list[ActionEvent] = []
     # A damaged or unwritable recording store is no agent's failure either: it stops the
     # run (as a turn that failed, a replay went on and blamed a later call's request).
-    fatal = (*fatal, ProviderUnavailable, _BudgetReached, RecordingError)
+    fatal = (*fatal, ProviderUnavailable, _BudgetReached, RecordingError, UnknownEndpoint)
     first = 0 if resume is None else int(resume[0])
     checkpoint_stats: dict[str, Any] = {"written": 0, "seconds": 0.0}
 
@@ -1098,15 +1126,19 @@ def _execute(config: RunConfig, rundir: RunDirectory | None, model: LanguageMode
             world, agents = _build_frozen(config)
             schedule = None if scenario is None else _schedule(config, scenario, world,
                                                                agents)
-        inner = build_model(config) if model is None else model
+        router = routed
+        if router is None and model is None and uses_endpoints(config):
+            router = build_router(config, [agent.id for agent in agents], down)
+        inner = router if router is not None else build_model(config) if model is None else model
         used: LanguageModel = inner
         guard: ProviderGuard | None = None
-        if model is None:
+        if model is None and router is None:
             used = guard = ProviderGuard(inner, config.run.max_consecutive_provider_failures)
         if rundir is not None:
             # Inside the recordings: a call a resumed run serves from them is not logged again.
             calllog = CallLog(rundir.file("calls"), session=len(before),
-                              price=lambda p, c: _price(config, p, c))
+                              price=lambda p, c: _price(config, p, c),
+                              priced=None if router is None else router.price)
             used = CallLogModel(used, calllog)
         tracer = _start_tracing(config, rundir)
         if tracer is not None:
@@ -1123,7 +1155,8 @@ def _execute(config: RunConfig, rundir: RunDirectory | None, model: LanguageMode
         def reached(prompt: int, completion: int) -> str | None:
             budget = config.run.budget
             tokens = earlier.tokens + prompt + completion
-            cost = earlier.cost + _price(config, prompt, completion)
+            cost = earlier.cost + (_price(config, prompt, completion) if router is None
+                                   else meter.cost)
             if budget.tokens is not None and tokens >= budget.tokens:
                 return f"the run's tokens reached run.budget.tokens={budget.tokens}"
             if budget.cost is not None and cost >= budget.cost:
@@ -1132,7 +1165,7 @@ def _execute(config: RunConfig, rundir: RunDirectory | None, model: LanguageMode
 
         budget = config.run.budget
         meter = _AgentMeter(used, None if budget.tokens is None and budget.cost is None
-                            else reached)
+                            else reached, price=None if router is None else router.price)
 
         def step_done(report: StepReport) -> None:
             # The step's calls go to the store's writer thread (SQLite writes them
@@ -1146,7 +1179,8 @@ def _execute(config: RunConfig, rundir: RunDirectory | None, model: LanguageMode
                 calllog.flush()
             if tracer is not None:
                 tracer.flush()
-            cost = _price(config, report.prompt_tokens, report.completion_tokens)
+            cost = (_price(config, report.prompt_tokens, report.completion_tokens)
+                    if router is None else meter.step_cost())
             # The step's turns that asked the model nothing: its turns less the
             # distinct agents that asked (one turn each a step on the round engine).
             callers = len(meter.callers)
@@ -1190,7 +1224,8 @@ def _execute(config: RunConfig, rundir: RunDirectory | None, model: LanguageMode
                 result = _drive(engine, config, rundir, agents, first, accounting=sessions,
                                 spent=lambda: _spent(earlier, tally), control=control,
                                 checkpoints=checkpoint_stats,
-                                healthy=lambda: guard is None or guard.tripped is None,
+                                healthy=lambda: (guard is None or guard.tripped is None) and (
+                                    router is None or router.tripped is None),
                                 durable=None if store is None else store.sync)
         except Exception as exc:
             reached_budget = _find(exc, _BudgetReached)
@@ -1210,9 +1245,12 @@ def _execute(config: RunConfig, rundir: RunDirectory | None, model: LanguageMode
         per_agent: dict[str, list[float]] = {}
         for session in sessions():
             for agent, row in (session.get("per_agent") or {}).items():
-                total = per_agent.setdefault(agent, [0, 0, 0])
+                total = per_agent.setdefault(agent, [0, 0, 0, 0.0])
                 for i in range(3):
                     total[i] += int(row[i])
+                # a priced row (endpoints) carries its cost; others are priced below
+                total[3] += float(row[3]) if len(row) > 3 else _price(config, int(row[1]),
+                                                                        int(row[2]))
         llm: dict[str, Any] = {
             "provider": config.sim.llm.provider, "model": config.sim.llm.model,
             "calls": whole.calls, "prompt_tokens": whole.prompt_tokens,
@@ -1221,10 +1259,17 @@ def _execute(config: RunConfig, rundir: RunDirectory | None, model: LanguageMode
             "pricing": dict(config.data["sim"]["llm"].get("pricing") or {}),
             "per_agent": {agent: {"calls": int(row[0]), "prompt_tokens": int(row[1]),
                                   "completion_tokens": int(row[2]),
-                                  "cost": round(_price(config, int(row[1]), int(row[2])), 9)}
+                                  "cost": round(float(row[3]), 9)}
                           for agent, row in sorted(per_agent.items())},
             "sessions": [{k: v for k, v in session.items() if k != "per_agent"}
                          for session in sessions()]}
+        if router is not None:
+            llm["provider"] = "endpoints"
+            llm["model"] = None
+            llm["endpoints"] = endpoints_info(config)
+            llm["endpoints_down"] = sorted(router.down)
+            llm["fallbacks"] = [{"from": a, "to": b, "calls": n}
+                                for (a, b), n in sorted(router.moved.items())]
         usage = _usage(inner)
         if usage:
             # What the provider itself counted, this session (HTTP attempts, retries...).
