@@ -23,6 +23,7 @@ from ._config import RunConfig as RunConfig
 from ._config import apply_overrides as apply_overrides
 from ._config import load_config as load_config
 from ._config import parse_config as parse_config
+from ._endpoints import preflight_run as preflight_provider
 from ._events import EVENT_MODES as EVENT_MODES
 from ._events import EVENTS_SCHEME as EVENTS_SCHEME
 from ._events import EventEngine as EventEngine
@@ -35,7 +36,6 @@ from ._kernel_agents import LLMContext as LLMContext
 from ._kernel_agents import LLMRuntime as LLMRuntime
 from ._provider import ProviderGuard as ProviderGuard
 from ._provider import check_server as check_server
-from ._provider import preflight as preflight_provider
 from ._rounds import MODES as MODES
 from ._rounds import RESOLUTIONS as RESOLUTIONS
 from ._rounds import ROUNDS_SCHEME as ROUNDS_SCHEME

@@ -38,14 +38,15 @@ from simulacra.errors import ConfigError, ProviderUnavailable
 from simulacra.executors import RefLoader
 
 from ._config import PRESETS, endpoint_provider
-from ._provider import ProviderGuard, check_server
+from ._provider import ProviderGuard, check_server, preflight
 
 if TYPE_CHECKING:
     from simulacra.llm import CallSite, CompletionRequest, LanguageModel, Router
 
     from ._config import RunConfig
 
-__all__ = ["build_router", "endpoints_info", "preflight_endpoints", "uses_endpoints"]
+__all__ = ["build_router", "endpoints_info", "preflight_endpoints", "preflight_run",
+           "uses_endpoints"]
 
 _RANGE = re.compile(r"(-?\d+)-(-?\d+)")
 #: How ``sim.llm.routing.function`` is loaded (as ``sim.world.factory`` is).
@@ -142,10 +143,28 @@ def preflight_endpoints(config: RunConfig) -> dict[str, ProviderUnavailable]:
                 if setting["fallback"] is None:
                     raise ProviderUnavailable(f"endpoint {name!r}: {exc}") from None
                 down[name] = exc
-                print(f"simulacra: endpoint {name!r} is down ({exc}); its calls go to its "
-                      f"fallback {setting['fallback']!r}", file=sys.stderr)
+                line = (f"simulacra: endpoint {name!r} is down ({exc}); its calls go to its "
+                        f"fallback {setting['fallback']!r}")
+                if line not in _SAID:  # the CLI's preflight, then the run's: said once
+                    _SAID.add(line)
+                    print(line, file=sys.stderr)
                 break
     return down
+
+
+#: The lines :func:`preflight_endpoints` printed in this process.
+_SAID: set[str] = set()
+
+
+def preflight_run(config: RunConfig) -> dict[str, ProviderUnavailable]:
+    """Check the run's provider, or each of its endpoints; return the endpoints found down.
+
+    Raises:
+        ProviderUnavailable: The provider, or an endpoint without a fallback,
+            cannot serve the run.
+        ConfigError: ``sim.llm.base_url`` is missing.
+    """
+    return preflight_endpoints(config) if uses_endpoints(config) else preflight(config)
 
 
 def _server(config: RunConfig, setting: Mapping[str, Any], url: str) -> LanguageModel:

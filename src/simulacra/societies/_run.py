@@ -44,7 +44,7 @@ from simulacra.rng import SeedTree, as_seed_tree
 
 from ._calls import CallLog, CallLogModel
 from ._config import RunConfig, parse_config
-from ._endpoints import build_router, endpoints_info, preflight_endpoints, uses_endpoints
+from ._endpoints import build_router, endpoints_info, preflight_run, uses_endpoints
 from ._manifest import (
     event_step_of,
     finish_manifest,
@@ -53,7 +53,7 @@ from ._manifest import (
     simulation_sha256,
     start_manifest,
 )
-from ._provider import ProviderGuard, preflight
+from ._provider import ProviderGuard
 from ._rounds import Metered, RoundEngine, RoundResult, StepReport, gc_paused
 from ._rounds import deprecated_count as _deprecated_count
 from ._rundir import RunDirectory, event_line
@@ -396,11 +396,6 @@ def _failure_summary(events: Iterator[ActionEvent] | list[ActionEvent],
             "by_kind": dict(sorted(by_kind.items())), "first": first}
 
 
-def _preflight(config: RunConfig) -> dict[str, ProviderUnavailable]:
-    """Check the run's provider, or each of its endpoints; the endpoints found down, if any."""
-    return preflight_endpoints(config) if uses_endpoints(config) else preflight(config)
-
-
 def _usage(model: object) -> dict[str, Any]:
     usage = getattr(model, "usage", None)
     if usage is not None and dataclasses.is_dataclass(usage) and not isinstance(usage, type):
@@ -495,7 +490,7 @@ def run_society(config: RunConfig | Mapping[str, Any], *,
     prepared = (world, agents,
                 None if artifact is None else _schedule(config, artifact, world, agents))
     check_tracing(config, has_run_dir=target is not None)  # before anything is written
-    down = _preflight(config) if model is None and config.run.preflight else {}
+    down = preflight_run(config) if model is None and config.run.preflight else {}
     # Routes are checked against the society (an agent no rule can match) before any call.
     routed = (build_router(config, [agent.id for agent in agents], down)
               if model is None and uses_endpoints(config) else None)
@@ -651,7 +646,7 @@ def resume_society(run_dir: str | os.PathLike[str], *,
     scenario = run_scenario(probe.path, read_manifest(manifest_path) if manifest_path.is_file()
                             else {}, config.data.get("scenario"))
     check_tracing(config, has_run_dir=True)
-    down = _preflight(config) if model is None and config.run.preflight else {}
+    down = preflight_run(config) if model is None and config.run.preflight else {}
     # The model's modules first: the checkpoint holds objects of its classes.
     load_factory(config.sim.world.factory)
     engine_name = config.sim.engine.step.built_in
@@ -1232,6 +1227,9 @@ def _execute(config: RunConfig, rundir: RunDirectory | None, model: LanguageMode
             if reached_budget is not None:
                 raise _budget_stop(str(reached_budget), config, rundir, first + tally.steps,
                                    _spent(earlier, tally)) from None
+            unrouted = _find(exc, UnknownEndpoint)
+            if unrouted is not None:  # a routing function's answer: the config's mistake
+                raise UnknownEndpoint(str(unrouted)) from None
             unusable = _find(exc, ProviderUnavailable)
             if unusable is None:
                 raise
