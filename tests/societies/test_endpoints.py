@@ -73,7 +73,8 @@ def test_two_endpoints_give_the_digest_of_one_and_replay_with_none(
         served = {"left": left.calls, "right": right.calls}
     assert two.result.digest == one.result.digest
     lines = _lines(tmp_path / "two")
-    assert lines and all(line["ok"] for line in lines)
+    assert lines
+    assert all(line["ok"] for line in lines)
     for line in lines:
         assert line["endpoint"] == ("right" if line["agent"] in ("ada0", "cleo2") else "left")
     assert served == {name: sum(1 for line in lines if line["endpoint"] == name)
@@ -91,7 +92,7 @@ def test_two_endpoints_give_the_digest_of_one_and_replay_with_none(
 
 def test_the_run_directory_names_every_endpoint_and_no_key(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    secret = "sk-test-7f3a9c1e55d04b2a"
+    secret = "sk-test-7f3a9c1e55d04b2a"  # noqa: S105  (a key made up for the test)
     monkeypatch.setenv("SIMULACRA_TEST_KEY", secret)
     with ScriptedServer(seed=0, api_key=secret) as server:
         _run(tmp_path, "run", _base(
@@ -156,7 +157,8 @@ def test_an_endpoint_that_dies_mid_run_hands_over_to_its_fallback(tmp_path: Path
     assert len(failed) == 2  # the third failure made it down: that call moved
     assert all(line["endpoint"] == "main" for line in failed)
     moved = [line for line in lines if line.get("fallback_from") == "main"]
-    assert moved and all(line["endpoint"] == "spare" and line["ok"] for line in moved)
+    assert moved
+    assert all(line["endpoint"] == "spare" and line["ok"] for line in moved)
     assert run.result.failed == 2
     assert simulacra.replay_run(tmp_path / "run").matches
 
@@ -336,7 +338,7 @@ def test_each_preset_runs_against_a_local_mock_of_its_server(
 
 
 def test_presets_fill_in_their_servers_defaults() -> None:
-    from simulacra.societies._endpoints import endpoints_info  # noqa: PLC0415
+    from simulacra.societies._endpoints import endpoints_info
 
     config = simulacra.load_config(CONFIG, [
         "sim.llm.endpoints.a.preset=llamacpp", "sim.llm.endpoints.a.model=m",
