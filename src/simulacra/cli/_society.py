@@ -546,7 +546,9 @@ def _rows(config: Any, run: Any) -> dict[str, Any]:
                 "answer came after the run's end (called, not resolved)")
     rows["tokens"] = (f"{llm.get('prompt_tokens', 0)} prompt, "
                       f"{llm.get('completion_tokens', 0)} completion{whole}")
-    if llm.get("cost"):
+    if llm.get("cost") and llm.get("endpoints"):
+        rows["cost"] = f"{llm['cost']:.4g}{whole} (each endpoint at its own pricing)"
+    elif llm.get("cost"):
         pricing = llm.get("pricing") or {}
         rows["cost"] = (f"{llm['cost']:.4g}{whole} ({pricing.get('prompt_per_mtok', 0):g} / "
                         f"{pricing.get('completion_per_mtok', 0):g} per million prompt / "
