@@ -128,15 +128,19 @@ if TYPE_CHECKING:  # the type checker sees every name; at run time they load laz
     from .llm import ChatMessage as ChatMessage
     from .llm import Completion as Completion
     from .llm import CompletionRequest as CompletionRequest
+    from .llm import Endpoint as Endpoint
     from .llm import LanguageModel as LanguageModel
     from .llm import LatencyModel as LatencyModel
     from .llm import OpenAICompatible as OpenAICompatible
+    from .llm import RateLimit as RateLimit
     from .llm import RecordingModel as RecordingModel
     from .llm import RecordingStore as RecordingStore
     from .llm import ReplayModel as ReplayModel
+    from .llm import Router as Router
     from .llm import ScriptedModel as ScriptedModel
     from .llm import ScriptedRule as ScriptedRule
     from .llm import ScriptedServer as ScriptedServer
+    from .llm import ServerPool as ServerPool
     from .llm import TokenPrices as TokenPrices
     from .llm import ToolCall as ToolCall
     from .llm import ToolSpec as ToolSpec
@@ -269,6 +273,7 @@ __all__ = [
     "CallSite", "ScriptedModel", "ScriptedRule", "social_rules", "social_prompt",
     "parse_social_action", "OpenAICompatible", "UsageStats", "TokenPrices", "RecordingStore",
     "RecordingModel", "ReplayModel", "LatencyModel", "ScriptedServer", "model_from_config",
+    "Router", "Endpoint", "ServerPool", "RateLimit",
     # errors
     "SimError", "ScheduleError", "EmptySchedule", "InvalidDelay", "UntilInPast", "EventError",
     "AlreadyTriggered", "EventNotReady", "NotAnEvent", "ForeignEvent", "ProcessError",
@@ -381,6 +386,10 @@ _LAZY: dict[str, str] = {
     "ScriptedModel": ".llm",
     "ScriptedRule": ".llm",
     "ScriptedServer": ".llm",
+    "Router": ".llm",
+    "Endpoint": ".llm",
+    "ServerPool": ".llm",
+    "RateLimit": ".llm",
     "TokenPrices": ".llm",
     "ToolCall": ".llm",
     "ToolSpec": ".llm",

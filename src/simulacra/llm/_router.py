@@ -118,19 +118,23 @@ class ServerPool:
         return int.from_bytes(digest, "big") % n
 
     def complete(self, request: CompletionRequest, *, site: CallSite | None = None) -> Completion:
+        """The completion of *request*, from the server :meth:`pick` names."""
         return self.servers[self.pick(request, site)].complete(request, site=site)
 
     async def acomplete(self, request: CompletionRequest, *,
                         site: CallSite | None = None) -> Completion:
+        """Like :meth:`complete`, on asyncio."""
         return await self.servers[self.pick(request, site)].acomplete(request, site=site)
 
     def close(self) -> None:
+        """Close every server's model (its connections)."""
         for server in self.servers:
             close = getattr(server, "close", None)
             if callable(close):
                 close()
 
     async def aclose(self) -> None:
+        """Close every server's asyncio connections."""
         for server in self.servers:
             aclose = getattr(server, "aclose", None)
             if callable(aclose):
@@ -260,6 +264,12 @@ class Router:
     # -- calls ----------------------------------------------------------------
 
     def complete(self, request: CompletionRequest, *, site: CallSite | None = None) -> Completion:
+        """The completion of *request*, from the endpoint its route names (or a fallback).
+
+        Raises:
+            UnknownEndpoint: The route names an endpoint that is not declared.
+            ProviderUnavailable: The endpoint is down and has no fallback left.
+        """
         routed = self._target(site, request)
         name = self._live(routed)
         while True:
@@ -279,6 +289,7 @@ class Router:
 
     async def acomplete(self, request: CompletionRequest, *,
                         site: CallSite | None = None) -> Completion:
+        """Like :meth:`complete`, on asyncio."""
         routed = self._target(site, request)
         name = self._live(routed)
         while True:
@@ -305,12 +316,14 @@ class Router:
         return endpoint.price(completion.prompt_tokens, completion.completion_tokens)
 
     def close(self) -> None:
+        """Close every endpoint's model (its connections)."""
         for endpoint in self.endpoints.values():
             close = getattr(endpoint.model, "close", None)
             if callable(close):
                 close()
 
     async def aclose(self) -> None:
+        """Close every endpoint's asyncio connections."""
         for endpoint in self.endpoints.values():
             aclose = getattr(endpoint.model, "aclose", None)
             if callable(aclose):
