@@ -12,7 +12,9 @@ variable ``CI`` is set: then they fail, so that CI never passes by skipping.
 
 from __future__ import annotations
 
+import json
 import os
+import re
 import shutil
 import sys
 from collections.abc import Iterator
@@ -129,6 +131,55 @@ def flaky_event_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The same on the event-driven engine."""
     return make_society_run(tmp_path_factory.mktemp("report") / "flaky-events",
                             engine="async_event", steps=5, flaky=True)
+
+
+#: The endpoints :func:`add_endpoints` gives a run, as ``summary.json``'s ``llm.endpoints``.
+ENDPOINTS = {
+    "local": {"provider": "openai", "model": "llama-3.1-8b",
+              "base_urls": ["http://127.0.0.1:8000/v1"]},
+    "hosted": {"provider": "openai", "model": "gpt-4o-mini",
+               "base_urls": ["https://llm.test/v1"]},
+}
+
+
+def add_endpoints(run: Path) -> Path:
+    """Rewrite *run*'s ``calls.jsonl`` as a run with the two :data:`ENDPOINTS` writes it.
+
+    (Until runs route calls to endpoints themselves, issue 28.) An agent whose
+    number is even is routed to ``local``, an odd one to ``hosted``; the
+    first call of an even agent that returned, and the first one that failed,
+    were moved to ``hosted`` by the fallback (``fallback_from: "local"``).
+    ``summary.json`` declares both endpoints. Costs, tokens and latencies stay
+    as the run wrote them.
+    """
+    lines = [json.loads(line) for line in (run / "calls.jsonl").read_text().splitlines()]
+    moved: set[bool] = set()
+    for line in lines:
+        local = int(re.sub(r"\D", "", line["agent"]) or 0) % 2 == 0
+        line["endpoint"] = "local" if local else "hosted"
+        if local and line["ok"] not in moved:
+            moved.add(line["ok"])
+            line["endpoint"], line["fallback_from"] = "hosted", "local"
+    (run / "calls.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
+    summary = json.loads((run / "summary.json").read_text())
+    summary["llm"]["endpoints"] = ENDPOINTS
+    (run / "summary.json").write_text(json.dumps(summary))
+    return run
+
+
+@pytest.fixture(scope="session")
+def endpoint_maker() -> Any:
+    """:func:`add_endpoints`, for a test that rewrites a run of its own."""
+    return add_endpoints
+
+
+@pytest.fixture(scope="session")
+def endpoint_run(flaky_run: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """:func:`add_endpoints` of a copy of ``flaky_run`` (some calls failed)."""
+    out = tmp_path_factory.mktemp("report") / "endpoints"
+    shutil.copytree(flaky_run, out)
+    (out / "report.html").unlink(missing_ok=True)
+    return add_endpoints(out)
 
 
 @pytest.fixture(scope="session")

@@ -21,6 +21,8 @@ same numbers:
   :class:`StepSeries`, :func:`event_text`, :func:`event_table`,
   :func:`event_page`, :func:`conversation_threads`, :func:`agent_rows`,
   :func:`llm_calls`, :func:`call_stats` -> :class:`CallStats` (``calls.jsonl``),
+  :func:`endpoint_rows` -> :class:`EndpointRow` and :func:`endpoint_table`
+  (``calls.jsonl`` by endpoint, for a run with ``sim.llm.endpoints``),
   :func:`load_study`, :func:`study_intervals`,
   :func:`load_monitors`.
 
@@ -60,6 +62,7 @@ from ._data import MONITORS_FORMAT as MONITORS_FORMAT
 from ._data import STUDY_FORMATS as STUDY_FORMATS
 from ._data import AgentRow as AgentRow
 from ._data import CallStats as CallStats
+from ._data import EndpointRow as EndpointRow
 from ._data import EventPage as EventPage
 from ._data import EventTable as EventTable
 from ._data import LLMCall as LLMCall
@@ -74,6 +77,8 @@ from ._data import Thread as Thread
 from ._data import agent_rows as agent_rows
 from ._data import call_stats as call_stats
 from ._data import conversation_threads as conversation_threads
+from ._data import endpoint_rows as endpoint_rows
+from ._data import endpoint_table as endpoint_table
 from ._data import event_page as event_page
 from ._data import event_table as event_table
 from ._data import event_text as event_text
@@ -104,7 +109,7 @@ __all__ = [
     "EventPage", "conversation_threads", "Thread", "agent_rows", "AgentRow", "llm_calls",
     "LLMCall", "load_study", "StudyData", "study_intervals", "StudyInterval",
     "study_parameters", "load_monitors", "MonitorData", "MonitorSeries", "read_jsonl",
-    "call_stats", "CallStats",
+    "call_stats", "CallStats", "endpoint_rows", "EndpointRow", "endpoint_table",
     "MANIFEST_SCHEMES", "STUDY_FORMATS", "MONITORS_FORMAT", "MONITOR_KINDS",
     # the live view: simulacra run --view, simulacra view (see _live.py)
     "LiveView",

@@ -223,6 +223,7 @@ def society_data(run: _data.RunData, *, llm_calls: int = DEFAULT_LLM_CALLS) -> d
         notes.append(f"This run directory has no {calls_file} (it was made by an older "
                      "simulacra): there is no per-call latency, and what each agent saw comes "
                      "from the recorded prompts embedded below.")
+    endpoints = _data.endpoint_rows(run) if run.calls else []
     if not run.finished:
         notes.insert(0, "This run did not finish (no summary.json): it was stopped, or is still "
                         "running. The report shows it as far as its files go.")
@@ -257,6 +258,8 @@ def society_data(run: _data.RunData, *, llm_calls: int = DEFAULT_LLM_CALLS) -> d
         "llm": llm,
         "agent_chunks": lines,
         "agent_pages": agent_pages,
+        # Only for a run whose calls name their endpoint: any other renders as it did.
+        **({"endpoints": _data.endpoint_table(endpoints)} if endpoints else {}),
     }
 
 

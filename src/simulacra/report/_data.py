@@ -16,7 +16,9 @@ the live view calls the same functions on what it has so far:
   action log compact, and filter and page it; :func:`conversation_threads`
   finds reply and mention chains; :func:`agent_rows` sums every agent up;
   :func:`llm_calls` reads the recorded model calls through the public
-  :class:`simulacra.llm.RecordingStore`;
+  :class:`simulacra.llm.RecordingStore`; :func:`call_stats` and
+  :func:`endpoint_rows` aggregate ``calls.jsonl`` (latency and failures; and
+  per endpoint, for a run with ``sim.llm.endpoints``);
 - :func:`load_study` and :func:`study_intervals` read a study directory of
   ``simulacra experiment`` and give each KPI's mean and confidence interval
   per config (:func:`simulacra.parallel.mean_interval`);
@@ -37,14 +39,14 @@ from simulacra._util import naming, os_problem
 from simulacra.errors import ConfigError
 
 __all__ = [
-    "MANIFEST_SCHEMES", "MONITORS_FORMAT", "MONITOR_KINDS", "STUDY_FORMATS",
-    "AgentRow", "CallStats", "EventPage", "EventTable", "LLMCall", "MonitorData",
-    "MonitorSeries", "RunData", "ScenarioEffect", "SourceKind", "StepSeries", "StudyData",
-    "StudyInterval", "Thread", "agent_rows", "call_stats", "conversation_threads",
-    "event_page", "event_table", "event_text", "histogram", "llm_calls", "load_monitors",
-    "load_society_run", "load_study", "read_jsonl", "run_files", "run_identity", "run_totals",
-    "scenario_effects", "source_kind", "step_series", "study_intervals", "study_parameters",
-    "study_scenarios",
+    "ENDPOINT_COLUMNS", "MANIFEST_SCHEMES", "MONITORS_FORMAT", "MONITOR_KINDS", "NO_ENDPOINT",
+    "STUDY_FORMATS", "AgentRow", "CallStats", "EndpointRow", "EndpointTally", "EventPage",
+    "EventTable", "LLMCall", "MonitorData", "MonitorSeries", "RunData", "ScenarioEffect",
+    "SourceKind", "StepSeries", "StudyData", "StudyInterval", "Thread", "agent_rows",
+    "call_stats", "conversation_threads", "endpoint_rows", "endpoint_table", "event_page",
+    "event_table", "event_text", "histogram", "llm_calls", "load_monitors", "load_society_run",
+    "load_study", "read_jsonl", "run_files", "run_identity", "run_totals", "scenario_effects",
+    "source_kind", "step_series", "study_intervals", "study_parameters", "study_scenarios",
 ]
 
 #: The ``scheme`` values of ``manifest.json`` this report can read.
@@ -963,6 +965,187 @@ def histogram(values: Sequence[float], bins: int = 40) -> tuple[list[float], lis
                 continue
         counts[max(at, 0)] += 1
     return [i * width for i in range(bins)], counts, width, above
+
+
+# -- calls by endpoint ------------------------------------------------------------------
+
+#: The row of the calls of a run with endpoints whose line names none (a resumed run's
+#: first session, say): shown beside the endpoints' rows.
+NO_ENDPOINT: Final = "(no endpoint)"
+
+
+@dataclass(frozen=True, slots=True)
+class EndpointRow:
+    """The model calls one endpoint served or failed (``calls.jsonl`` lines with ``endpoint``).
+
+    Attributes:
+        endpoint: Its name (``sim.llm.endpoints``); :data:`NO_ENDPOINT` for
+            the lines of the run that name none.
+        calls: The calls it served or failed (every line naming it).
+        failed: Those that failed (``ok`` false).
+        fallback_in: Calls moved here because the endpoint they were routed
+            to was down (the lines naming it with a ``fallback_from``).
+        fallback_out: Calls routed here that were moved to a fallback (the
+            lines whose ``fallback_from`` names it): in another row's calls.
+        prompt_tokens, completion_tokens: Summed over its calls.
+        cost: Summed over its calls (priced at its own pricing).
+        latency: The latency of every call it served that returned, sorted
+            (wall-clock seconds, or simulated ones on the event-driven engine).
+        provider, model: As ``summary.json``'s ``llm.endpoints`` declares
+            them (None when unknown: a run that did not finish).
+    """
+
+    endpoint: str
+    calls: int
+    failed: int
+    fallback_in: int
+    fallback_out: int
+    prompt_tokens: int
+    completion_tokens: int
+    cost: float
+    latency: list[float]
+    provider: str | None = None
+    model: str | None = None
+
+    @property
+    def latency_mean(self) -> float:
+        """The mean of :attr:`latency` (NaN when no call returned)."""
+        return math.fsum(self.latency) / len(self.latency) if self.latency else math.nan
+
+    def quantile(self, q: float) -> float:
+        """The *q* quantile of :attr:`latency` (NaN when no call returned)."""
+        return _percentile(self.latency, q) if self.latency else math.nan
+
+
+class EndpointTally:
+    """``calls.jsonl`` lines summed per endpoint, as they are read.
+
+    The live view adds them one by one, :func:`endpoint_rows` all at once.
+
+    A line without ``endpoint`` (and without ``fallback_from``) is counted under
+    :data:`NO_ENDPOINT`, which :meth:`rows` shows only beside named endpoints:
+    a run without endpoints has no rows.
+    """
+
+    __slots__ = ("_sums",)
+
+    def __init__(self) -> None:
+        #: endpoint -> [calls, failed, in, out, prompt, completion, cost, [latencies]]
+        self._sums: dict[str, list[Any]] = {}
+
+    def _sum(self, name: str) -> list[Any]:
+        sums = self._sums.get(name)
+        if sums is None:
+            sums = self._sums[name] = [0, 0, 0, 0, 0, 0, 0.0, []]
+        return sums
+
+    def add(self, call: Mapping[str, Any]) -> None:
+        """Count one line of ``calls.jsonl``."""
+        endpoint, moved = call.get("endpoint"), call.get("fallback_from")
+        sums = self._sum(NO_ENDPOINT if endpoint is None else str(endpoint))
+        sums[0] += 1
+        if moved is not None:
+            sums[2] += 1
+            self._sum(str(moved))[3] += 1
+        prompt, completion = call.get("prompt_tokens"), call.get("completion_tokens")
+        if isinstance(prompt, int):
+            sums[4] += prompt
+        if isinstance(completion, int):
+            sums[5] += completion
+        cost = call.get("cost")
+        if isinstance(cost, int | float):
+            sums[6] += cost
+        if not call.get("ok", True):
+            sums[1] += 1
+            return
+        value = call.get("latency_s")
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            sums[7].append(float(value))
+
+    def update(self, other: EndpointTally) -> None:
+        """Add the lines *other* counted."""
+        for name, theirs in other._sums.items():
+            sums = self._sum(name)
+            for at in range(7):
+                sums[at] += theirs[at]
+            sums[7].extend(theirs[7])
+
+    def __bool__(self) -> bool:
+        """Whether a line named an endpoint."""
+        return any(name != NO_ENDPOINT for name in self._sums)
+
+    def rows(self, declared: Mapping[str, Any] | None = None) -> list[EndpointRow]:
+        """One row per endpoint, sorted by name; empty when no line named an endpoint.
+
+        :data:`NO_ENDPOINT` comes last.
+
+        *declared* is ``summary.json``'s ``llm.endpoints`` (name -> ``{"provider",
+        "model", ...}``): it names each row's provider and model, and adds a row
+        of zeros for an endpoint no call reached.
+        """
+        if not self:
+            return []
+        names = set(self._sums) | {str(n) for n in declared or ()}
+        out = []
+        for name in sorted(names, key=lambda n: (n == NO_ENDPOINT, n)):
+            calls, failed, moved_in, moved_out, prompt, completion, cost, latency = (
+                self._sums.get(name) or [0, 0, 0, 0, 0, 0, 0.0, []])
+            info = (declared or {}).get(name)
+            info = info if isinstance(info, Mapping) else {}
+            provider, model = info.get("provider"), info.get("model")
+            out.append(EndpointRow(name, calls, failed, moved_in, moved_out, prompt, completion,
+                                   round(float(cost), 12), sorted(latency),
+                                   None if provider is None else str(provider),
+                                   None if model is None else str(model)))
+        return out
+
+
+def endpoint_rows(run: RunData | Iterable[Mapping[str, Any]]) -> list[EndpointRow]:
+    """The calls, failed calls, fallbacks, tokens, cost and latency of each endpoint.
+
+    From the lines of ``calls.jsonl`` (a :class:`RunData`'s, or lines read so
+    far): empty for a run whose lines name no endpoint (a run without
+    ``sim.llm.endpoints``). Of a :class:`RunData`, ``summary.json``'s
+    ``llm.endpoints`` adds each endpoint's provider and model. See
+    :class:`EndpointTally`.
+    """
+    tally = EndpointTally()
+    declared: Mapping[str, Any] | None = None
+    if isinstance(run, RunData):
+        endpoints = (run.summary.get("llm") or {}).get("endpoints")
+        declared = endpoints if isinstance(endpoints, Mapping) else None
+        lines: Iterable[Mapping[str, Any]] = run.calls
+    else:
+        lines = run
+    for call in lines:
+        tally.add(call)
+    return tally.rows(declared)
+
+
+#: The columns of :func:`endpoint_table` (``provider / model`` only where known).
+ENDPOINT_COLUMNS: Final = ("endpoint", "provider / model", "calls", "failed", "fallback in",
+                           "fallback out", "prompt tokens", "completion tokens", "cost",
+                           "latency mean", "p50", "p90", "p99")
+
+
+def endpoint_table(rows: Sequence[EndpointRow]) -> dict[str, Any]:
+    """*rows* as the report and the live view show them: ``{"cols", "numeric", "rows"}``.
+
+    One list per row, in :data:`ENDPOINT_COLUMNS` order (latencies in seconds,
+    None where no call returned); the ``provider / model`` column is left out
+    when no row knows its provider or model.
+    """
+    named = any(r.provider is not None or r.model is not None for r in rows)
+    cols = [c for c in ENDPOINT_COLUMNS if named or c != "provider / model"]
+    out = []
+    for r in rows:
+        latency = [r.latency_mean, r.quantile(0.5), r.quantile(0.9), r.quantile(0.99)]
+        which = " / ".join(str(v) for v in (r.provider, r.model) if v is not None)
+        out.append([r.endpoint, *([which] if named else []), r.calls, r.failed, r.fallback_in,
+                    r.fallback_out, r.prompt_tokens, r.completion_tokens, r.cost,
+                    *(None if math.isnan(v) else v for v in latency)])
+    return {"cols": cols, "numeric": [c not in ("endpoint", "provider / model") for c in cols],
+            "rows": out}
 
 
 # -- model calls ------------------------------------------------------------------------

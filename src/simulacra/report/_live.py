@@ -18,7 +18,8 @@ How it is built:
   plotly package (no other host is ever asked for anything);
 - the page reads what the run writes: the run directory's
   ``telemetry.jsonl``, ``action_events.jsonl`` and ``calls.jsonl`` (a line per
-  model call: the latency histogram and its percentiles per step), flushed as
+  model call: the latency histogram and its percentiles per step, and, for a
+  run with ``sim.llm.endpoints``, the table of calls by endpoint), flushed as
   written, are followed as they grow: each look reads only the bytes added
   since the last one. Nothing is added to the run's own loop;
 - during a run the server lives in a child process (:class:`LiveView` with
@@ -61,10 +62,12 @@ from simulacra.errors import ConfigError
 
 from ._data import (
     CallStats,
+    EndpointTally,
     _check_manifest_scheme,
     _percentile,
     _run_manifest,
     _scenario_label,
+    endpoint_table,
     event_text,
     run_files,
     step_series,
@@ -142,6 +145,10 @@ class _CallTally:
         #: step -> [calls, failed, latencies, wall seconds, failed by kind]
         self.steps: dict[int, list[Any]] = {}
         self.lines = 0
+        #: step -> its calls by endpoint (no rows for a run whose lines name none)
+        self.endpoints: dict[int, EndpointTally] = {}
+        #: Whether a line named an endpoint (``endpoint`` or ``fallback_from``).
+        self.named = False
         #: step -> (calls counted, (calls, failed, p50, p90, p99, max), sorted latencies)
         self._done: dict[int, tuple[int, tuple[int, int, float, float, float, float],
                                     list[float], list[float]]] = {}
@@ -153,6 +160,12 @@ class _CallTally:
             entry = self.steps[step] = [0, 0, [], [], {}]
         entry[0] += 1
         self.lines += 1
+        tally = self.endpoints.get(step)
+        if tally is None:
+            tally = self.endpoints[step] = EndpointTally()
+        tally.add(call)
+        if not self.named and ("endpoint" in call or "fallback_from" in call):
+            self.named = True
         if call.get("ok", True):
             value, seconds = call.get("latency_s"), call.get("wall_s")
             if isinstance(value, int | float):
@@ -190,6 +203,17 @@ class _CallTally:
         wall.sort()
         return CallStats(simulated, latency, wall, per_step, dict(sorted(by_kind.items())),
                          {}, {}, 1)
+
+    def endpoint_table(self, last: int) -> dict[str, Any] | None:
+        """The calls of steps ``<= last`` by endpoint (:func:`endpoint_table`); None without."""
+        if not self.named:
+            return None
+        tally = EndpointTally()
+        for step, counted in self.endpoints.items():
+            if step <= last:
+                tally.update(counted)
+        rows = tally.rows()
+        return endpoint_table(rows) if rows else None
 
 
 class _RunFiles:
@@ -385,12 +409,14 @@ class _Hub:
         self.version = 0
         self.charts_version = 0
         self._charts: dict[str, Any] = {}
+        #: The calls by endpoint, as the charts were last built (None: no line names one).
+        self._endpoints: dict[str, Any] | None = None
         self._charts_lines: tuple[int, int] = (-1, -1)
         self._charts_at = 0.0
         self._charts_cost = 0.0
         self._status: dict[str, Any] = {}
         self._looked = 0.0
-        self._step_charts: dict[int, dict[str, Any]] = {}
+        self._step_charts: dict[int, tuple[dict[str, Any], dict[str, Any] | None]] = {}
         self._boundaries: tuple[int, list[int]] = (-1, [])
         #: The run's scenario, ``name (short hash)``, once its manifest is read (None: none).
         self.scenario: str | None = None
@@ -424,7 +450,7 @@ class _Hub:
         key = (lines, self.files.calls.lines)
         if key != self._charts_lines and (
                 settled or force or now - self._charts_at >= interval):
-            self._charts = self._build_charts(lines)
+            self._charts, self._endpoints = self._build_charts(lines)
             self._charts_lines = key
             self._charts_at = time.monotonic()
             self._charts_cost = self._charts_at - now
@@ -445,7 +471,8 @@ class _Hub:
             self.scenario = _scenario_label(manifest.get("scenario"))
         return self.scenario is not None
 
-    def _build_charts(self, lines: int) -> dict[str, Any]:
+    def _build_charts(self, lines: int) -> tuple[dict[str, Any], dict[str, Any] | None]:
+        """The charts of the first *lines* telemetry lines, and their steps' calls by endpoint."""
         from ._charts import figure_spec, society_charts  # noqa: PLC0415  (plotly, lazily)
 
         telemetry = self.files.telemetry[:lines]
@@ -454,7 +481,8 @@ class _Hub:
         series = step_series(telemetry, failed)
         # The calls of the steps the telemetry has (a replay's slider: up to its step).
         calls = self.files.calls.stats(int(last), simulated=series.windowed)
-        return {name: figure_spec(fig) for name, fig in society_charts(series, calls).items()}
+        charts = {name: figure_spec(fig) for name, fig in society_charts(series, calls).items()}
+        return charts, self.files.calls.endpoint_table(int(last))
 
     def _totals(self, telemetry: list[dict[str, Any]], events: int) -> dict[str, Any]:
         calls = sum(int(line.get("llm_calls", 0)) for line in telemetry)
@@ -481,6 +509,8 @@ class _Hub:
         }
         if charts:
             out["charts"] = self._charts
+        if self._endpoints is not None:  # a run with endpoints: its calls by endpoint
+            out["endpoints"] = self._endpoints
         return out
 
     def at(self, position: int) -> dict[str, Any]:
@@ -494,13 +524,15 @@ class _Hub:
             if len(self._step_charts) > 64:
                 self._step_charts.clear()
             self._step_charts[step] = self._build_charts(len(telemetry))
+        charts, endpoints = self._step_charts[step]
         return {"mode": "replay", "name": self.name, "state": self._status.get("state"),
                 "controls": False, "steps_total": self.steps, "scenario": self.scenario,
                 "totals": self._totals(telemetry, position),
                 "events": rows[max(0, position - NEWEST):position][::-1],
                 "position": position, "events_total": len(rows), "step": step,
-                "boundaries": self.boundaries(), "charts": self._step_charts[step],
-                "charts_version": -1 - step}
+                "boundaries": self.boundaries(), "charts": charts,
+                "charts_version": -1 - step,
+                **({"endpoints": endpoints} if endpoints is not None else {})}
 
     def boundaries(self) -> list[int]:
         """The slider positions at the end of each step (events before the next step)."""

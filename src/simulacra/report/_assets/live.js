@@ -9,6 +9,12 @@ function setText(id, value) {
   if (el.textContent !== String(value)) el.textContent = value;
 }
 
+function seconds(value) {
+  if (value >= 1) return value.toPrecision(3) + " s";
+  if (value >= 1e-3) return (value * 1e3).toPrecision(3) + " ms";
+  return (value * 1e6).toPrecision(3) + " \u00b5s";
+}
+
 function money(value) {
   if (!value) return "0";
   if (value >= 100) return value.toFixed(2);
@@ -105,6 +111,50 @@ function drawEvents(rows) {
   body.replaceChildren(out);
 }
 
+// The model calls by endpoint (a run with sim.llm.endpoints): a card above the events,
+// made when a snapshot first has them and gone when one has none (a replay's slider at 0).
+function drawEndpoints(table) {
+  let card = $("endpoints-card");
+  if (!table) {
+    if (card) card.remove();
+    return;
+  }
+  if (!card) {
+    card = document.createElement("section");
+    card.className = "card";
+    card.id = "endpoints-card";
+    card.innerHTML = "<h2>By endpoint</h2><table class='endpoints'><thead></thead>" +
+      "<tbody></tbody></table><p class='note'>fallback in: calls moved here because the " +
+      "endpoint they were routed to was down; fallback out: calls routed here and moved to " +
+      "its fallback. Latency of the calls that returned.</p>";
+    $("charts").insertBefore(card, $("events-card"));
+  }
+  const head = document.createElement("tr");
+  table.cols.forEach((c, i) => {
+    const th = document.createElement("th");
+    th.textContent = c;
+    if (table.numeric[i]) th.className = "num";
+    head.appendChild(th);
+  });
+  card.querySelector("thead").replaceChildren(head);
+  const latency = table.cols.indexOf("latency mean");  // it and the percentiles after it
+  const body = document.createDocumentFragment();
+  for (const row of table.rows) {
+    const tr = document.createElement("tr");
+    tr.dataset.endpoint = row[0];
+    row.forEach((value, i) => {
+      const td = document.createElement("td");
+      td.textContent = value === null ? "" : i >= latency ? seconds(value) :
+        table.cols[i] === "cost" ? money(value) :
+        typeof value === "number" ? value.toLocaleString("en-US") : String(value);
+      if (table.numeric[i]) td.className = "num";
+      tr.appendChild(td);
+    });
+    body.appendChild(tr);
+  }
+  card.querySelector("tbody").replaceChildren(body);
+}
+
 function render(s) {
   mode = s.mode;
   const state = s.state || "starting";
@@ -137,6 +187,7 @@ function render(s) {
     offerCharts(s.charts, !(live && state === "playing"));
   }
   drawEvents(s.events);
+  drawEndpoints(s.endpoints);
   document.body.dataset.ready = "1";
 }
 

@@ -218,6 +218,25 @@
   }
 
   // -- overview ----------------------------------------------------------------------------
+  // The model calls split by endpoint (a run with sim.llm.endpoints): one row per endpoint.
+  function endpointCard(table) {
+    var head = "<tr>" + table.cols.map(function (c, i) {
+      return "<th" + (table.numeric[i] ? " class='num'" : "") + ">" + esc(c) + "</th>";
+    }).join("") + "</tr>";
+    var latency = table.cols.indexOf("latency mean");  // it and the percentiles after it
+    var rows = table.rows.map(function (r) {
+      return "<tr data-endpoint='" + esc(r[0]) + "'>" + r.map(function (v, i) {
+        return "<td" + (table.numeric[i] ? " class='num'" : "") + ">" +
+               esc(i >= latency ? seconds(v) : fmt(v)) + "</td>";
+      }).join("") + "</tr>";
+    });
+    return el("div", "card wide endpoints", "<h3>By endpoint</h3><table class='endpoints'><thead>" +
+      head + "</thead><tbody>" + rows.join("") + "</tbody></table><p class='note'>Calls: every " +
+      "call the endpoint served or failed; fallback in: calls moved here because the endpoint " +
+      "they were routed to was down; fallback out: calls routed here and moved to its fallback " +
+      "(counted in the other row). Latency (" + (D.simulated ? "simulated" : "wall clock") +
+      ") of the calls that returned.</p>");
+  }
   function renderSocietyOverview(page) {
     var cards = el("div", "cards");
     cards.appendChild(el("div", "card", "<h3>Run</h3>" + kvTable(D.identity)));
@@ -244,6 +263,7 @@
         "<thead><tr><th>error</th><th class='num'>calls</th><th class='num'>agents</th><th>first</th></tr></thead><tbody>" +
         crows.join("") + "</tbody></table><p class='note'><a href='#/agents?sort=failed'>agents by failed calls</a></p>"));
     }
+    if (D.endpoints) cards.appendChild(endpointCard(D.endpoints));
     page.appendChild(cards);
     (D.notes || []).forEach(function (n) { page.appendChild(el("p", "note", esc(n))); });
     page.appendChild(el("h2", "", "Per " + (D.windowed ? "window of virtual time" : "step")));
