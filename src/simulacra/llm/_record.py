@@ -1231,6 +1231,15 @@ class RecordingStore:
 
     # -- reading -------------------------------------------------------------------
 
+    def failure(self, key: str, site: CallSite | None) -> ProviderError | None:
+        """The recorded failure of ``(key, site)`` as the error to raise again, or ``None``.
+
+        Of the type and with the message it was recorded with (what a
+        :class:`RecordingModel` with ``reuse=True`` raises for it).
+        """
+        failed = self.get_failure(key, site)
+        return None if failed is None else _replayed(*failed)
+
     def get_failure(self, key: str, site: CallSite | None) -> tuple[str, str] | None:
         """The ``(error type name, message)`` recorded for ``(key, site)``, or ``None``."""
         agent, n = _site_columns(site)

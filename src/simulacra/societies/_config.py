@@ -49,6 +49,8 @@ DEFAULTS: Final[Mapping[str, Any]] = {
             "participation": 1.0,
             "resolution": "seeded",
             "fail_fast": False,
+            "shards": 1,
+            "shard_mode": "processes",
         },
         "llm": {
             "provider": "scripted",
@@ -111,6 +113,10 @@ def _schema() -> Any:
         participation: float = Field(default=1.0, gt=0.0, le=1.0)
         resolution: Literal["id", "seeded"] = "seeded"
         fail_fast: bool = False
+        #: Shards the agents' turns run on (docs/sharding.md); 1: this process alone.
+        shards: int = Field(default=1, ge=1, le=1024)
+        #: How shards run: inline (in turn, here), threads, or processes.
+        shard_mode: Literal["inline", "threads", "processes"] = "processes"
 
     class Latency(_Strict):
         base: float = Field(default=0.2, ge=0.0)
@@ -417,6 +423,9 @@ def parse_config(data: object, source: str | None = None,
     _check_agents_memory(doc.sim.agents_memory, label, given)
     _check_endpoints(doc.sim.llm, label, given)
     dumped: dict[str, Any] = doc.model_dump(mode="json")
+    engine = dumped["sim"]["engine"]
+    if engine["shards"] == 1 and engine["shard_mode"] == "processes":
+        del engine["shards"], engine["shard_mode"]  # an unsharded run stores what it always did
     llm = dumped["sim"]["llm"]
     if not llm["endpoints"] and llm["routing"] == {"default": None, "rules": [],
                                                    "function": None}:

@@ -286,7 +286,6 @@ class SocietyEngine:
         return self._mode
 
 
-@final
 class RoundEngine(SocietyEngine):
     """Runs observe/act agents and a world in fixed, lockstep steps.
 

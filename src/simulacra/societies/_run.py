@@ -66,6 +66,7 @@ from ._scenario import (
     run_scenario,
     scenario_end,
 )
+from ._sharded import ServedCalls, ShardedRoundEngine, ShardSpec, check_shards, partition
 
 E = TypeVar("E", bound=BaseException)
 
@@ -115,6 +116,73 @@ def _round_engine(world: World, agents: list[Actor], *, model: LanguageModel | N
                        participation=engine.participation, resolution=engine.resolution,
                        fail_fast=engine.fail_fast, on_step=on_step, on_turn=on_turn,
                        fatal=fatal)
+
+
+def _shard_model(config: RunConfig, agent_ids: list[str],
+                 down: Mapping[str, str] | None = None) -> LanguageModel:
+    """A shard's model: the run's provider (guarded) or its endpoints' router, built there."""
+    if uses_endpoints(config):
+        return build_router(config, agent_ids, {name: ProviderUnavailable(why)
+                                                for name, why in (down or {}).items()})
+    return ProviderGuard(build_model(config), config.run.max_consecutive_provider_failures)
+
+
+def _replay_shard_model(path: str, config: RunConfig, agent_ids: list[str]) -> LanguageModel:
+    """A shard's model in a replay: the recordings, read-only."""
+    from simulacra.llm import RecordingStore, ReplayModel  # noqa: PLC0415  (lazy)
+
+    return ReplayModel(RecordingStore(path, readonly=True), strict=True)
+
+
+def _sharded_engine(config: RunConfig, world: World, agents: list[Actor], *,
+                    model: LanguageModel, given: LanguageModel | None, served: ServedCalls,
+                    down: Mapping[str, ProviderUnavailable], reuse: str | None,
+                    on_step: Callable[[StepReport], None] | None,
+                    on_turn: Callable[[], None] | None,
+                    fatal: tuple[type[BaseException], ...]) -> ShardedRoundEngine:
+    """The round engine on ``sim.engine.shards`` shards (``_sharded.py``).
+
+    Each shard builds its model: the run's own (as :func:`build_model` or the
+    endpoints' router), the replay's recordings, or *given* as it is (a model
+    object handed to :func:`run_society`; on process shards it must pickle).
+
+    Raises:
+        ConfigError: *given* cannot cross into a shard's process.
+    """
+    import pickle  # noqa: PLC0415
+
+    from simulacra.llm import ReplayModel  # noqa: PLC0415  (lazy)
+
+    engine = config.sim.engine
+    mode = engine.shard_mode
+    ids = [str(agent.id) for agent in agents]
+    make: Callable[[RunConfig, list[str]], LanguageModel] | None = None
+    shared: LanguageModel | None = None
+    if given is None:
+        make = functools.partial(_shard_model, down={k: str(v) for k, v in down.items()})
+    elif isinstance(given, ReplayModel) and mode == "processes":
+        make = functools.partial(_replay_shard_model, str(given.store.path))
+    else:
+        shared = given
+        if mode == "processes":
+            try:
+                pickle.dumps(given)
+            except Exception as exc:
+                raise ConfigError(
+                    f"sim.engine.shard_mode=processes: the model object "
+                    f"({type(given).__name__}) cannot be sent to a shard's process "
+                    f"({type(exc).__name__}: {exc}); use shard_mode=threads or inline") from None
+    specs = [ShardSpec(index, part, (config.data, config.source), _build_frozen, model=make,
+                       shared=shared, reuse=reuse,
+                       mode="threads" if engine.mode == "threads" else "sequential",
+                       concurrency=engine.concurrency, extra={"all": ids})
+             for index, part in enumerate(partition(ids, engine.shards))]
+    return ShardedRoundEngine(
+        world, agents, specs=specs, shard_mode=mode, served=served, model=model,
+        seed=as_seed_tree(config.seed).child("engine"), mode=engine.mode,
+        concurrency=engine.concurrency, flows=engine.flows,
+        participation=engine.participation, resolution=engine.resolution,
+        fail_fast=engine.fail_fast, on_step=on_step, on_turn=on_turn, fatal=fatal)
 
 
 _STEP_ENGINES: dict[str, StepEngineFactory] = {"round": _round_engine}
@@ -490,6 +558,7 @@ def run_society(config: RunConfig | Mapping[str, Any], *,
     prepared = (world, agents,
                 None if artifact is None else _schedule(config, artifact, world, agents))
     check_tracing(config, has_run_dir=target is not None)  # before anything is written
+    check_shards(config)
     down = preflight_run(config) if model is None and config.run.preflight else {}
     # Routes are checked against the society (an agent no rule can match) before any call.
     routed = (build_router(config, [agent.id for agent in agents], down)
@@ -646,6 +715,7 @@ def resume_society(run_dir: str | os.PathLike[str], *,
     scenario = run_scenario(probe.path, read_manifest(manifest_path) if manifest_path.is_file()
                             else {}, config.data.get("scenario"))
     check_tracing(config, has_run_dir=True)
+    check_shards(config)
     down = preflight_run(config) if model is None and config.run.preflight else {}
     # The model's modules first: the checkpoint holds objects of its classes.
     load_factory(config.sim.world.factory)
@@ -1110,6 +1180,8 @@ def _execute(config: RunConfig, rundir: RunDirectory | None, model: LanguageMode
     first = 0 if resume is None else int(resume[0])
     checkpoint_stats: dict[str, Any] = {"written": 0, "seconds": 0.0}
 
+    built: list[ShardedRoundEngine] = []
+
     def sessions() -> list[dict[str, Any]]:
         meter_rows = {agent: list(row) for agent, row in sorted(meter.per_agent.items())}
         return [*before, {"from_step": first, **tally.to_json(), "per_agent": meter_rows}]
@@ -1124,10 +1196,17 @@ def _execute(config: RunConfig, rundir: RunDirectory | None, model: LanguageMode
         router = routed
         if router is None and model is None and uses_endpoints(config):
             router = build_router(config, [agent.id for agent in agents], down)
-        inner = router if router is not None else build_model(config) if model is None else model
+        shard_calls: ServedCalls | None = None
+        if config.sim.engine.shards > 1:
+            # The shards make the calls; the run's stack below passes them through.
+            shard_calls = ServedCalls()
+            inner = shard_calls
+        else:
+            inner = (router if router is not None else build_model(config) if model is None
+                     else model)
         used: LanguageModel = inner
         guard: ProviderGuard | None = None
-        if model is None and router is None:
+        if model is None and router is None and shard_calls is None:
             used = guard = ProviderGuard(inner, config.run.max_consecutive_provider_failures)
         if rundir is not None:
             # Inside the recordings: a call a resumed run serves from them is not logged again.
@@ -1188,9 +1267,19 @@ def _execute(config: RunConfig, rundir: RunDirectory | None, model: LanguageMode
             if on_step is not None:
                 on_step(report)
 
-        engine = factory(world, agents, model=meter,
-                         seed=as_seed_tree(config.seed).child("engine"),
-                         config=config, on_step=step_done, on_turn=on_turn, fatal=fatal)
+        if shard_calls is not None:
+            sharded_engine = _sharded_engine(
+                config, world, agents, model=meter, given=model, served=shard_calls,
+                down=down or {}, reuse=(str(rundir.file("recordings")) if resume is not None
+                                        and rundir is not None and config.run.record
+                                        else None),
+                on_step=step_done, on_turn=on_turn, fatal=fatal)
+            built.append(sharded_engine)
+            engine: StepEngine = sharded_engine
+        else:
+            engine = factory(world, agents, model=meter,
+                             seed=as_seed_tree(config.seed).child("engine"),
+                             config=config, on_step=step_done, on_turn=on_turn, fatal=fatal)
         if schedule is not None:
             use = getattr(engine, "use_scenario", None)
             if not callable(use):
@@ -1307,6 +1396,8 @@ def _execute(config: RunConfig, rundir: RunDirectory | None, model: LanguageMode
                 store.close()  # committed, so that its hash is the file's final one
             finish_manifest(rundir.file("manifest"), rundir.file("recordings"))
     finally:
+        for sharded in built:
+            sharded.close()
         if calllog is not None:
             calllog.close()
         if tracer is not None:
@@ -1678,11 +1769,13 @@ def replay_run(run_dir: str | os.PathLike[str], *, overrides: tuple[str, ...] = 
     rundir = RunDirectory(run_dir)
     data = rundir.read_config()
     expected = rundir.read_digest()
-    allowed = ("sim.engine.mode=", "sim.engine.concurrency=")
+    allowed = ("sim.engine.mode=", "sim.engine.concurrency=", "sim.engine.shards=",
+               "sim.engine.shard_mode=")
     other = [item for item in overrides if not item.startswith(allowed)]
     if other:
-        raise ConfigError(f"a replay runs the recorded simulation: only sim.engine.mode and "
-                          f"sim.engine.concurrency can be overridden, got {other[0]!r}")
+        raise ConfigError(f"a replay runs the recorded simulation: only sim.engine.mode, "
+                          "concurrency, shards and shard_mode can be overridden, got "
+                          f"{other[0]!r}")
     # A replay spends nothing: budgets, failure limits and checkpoints do not bind it.
     config = parse_config(data, str(rundir.file("config")),
                           (*overrides, "run.budget.cost=null", "run.budget.tokens=null",

@@ -1,0 +1,615 @@
+"""A society over shards: ``sim.engine.shards=N`` runs the round engine's turns on N shards.
+
+The agents are partitioned over the shards (round-robin in id order). Each
+shard holds its agents and a *replica* of the world, built by the same
+factory, and makes its agents' model calls itself. The coordinator (the
+engine in the run's process) keeps the one world that resolves actions. A
+step goes like this:
+
+1. The coordinator sends each shard the events resolved since its last step,
+   and the ids of its agents that take a turn now.
+2. Each shard applies the events to its replica (:meth:`World.replay`), takes
+   one snapshot, and runs its agents' turns against it: observe, prompt, call,
+   parse. It returns each turn's action (or its error) and the model calls it
+   made.
+3. The coordinator passes those calls through its own model stack (meter,
+   recordings, ``calls.jsonl``) in call-site order. It then resolves the
+   actions in the engine's seeded order, exactly as one process does.
+
+Who acts where never reaches the results. A turn sees the state the
+unsharded engine shows it (the replica is the world as of the step's start),
+its agent's own state and its model's reply for its call site. The
+resolution order and every event are the coordinator's. So the digest and
+``action_events.jsonl`` are byte-identical at any shard count and in any
+``shard_mode`` (``inline``: shards stepped in turn in one process;
+``threads``; ``processes``: one process each).
+
+A checkpoint holds the coordinator's world and the agents' states, pulled
+from the shards: the format of an unsharded run. A run therefore resumes at
+any shard count, and so does its replay.
+
+What shards do not take yet (each refused in one line before anything is
+written): the event-driven engine, a scenario (it changes the world outside
+events), ``run.budget`` (the calls are paid in the shards before the
+coordinator sees them), OpenTelemetry tracing, and ``sim.engine.mode=asyncio``
+inside a shard.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures as cf
+import contextlib
+import multiprocessing
+import pickle
+import threading
+import time as _time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Final
+
+from simulacra._util import ModelWrapper
+from simulacra.agents import LLMAgent
+from simulacra.errors import ConfigError, ShardCrashed
+
+from ._rounds import RoundEngine
+
+if TYPE_CHECKING:
+    from multiprocessing.connection import Connection
+
+    from simulacra.agents import ActionEvent, ActionSpec, Actor, AgentId, World
+    from simulacra.llm import CallSite, Completion, CompletionRequest, LanguageModel
+
+    from ._config import RunConfig
+
+__all__ = ["SHARD_MODES", "ServedCalls", "ShardSpec", "ShardedRoundEngine", "check_shards",
+           "partition"]
+
+#: How shards run: stepped in turn in this process, on threads, or in processes.
+SHARD_MODES: Final = ("inline", "threads", "processes")
+
+#: One call a shard made: (agent, n, request, completion or error, wall seconds).
+Call = tuple[str, int, "CompletionRequest", Any, float]
+#: A turn's outcome: (True, action) or (False, error).
+Outcome = tuple[bool, Any]
+
+
+def check_shards(config: RunConfig) -> None:
+    """Refuse what shards do not take yet, before anything is built or written.
+
+    Raises:
+        ConfigError: One line naming the setting and why.
+    """
+    engine = config.sim.engine
+    if engine.shards == 1:
+        return
+    why = None
+    if engine.step.built_in != "round":
+        why = (f"the step engine {engine.step.built_in!r} does not run on shards yet (the "
+               "round engine does)")
+    elif config.data.get("scenario") is not None:
+        why = "a scenario changes the world outside its events, which shards cannot follow yet"
+    elif config.run.budget.tokens is not None or config.run.budget.cost is not None:
+        why = ("run.budget cannot be held on shards (their calls are paid before the "
+               "coordinator sees them); drop the budget or use one shard")
+    elif config.run.trace.otel != "off":
+        why = "run.trace.otel does not follow turns into shards yet"
+    elif engine.mode == "asyncio":
+        why = "sim.engine.mode=asyncio inside a shard is not built yet (use threads)"
+    if why is not None:
+        raise ConfigError(f"sim.engine.shards={engine.shards}: {why}")
+
+
+@dataclass
+class ShardSpec:
+    """What a shard is built from (picklable: it crosses into a shard's process).
+
+    Attributes:
+        index: The shard's number.
+        agents: The ids of its agents (as ``str``).
+        config: The run's config data and its source path.
+        build: ``build(config) -> (world, agents)``: the society, as the run builds it.
+        model: ``model(config, agent_ids) -> LanguageModel``: the shard's model
+            (None: use :attr:`shared`).
+        shared: A model object the shard uses as it is (one process only).
+        reuse: A recordings file whose calls the shard serves from it (a resumed
+            run: the calls it already paid for), or None.
+        mode: ``sequential`` or ``threads``: how the shard runs its turns.
+        concurrency: Turns in flight at once inside the shard (threads).
+    """
+
+    index: int
+    agents: list[str]
+    config: tuple[dict[str, Any], str | None]
+    build: Callable[[RunConfig], tuple[World, list[Actor]]]
+    model: Callable[[RunConfig, list[str]], LanguageModel] | None = None
+    shared: LanguageModel | None = None
+    reuse: str | None = None
+    mode: str = "sequential"
+    concurrency: int = 16
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+class _Capture(ModelWrapper):
+    """Shard side: passes calls on, keeping each (site, request, reply, wall) for the run."""
+
+    __slots__ = ("_lock", "calls", "inner")
+
+    inner: LanguageModel
+
+    def __init__(self, inner: LanguageModel) -> None:
+        self.inner = inner
+        self._lock = threading.Lock()
+        self.calls: list[Call] = []
+
+    def _keep(self, site: CallSite | None, request: CompletionRequest, result: Any,
+              wall: float) -> None:
+        if site is None:
+            return
+        with self._lock:
+            self.calls.append((site.agent, site.n, request, result, wall))
+
+    def complete(self, request: CompletionRequest, *, site: CallSite | None = None) -> Completion:
+        start = _time.perf_counter()
+        try:
+            completion = self.inner.complete(request, site=site)
+        except Exception as exc:
+            self._keep(site, request, exc, _time.perf_counter() - start)
+            raise
+        self._keep(site, request, completion, _time.perf_counter() - start)
+        return completion
+
+    async def acomplete(self, request: CompletionRequest, *,
+                        site: CallSite | None = None) -> Completion:
+        start = _time.perf_counter()
+        try:
+            completion = await self.inner.acomplete(request, site=site)
+        except Exception as exc:
+            self._keep(site, request, exc, _time.perf_counter() - start)
+            raise
+        self._keep(site, request, completion, _time.perf_counter() - start)
+        return completion
+
+    def take(self) -> list[Call]:
+        with self._lock:
+            calls, self.calls = self.calls, []
+        return calls
+
+
+class _Reuse(ModelWrapper):
+    """Shard side of a resumed run: a call already recorded is served from the recordings."""
+
+    __slots__ = ("inner", "store")
+
+    inner: LanguageModel
+
+    def __init__(self, inner: LanguageModel, path: str) -> None:
+        from simulacra.llm import RecordingStore  # noqa: PLC0415  (lazy)
+
+        self.inner = inner
+        self.store = RecordingStore(path, readonly=True)
+
+    def _found(self, request: CompletionRequest, site: CallSite | None) -> Completion | None:
+        key = request.key()
+        found = self.store.get(key, site)
+        if found is None:
+            failure = self.store.failure(key, site)
+            if failure is not None:
+                raise failure
+        return found
+
+    def complete(self, request: CompletionRequest, *, site: CallSite | None = None) -> Completion:
+        found = self._found(request, site)
+        return found if found is not None else self.inner.complete(request, site=site)
+
+    async def acomplete(self, request: CompletionRequest, *,
+                        site: CallSite | None = None) -> Completion:
+        found = self._found(request, site)
+        return found if found is not None else await self.inner.acomplete(request, site=site)
+
+    def close(self) -> None:
+        self.store.close()
+        super().close()
+
+
+class ServedCalls:
+    """Coordinator side: the bottom of the run's model stack, answering with the shards' replies.
+
+    Before the coordinator passes a batch's calls through its stack, it loads
+    them here; each call then gets the reply (or raises the error) that its
+    shard got for that call site.
+    """
+
+    def __init__(self) -> None:
+        self._calls: dict[tuple[str, int], Any] = {}
+        #: Wall seconds each call took in its shard, by call site (calls.jsonl).
+        self.walls: dict[tuple[str, int], float] = {}
+
+    def load(self, calls: Iterable[Call]) -> None:
+        for agent, n, _request, result, wall in calls:
+            self._calls[(agent, n)] = result
+            self.walls[(agent, n)] = wall
+
+    def clear(self) -> None:
+        self._calls.clear()
+        self.walls.clear()
+
+    def _serve(self, site: CallSite | None) -> Completion:
+        if site is None:
+            raise ConfigError("a call on shards must name its call site")
+        result = self._calls.pop((site.agent, site.n))
+        if isinstance(result, BaseException):
+            raise result
+        completion: Completion = result
+        return completion
+
+    def complete(self, request: CompletionRequest, *, site: CallSite | None = None) -> Completion:
+        return self._serve(site)
+
+    async def acomplete(self, request: CompletionRequest, *,
+                        site: CallSite | None = None) -> Completion:
+        return self._serve(site)
+
+
+class _ShardCore:
+    """One shard: its agents and its replica of the world (in any process)."""
+
+    def __init__(self, spec: ShardSpec) -> None:
+        from ._config import parse_config  # noqa: PLC0415  (lazy)
+
+        data, source = spec.config
+        config = parse_config(data, source)
+        world, agents = spec.build(config)
+        mine = set(spec.agents)
+        self.world = world
+        self.agents: dict[str, Actor] = {str(a.id): a for a in agents if str(a.id) in mine}
+        missing = mine - self.agents.keys()
+        if missing:
+            raise ConfigError(f"shard {spec.index}: the factory built no agent "
+                              f"{sorted(missing)[0]!r}")
+        if spec.model is not None:
+            inner = spec.model(config, list(spec.extra.get("all", sorted(mine))))
+        elif spec.shared is not None:
+            inner = spec.shared
+        else:
+            raise ConfigError(f"shard {spec.index}: no model")
+        if spec.reuse is not None:
+            inner = _Reuse(inner, spec.reuse)
+        self.capture = _Capture(inner)
+        for agent in self.agents.values():
+            if isinstance(agent, LLMAgent):
+                agent.bind(self.capture)
+        self.mode = spec.mode
+        self.concurrency = spec.concurrency
+        self.pool: cf.ThreadPoolExecutor | None = None
+
+    def step(self, events: Sequence[ActionEvent], ids: Sequence[str], spec: ActionSpec,
+             ) -> tuple[list[Outcome], list[Call]]:
+        """Apply *events* to the replica, then run the turns of *ids*; their outcomes and calls."""
+        world = self.world
+        with world.lock:
+            world.replay(events)
+        if not ids:
+            return [], []
+        snapshot = world.snapshot()
+        agents = [self.agents[i] for i in ids]
+
+        def turn(agent: Actor) -> Outcome:
+            try:
+                agent.observe(world.observation_for(agent.id, snapshot))
+                return True, agent.act(spec)
+            except Exception as exc:
+                return False, exc
+
+        if self.mode == "threads" and len(agents) > 1:
+            if self.pool is None:
+                self.pool = cf.ThreadPoolExecutor(self.concurrency,
+                                                  thread_name_prefix="simulacra-shard")
+            outcomes = list(self.pool.map(turn, agents))
+        else:
+            outcomes = [turn(agent) for agent in agents]
+        calls = self.capture.take()
+        calls.sort(key=lambda call: (call[0], call[1]))
+        return outcomes, calls
+
+    def states(self, ids: Sequence[str]) -> dict[str, Any]:
+        return {i: self.agents[i].get_state() for i in ids if i in self.agents}
+
+    def restore(self, world: Mapping[str, Any], agents: Mapping[str, Any]) -> None:
+        with self.world.lock:
+            self.world.set_state(world)
+        for key, state in agents.items():
+            agent = self.agents.get(key)
+            if agent is not None:
+                agent.set_state(state)
+
+    def close(self) -> None:
+        pool, self.pool = self.pool, None
+        if pool is not None:
+            pool.shutdown(wait=True)
+        close = getattr(self.capture, "close", None)
+        if callable(close):
+            close()
+
+
+def _portable(outcomes: list[Outcome], calls: list[Call]) -> tuple[list[Outcome], list[Call]]:
+    """Errors a process cannot pickle become :class:`ShardCrashed` naming them (rare)."""
+    def fix(value: Any) -> Any:
+        if isinstance(value, BaseException):
+            try:
+                pickle.dumps(value)
+            except Exception:
+                return RuntimeError(f"{type(value).__name__}: {value}")
+        return value
+
+    return ([(ok, fix(value)) for ok, value in outcomes],
+            [(a, n, r, fix(result), w) for a, n, r, result, w in calls])
+
+
+def _shard_main(conn: Connection, spec: ShardSpec) -> None:
+    """A shard process: build the shard, then answer the coordinator until told to stop."""
+    try:
+        core = _ShardCore(spec)
+    except BaseException as exc:  # reported to the coordinator
+        conn.send(("error", f"{type(exc).__name__}: {exc}"))
+        return
+    conn.send(("ready", None))
+    while True:
+        try:
+            command, args = conn.recv()
+        except (EOFError, OSError):
+            break
+        try:
+            if command == "step":
+                answer: Any = _portable(*core.step(*args))
+            elif command == "states":
+                answer = core.states(*args)
+            elif command == "restore":
+                core.restore(*args)
+                answer = None
+            elif command == "close":
+                core.close()
+                conn.send(("ok", None))
+                break
+            else:
+                answer = None
+            conn.send(("ok", answer))
+        except BaseException as exc:  # reported to the coordinator
+            conn.send(("error", f"{type(exc).__name__}: {exc}"))
+
+
+class _ProcessShard:
+    """The coordinator's handle on a shard in its own process."""
+
+    def __init__(self, spec: ShardSpec, context: Any) -> None:
+        self.index = spec.index
+        self.conn, child = context.Pipe()
+        self.process = context.Process(target=_shard_main, args=(child, spec),
+                                       name=f"simulacra-shard-{spec.index}", daemon=True)
+        self.process.start()
+        child.close()
+        self._answer()
+
+    def _answer(self) -> Any:
+        try:
+            kind, value = self.conn.recv()
+        except (EOFError, OSError):
+            code = self.process.exitcode
+            raise ShardCrashed(f"shard {self.index} (pid {self.process.pid}) died"
+                               + (f" with exit code {code}" if code is not None else "")
+                               ) from None
+        if kind == "error":
+            raise ShardCrashed(f"shard {self.index}: {value}")
+        return value
+
+    def send(self, command: str, *args: Any) -> None:
+        try:
+            self.conn.send((command, args))
+        except (BrokenPipeError, OSError):
+            raise ShardCrashed(f"shard {self.index} (pid {self.process.pid}) is gone") from None
+
+    def call(self, command: str, *args: Any) -> Any:
+        self.send(command, *args)
+        return self._answer()
+
+    def close(self) -> None:
+        with contextlib.suppress(ShardCrashed):
+            self.call("close")
+        self.conn.close()
+        self.process.join(5)
+        if self.process.is_alive():
+            self.process.kill()
+            self.process.join()
+
+
+class _LocalShard:
+    """A shard in this process (``inline`` or ``threads``)."""
+
+    def __init__(self, spec: ShardSpec) -> None:
+        self.index = spec.index
+        self.core = _ShardCore(spec)
+
+    def call(self, command: str, *args: Any) -> Any:
+        if command == "step":
+            return self.core.step(*args)
+        if command == "states":
+            return self.core.states(*args)
+        if command == "restore":
+            self.core.restore(*args)
+            return None
+        raise ConfigError(f"unknown shard command {command!r}")
+
+    def close(self) -> None:
+        self.core.close()
+
+
+def _context() -> Any:
+    methods = multiprocessing.get_all_start_methods()
+    return multiprocessing.get_context("forkserver" if "forkserver" in methods else "spawn")
+
+
+class ShardedRoundEngine(RoundEngine):
+    """The round engine with its turns on shards (see the module's doc); results as one process.
+
+    Args:
+        world, agents: As for :class:`RoundEngine`: the coordinator's world and
+            agents (the agents do not act here; their states are pulled from
+            the shards for digests and checkpoints).
+        specs: One :class:`ShardSpec` per shard.
+        shard_mode: One of :data:`SHARD_MODES`.
+        served: The bottom of *model*'s stack, answering with the shards' replies.
+        **kwargs: As for :class:`RoundEngine` (*model* is the run's stack over
+            *served*).
+    """
+
+    __slots__ = ("_open", "_pending", "_restored", "_served", "_shard_mode", "_shard_of",
+                 "_shards", "_specs")
+
+    def __init__(self, world: World, agents: Iterable[Actor], *, specs: Sequence[ShardSpec],
+                 shard_mode: str, served: ServedCalls, **kwargs: Any) -> None:
+        if shard_mode not in SHARD_MODES:
+            raise ConfigError(f"shard_mode must be one of {SHARD_MODES}, got {shard_mode!r}")
+        super().__init__(world, agents, **kwargs)
+        self._specs = list(specs)
+        self._shard_mode = shard_mode
+        self._served = served
+        self._shard_of: dict[str, int] = {a: spec.index for spec in self._specs
+                                          for a in spec.agents}
+        unknown = [str(i) for i in self._ids if str(i) not in self._shard_of]
+        if unknown:
+            raise ConfigError(f"agent {unknown[0]!r} is on no shard")
+        self._shards: list[Any] = []
+        self._open = False
+        #: Events resolved since the shards last heard: sent with their next step.
+        self._pending: list[ActionEvent] = []
+        self._restored: Mapping[str, Any] | None = None
+
+    # -- the shards ------------------------------------------------------------------
+
+    def _start(self) -> None:
+        if self._open:
+            return
+        if self._shard_mode == "processes":
+            context = _context()
+            self._shards = []
+            try:
+                for spec in self._specs:
+                    self._shards.append(_ProcessShard(spec, context))
+            except BaseException:
+                self.close()
+                raise
+        else:
+            self._shards = [_LocalShard(spec) for spec in self._specs]
+        self._open = True
+        if self._restored is not None:
+            self._push(self._restored)
+
+    def _each(self, command: str, args: Sequence[tuple[Any, ...]]) -> list[Any]:
+        """Send *command* to every shard (with its own args) and gather the answers, in order."""
+        shards = self._shards
+        if self._shard_mode == "processes":
+            for shard, arg in zip(shards, args, strict=True):
+                shard.send(command, *arg)
+            return [shard._answer() for shard in shards]
+        if self._shard_mode == "threads" and len(shards) > 1:
+            with cf.ThreadPoolExecutor(len(shards), thread_name_prefix="simulacra-shards") as ex:
+                return list(ex.map(lambda pair: pair[0].call(command, *pair[1]),
+                                   zip(shards, args, strict=True)))
+        return [shard.call(command, *arg) for shard, arg in zip(shards, args, strict=True)]
+
+    def close(self) -> None:
+        """Stop the shards (idempotent)."""
+        shards, self._shards = self._shards, []
+        self._open = False
+        for shard in shards:
+            with contextlib.suppress(Exception):
+                shard.close()
+
+    def run(self, steps: int, *, pause: Callable[[], bool] | None = None) -> Any:
+        self._start()
+        return super().run(steps, pause=pause)
+
+    # -- a batch -----------------------------------------------------------------------
+
+    def _run_batch(self, batch: list[AgentId], spec: ActionSpec) -> list[tuple[bool, Any]]:
+        self._start()
+        events, self._pending = self._pending, []
+        groups: list[list[str]] = [[] for _ in self._shards]
+        for agent_id in batch:
+            groups[self._shard_of[str(agent_id)]].append(str(agent_id))
+        answers = self._each("step", [(events, ids, spec) for ids in groups])
+        by_id: dict[str, tuple[bool, Any]] = {}
+        calls: list[Call] = []
+        for ids, (outcomes, made) in zip(groups, answers, strict=True):
+            by_id.update(zip(ids, outcomes, strict=True))
+            calls.extend(made)
+        # The calls through the run's own stack (meter, recordings, calls.jsonl), in
+        # call-site order: what one process would have recorded, whatever the shards.
+        calls.sort(key=lambda call: (call[0], call[1]))
+        served = self._served
+        served.load(calls)
+        model = self._meter
+        if model is not None:
+            from simulacra.llm import CallSite  # noqa: PLC0415  (loaded by then)
+
+            for agent, n, request, _result, _wall in calls:
+                with contextlib.suppress(Exception):  # its turn has its error already
+                    model.complete(request, site=CallSite(agent, n))
+        served.clear()
+        on_turn = self._on_turn
+        outcomes = [by_id[str(agent_id)] for agent_id in batch]
+        if on_turn is not None:
+            for _ in outcomes:
+                on_turn()
+        return outcomes
+
+    def _resolve(self, step: int, flow: int, batch: list[AgentId],
+                 outcomes: list[tuple[bool, Any]], out: list[ActionEvent]) -> int:
+        start = len(out)
+        failed = super()._resolve(step, flow, batch, outcomes, out)
+        self._pending.extend(out[start:])
+        return failed
+
+    # -- state -------------------------------------------------------------------------
+
+    def _pull(self, ids: Iterable[AgentId] | None) -> None:
+        """Bring the coordinator's agents up to their shards' states."""
+        if not self._open:
+            return
+        wanted = [str(i) for i in (self._ids if ids is None else ids)]
+        per: list[list[str]] = [[] for _ in self._shards]
+        for key in wanted:
+            per[self._shard_of[key]].append(key)
+        answers = self._each("states", [(keys,) for keys in per])
+        by_key = {str(agent_id): agent_id for agent_id in self._agents}
+        for states in answers:
+            for key, state in states.items():
+                self._agents[by_key[key]].set_state(state)
+
+    def _push(self, state: Mapping[str, Any]) -> None:
+        """Give every shard the world and its agents' states of *state* (a restore)."""
+        per: list[dict[str, Any]] = [{} for _ in self._shards]
+        for key, agent_state in state["agents"].items():
+            per[self._shard_of[key]][key] = agent_state
+        self._each("restore", [(state["world"], agents) for agents in per])
+        self._pending = []
+
+    def state(self) -> dict[str, Any]:
+        touched = self._touched
+        self._pull(None if touched is None else sorted(touched))
+        return super().state()
+
+    def restore(self, state: Mapping[str, Any]) -> None:
+        super().restore(state)
+        self._restored = state
+        if self._open:
+            self._push(state)
+
+    def agents_digest(self) -> str:
+        self._pull(None)
+        return super().agents_digest()
+
+
+def partition(ids: Sequence[AgentId], shards: int) -> list[list[str]]:
+    """The agents of each shard: round-robin in id order."""
+    keys = [str(i) for i in ids]
+    return [keys[k::shards] for k in range(shards)]
