@@ -15,6 +15,7 @@ place) finds it again (:func:`portable_factory`).
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import importlib.util
 import json
@@ -61,11 +62,20 @@ def config_sha256(data: Mapping[str, Any]) -> str:
 def simulation_sha256(data: Mapping[str, Any]) -> str:
     """:func:`config_sha256` of the config less its ``run`` section: what the run simulates.
 
-    A resume may change ``run.*`` settings (a budget, checkpoints) and no other,
-    so this hash is the same in every session of a run; a replay checks the
-    stored ``config.yaml`` against it.
+    A resume may change ``run.*`` settings (a budget, checkpoints) and where the
+    turns run (``sim.engine.shards``, ``shard_mode``, left out of the hash) and
+    no other, so this hash is the same in every session of a run; a replay
+    checks the stored ``config.yaml`` against it.
     """
-    return config_sha256({key: value for key, value in data.items() if key != "run"})
+    simulated = {key: value for key, value in data.items() if key != "run"}
+    engine = (simulated.get("sim") or {}).get("engine")
+    if isinstance(engine, Mapping) and ("shards" in engine or "shard_mode" in engine):
+        # Where the turns run is not what is simulated: a run resumes, and replays, at
+        # any shard count (the keys are stored only when set, so older runs hash as before).
+        simulated = copy.deepcopy(simulated)
+        for key in ("shards", "shard_mode"):
+            simulated["sim"]["engine"].pop(key, None)
+    return config_sha256(simulated)
 
 
 def factory_file(ref: str | None) -> Path | None:

@@ -695,10 +695,12 @@ def resume_society(run_dir: str | os.PathLike[str], *,
 
     probe = RunDirectory(run_dir)
     data = probe.read_config()
-    outside = [item for item in overrides if not item.startswith("run.")]
+    outside = [item for item in overrides
+               if not item.startswith(("run.", "sim.engine.shards=", "sim.engine.shard_mode="))]
     if outside:
         raise ConfigError(f"a resumed run continues the stored simulation: only run.* settings "
-                          f"can be overridden, got {outside[0]!r}")
+                          "and sim.engine.shards and shard_mode can be overridden, got "
+                          f"{outside[0]!r}")
     config = parse_config(data, str(probe.file("config")), overrides)
     moved = portable_factory(probe.path, config.sim.world.factory)
     if moved is not None:

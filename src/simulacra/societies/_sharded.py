@@ -350,13 +350,14 @@ def _shard_main(conn: Connection, spec: ShardSpec) -> None:
     try:
         core = _ShardCore(spec)
     except BaseException as exc:  # reported to the coordinator
-        conn.send(("error", f"{type(exc).__name__}: {exc}"))
+        with contextlib.suppress(OSError):
+            conn.send(("error", f"{type(exc).__name__}: {exc}"))
         return
     conn.send(("ready", None))
     while True:
         try:
             command, args = conn.recv()
-        except (EOFError, OSError):
+        except (EOFError, OSError, KeyboardInterrupt):  # the run is gone, or stopping
             break
         try:
             if command == "step":
@@ -374,7 +375,10 @@ def _shard_main(conn: Connection, spec: ShardSpec) -> None:
                 answer = None
             conn.send(("ok", answer))
         except BaseException as exc:  # reported to the coordinator
-            conn.send(("error", f"{type(exc).__name__}: {exc}"))
+            with contextlib.suppress(OSError):  # unless it is gone
+                conn.send(("error", f"{type(exc).__name__}: {exc}"))
+            if not isinstance(exc, Exception):
+                break
 
 
 class _ProcessShard:
@@ -421,8 +425,18 @@ class _ProcessShard:
             self.process.join()
 
 
+def _copied(value: Any) -> Any:
+    """*value* as a shard's process would receive it: a copy, sharing no object."""
+    return pickle.loads(pickle.dumps(value, pickle.HIGHEST_PROTOCOL))  # noqa: S301  (our own)
+
+
 class _LocalShard:
-    """A shard in this process (``inline`` or ``threads``)."""
+    """A shard in this process (``inline`` or ``threads``).
+
+    What crosses between it and the coordinator is copied, as it would be
+    between processes: a world state, an event or an agent's state handed
+    over must not stay shared (one world's change would show in another).
+    """
 
     def __init__(self, spec: ShardSpec) -> None:
         self.index = spec.index
@@ -430,11 +444,12 @@ class _LocalShard:
 
     def call(self, command: str, *args: Any) -> Any:
         if command == "step":
-            return self.core.step(*args)
+            events, ids, spec = args
+            return _copied(_portable(*self.core.step(_copied(events), ids, spec)))
         if command == "states":
-            return self.core.states(*args)
+            return _copied(self.core.states(*args))
         if command == "restore":
-            self.core.restore(*args)
+            self.core.restore(*_copied(args))
             return None
         raise ConfigError(f"unknown shard command {command!r}")
 

@@ -1,0 +1,237 @@
+"""Sharded societies (``sim.engine.shards``): the unsharded run's digest and events at any count.
+
+The reference is always the same society run in one process. Generated
+societies (agents, steps, participation, flows, resolution, seed) run on
+1 to 8 shards, inline and on threads; a few run in shard processes, with
+checkpoints, a killed shard, a resume at another shard count, a replay, and
+real loopback model servers.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import simulacra
+from simulacra.cli import main
+from simulacra.llm import ScriptedServer
+
+ROOT = Path(__file__).resolve().parents[2]
+CONFIG = ROOT / "examples" / "social" / "config.yaml"
+
+pytestmark = pytest.mark.timeout(300)
+
+
+def _run(overrides: list[str], out: Path | None = None) -> simulacra.SocietyRun:
+    return simulacra.run_society(simulacra.load_config(CONFIG, overrides), out=out)
+
+
+@settings(max_examples=25, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(agents=st.integers(2, 14), steps=st.integers(1, 4), shards=st.integers(1, 8),
+       shard_mode=st.sampled_from(["inline", "threads"]),
+       mode=st.sampled_from(["sequential", "threads"]),
+       participation=st.sampled_from([1.0, 0.6]), flows=st.integers(1, 3),
+       resolution=st.sampled_from(["seeded", "id"]), seed=st.integers(0, 5))
+def test_generated_societies_give_the_unsharded_digest_on_any_shard_count(  # noqa: PLR0917
+        agents: int, steps: int, shards: int, shard_mode: str, mode: str,
+        participation: float, flows: int, resolution: str, seed: int) -> None:
+    base = [f"seed={seed}", f"sim.agents={max(agents, 2)}", f"sim.steps={steps}",
+            f"sim.engine.mode={mode}", f"sim.engine.participation={participation}",
+            f"sim.engine.flows={flows}", f"sim.engine.resolution={resolution}"]
+    one = _run(base)
+    many = _run([*base, f"sim.engine.shards={shards}", f"sim.engine.shard_mode={shard_mode}"])
+    assert many.result.digest == one.result.digest
+    assert many.result.step_digests == one.result.step_digests
+    assert many.result.agents_digest == one.result.agents_digest
+    assert many.llm["calls"] == one.llm["calls"]
+
+
+@pytest.mark.parametrize("shards", [2, 4, 8])
+def test_process_shards_write_the_unsharded_run_directory(tmp_path: Path, shards: int) -> None:
+    base = ["sim.agents=16", "sim.steps=3", "run.checkpoint_every=1"]
+    one = _run(base, tmp_path / "one")
+    many = _run([*base, f"sim.engine.shards={shards}"], tmp_path / "many")
+    assert many.result.digest == one.result.digest
+    for name in ("action_events.jsonl", "digest.txt"):
+        assert (tmp_path / "many" / name).read_bytes() == (tmp_path / "one" / name).read_bytes()
+    calls = (tmp_path / "many" / "calls.jsonl").read_text().splitlines()
+    assert len(calls) == many.llm["calls"] == one.llm["calls"]
+    # the recordings serve a replay at another shard count, and in one process
+    assert simulacra.replay_run(tmp_path / "many").matches
+    assert simulacra.replay_run(tmp_path / "many", overrides=("sim.engine.shards=1",)).matches
+    assert simulacra.replay_run(tmp_path / "one",
+                                overrides=("sim.engine.shards=3",)).matches
+
+
+def _write_config(folder: Path, factory: str, *extra: str) -> Path:
+    config = folder / "config.yaml"
+    config.write_text(textwrap.dedent(f"""\
+        name: sharded
+        seed: 4
+        sim:
+          agents: 10
+          steps: 5
+          world: {{factory: {factory}}}
+          engine: {{shards: 3, shard_mode: processes, mode: threads, concurrency: 4}}
+        run: {{checkpoint_every: 1}}
+        """) + "".join(f"{line}\n" for line in extra))
+    return config
+
+
+def _simulacra(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+    return subprocess.run([sys.executable, "-m", "simulacra", *args], capture_output=True,
+                          text=True, timeout=240, check=False, env=env, cwd=cwd)
+
+
+def test_a_killed_shard_stops_the_run_and_it_resumes_at_another_shard_count(
+        tmp_path: Path) -> None:
+    """A shard process SIGKILLed in step 3: the run stops loudly; its last checkpoint
+    resumes on 2 shards, then on 1, to the digest and events of the uncut run."""
+    folder = tmp_path / "model"
+    folder.mkdir()
+    (folder / "killing.py").write_text(textwrap.dedent(f"""\
+        import os, signal, sys
+        sys.path.insert(0, {str(ROOT / 'examples' / 'social')!r})
+        import model as social
+
+        def build(kill_at=None, **kwargs):
+            world, agents = social.build(**kwargs)
+            first = agents[0]
+
+            class Killing(type(first)):
+                def act(self, spec):
+                    # only in a shard's process: the run's own process never acts
+                    if (spec.step == kill_at
+                            and os.environ.get("SIMULACRA_TEST_SHARD") == "1"):
+                        os.kill(os.getpid(), signal.SIGKILL)
+                    return super().act(spec)
+
+            first.__class__ = Killing
+            return world, agents
+        """))
+    config = _write_config(folder, "killing.py:build")
+    whole = _simulacra("run", str(config), "--out", str(tmp_path / "whole"), "--no-progress")
+    assert whole.returncode == 0, whole.stderr
+    os.environ["SIMULACRA_TEST_SHARD"] = "1"
+    try:
+        cut = _simulacra("run", str(config), "sim.world.kill_at=3", "--out",
+                         str(tmp_path / "cut"), "--no-progress")
+    finally:
+        del os.environ["SIMULACRA_TEST_SHARD"]
+    assert cut.returncode == 1, cut.stderr
+    assert "shard 0" in cut.stderr
+    assert "died" in cut.stderr
+    assert "Traceback" not in cut.stderr
+    assert not (tmp_path / "cut" / "digest.txt").exists()
+    (tmp_path / "cut" / "config.yaml").write_text(
+        (tmp_path / "cut" / "config.yaml").read_text().replace("kill_at: 3", "kill_at: null"))
+    resumed = _simulacra("run", "--resume", str(tmp_path / "cut"), "--no-progress",
+                         "sim.engine.shards=2")
+    assert resumed.returncode == 0, resumed.stderr
+    for name in ("digest.txt", "action_events.jsonl"):
+        assert ((tmp_path / "cut" / name).read_bytes()
+                == (tmp_path / "whole" / name).read_bytes()), name
+    replayed = _simulacra("replay", str(tmp_path / "cut"), "sim.engine.shards=1")
+    assert replayed.returncode == 0, replayed.stderr + replayed.stdout
+
+
+def test_a_crashed_coordinator_resumes_on_shards_to_the_uncut_digest(tmp_path: Path) -> None:
+    factory = f"{ROOT / 'tests' / 'societies' / '_crashing.py'}:build"
+    config = _write_config(tmp_path, factory)
+    whole = _simulacra("run", str(config), "--out", str(tmp_path / "whole"), "--no-progress",
+                       "sim.engine.shards=1")
+    assert whole.returncode == 0, whole.stderr
+    crashed = _simulacra("run", str(config), "sim.world.crash_at=2", "--out",
+                         str(tmp_path / "cut"), "--no-progress")
+    assert crashed.returncode == 9, crashed.stderr
+    (tmp_path / "cut" / "config.yaml").write_text(
+        (tmp_path / "cut" / "config.yaml").read_text().replace("crash_at: 2", "crash_at: null"))
+    resumed = _simulacra("run", "--resume", str(tmp_path / "cut"), "--no-progress",
+                         "sim.engine.shards=4", "sim.engine.shard_mode=threads")
+    assert resumed.returncode == 0, resumed.stderr
+    assert ((tmp_path / "cut" / "digest.txt").read_text()
+            == (tmp_path / "whole" / "digest.txt").read_text())
+
+
+def test_shards_calling_a_real_server_give_the_digest_of_one_process(tmp_path: Path) -> None:
+    with ScriptedServer(seed=0) as server:
+        served = ["sim.llm.provider=openai_compatible", f"sim.llm.base_url={server.base_url}",
+                  "sim.llm.model=scripted", "sim.agents=9", "sim.steps=3"]
+        one = _run(served, tmp_path / "one")
+        before = server.calls
+        many = _run([*served, "sim.engine.shards=3"], tmp_path / "many")
+        made = server.calls - before
+    assert many.result.digest == one.result.digest
+    assert made == one.llm["calls"]  # every call made once, in a shard
+    assert json.loads((tmp_path / "many" / "summary.json").read_text())["llm"]["calls"] == made
+
+
+def test_shards_route_over_endpoints(tmp_path: Path) -> None:
+    with ScriptedServer(seed=0) as left, ScriptedServer(seed=0) as right:
+        routed = ["sim.agents=8", "sim.steps=2",
+                  *(f"sim.llm.endpoints.{name}.{key}" for name, url in
+                    (("left", left.base_url), ("right", right.base_url))
+                    for key in ("provider=openai_compatible", f"base_url={url}",
+                                "model=scripted")),
+                  "sim.llm.routing.default=left",
+                  "sim.llm.routing.rules=[{agents: '[a-d]*', endpoint: right}]"]
+        one = _run(routed, tmp_path / "one")
+        many = _run([*routed, "sim.engine.shards=2"], tmp_path / "many")
+    assert many.result.digest == one.result.digest
+    lines = [json.loads(line)
+             for line in (tmp_path / "many" / "calls.jsonl").read_text().splitlines()]
+    assert {line["endpoint"] for line in lines} == {"left", "right"}
+    for line in lines:
+        assert line["endpoint"] == ("right" if line["agent"][0] in "abcd" else "left")
+
+
+BAD = {
+    "the event engine": (["sim.engine.step.built_in=async_event"], "does not run on shards"),
+    "a budget": (["run.budget.tokens=1000"], "run.budget cannot be held on shards"),
+    "asyncio in a shard": (["sim.engine.mode=asyncio"], "asyncio inside a shard"),
+    "no shards": (["sim.engine.shards=0"], "sim.engine.shards"),
+    "a shard mode typo": (["sim.engine.shard_mode=forks"], "sim.engine.shard_mode"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD))
+def test_what_shards_do_not_take_is_one_line_and_exit_2(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], case: str) -> None:
+    overrides, expected = BAD[case]
+    shards = [] if any(o.startswith("sim.engine.shards") for o in overrides) else [
+        "sim.engine.shards=2"]
+    args = ["run", str(CONFIG), "--out", str(tmp_path / "run"), "--no-progress",
+            "sim.agents=4", "sim.steps=1", *shards, *overrides]
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1, err
+    assert expected in err
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_model_object_that_cannot_cross_into_a_process_is_refused() -> None:
+    import threading
+
+    class Local(simulacra.ScriptedModel):
+        def __init__(self) -> None:
+            super().__init__(seed=0)
+            self.lock = threading.Lock()  # unpicklable, and a local class besides
+
+    config = simulacra.load_config(CONFIG, ["sim.agents=4", "sim.steps=1",
+                                            "sim.engine.shards=2"])
+    with pytest.raises(simulacra.ConfigError, match="cannot be sent to a shard's process"):
+        simulacra.run_society(config, model=Local())
+    threads = config.with_overrides(["sim.engine.shard_mode=threads"])
+    assert simulacra.run_society(threads, model=Local()).result.digest == (
+        simulacra.run_society(config.with_overrides(["sim.engine.shards=1"]),
+                              model=Local()).result.digest)
