@@ -41,6 +41,7 @@ import concurrent.futures as cf
 import contextlib
 import multiprocessing
 import pickle
+import signal
 import threading
 import time as _time
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -347,6 +348,9 @@ def _portable(outcomes: list[Outcome], calls: list[Call]) -> tuple[list[Outcome]
 
 def _shard_main(conn: Connection, spec: ShardSpec) -> None:
     """A shard process: build the shard, then answer the coordinator until told to stop."""
+    # A Ctrl-C reaches the whole process group: the run stops at the end of its step
+    # (the coordinator's handler), and a shard must still be there to finish the step.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:
         core = _ShardCore(spec)
     except BaseException as exc:  # reported to the coordinator
