@@ -11,9 +11,11 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
@@ -235,3 +237,46 @@ def test_a_model_object_that_cannot_cross_into_a_process_is_refused() -> None:
     assert simulacra.run_society(threads, model=Local()).result.digest == (
         simulacra.run_society(config.with_overrides(["sim.engine.shards=1"]),
                               model=Local()).result.digest)
+
+
+def test_ctrl_c_on_the_whole_group_stops_at_a_step_and_resumes_on_other_shards(
+        tmp_path: Path) -> None:
+    """A terminal's Ctrl-C reaches the shard processes too: the run still stops at the end
+    of its step (exit 130), and resumes on 3 shards to the one-process run's files, with no
+    completed call asked for twice."""
+    def command(url: str, out: Path, *extra: str) -> list[str]:
+        return [sys.executable, "-m", "simulacra", "run", str(CONFIG), "--out", str(out),
+                "--no-progress", "sim.agents=8", "sim.steps=12", "sim.engine.concurrency=2",
+                "sim.llm.provider=openai_compatible", f"sim.llm.base_url={url}",
+                "sim.llm.model=scripted", *extra]
+
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+    with ScriptedServer(latency=0.02) as server:
+        whole = subprocess.run(command(server.base_url, tmp_path / "whole"), capture_output=True,
+                               text=True, env=env, timeout=240, check=False)
+        assert whole.returncode == 0, whole.stderr
+        server.reset()
+        cut = tmp_path / "cut"
+        process = subprocess.Popen(command(server.base_url, cut, "sim.engine.shards=2"),
+                                   text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                   env=env, start_new_session=True)
+        telemetry = cut / "telemetry.jsonl"
+        deadline = time.monotonic() + 120
+        while not (telemetry.is_file() and len(telemetry.read_text().splitlines()) >= 2):
+            assert process.poll() is None, process.communicate()
+            assert time.monotonic() < deadline, "the run made no progress"
+            time.sleep(0.02)
+        os.killpg(process.pid, signal.SIGINT)
+        _, err = process.communicate(timeout=120)
+        assert process.returncode == 130, err
+        assert "Traceback" not in err
+        assert f"simulacra run --resume {cut}" in err
+        resumed = subprocess.run([sys.executable, "-m", "simulacra", "run", "--resume", str(cut),
+                                  "--no-progress", "sim.engine.shards=3"], capture_output=True,
+                                 text=True, env=env, timeout=240, check=False)
+        assert resumed.returncode == 0, resumed.stderr
+        sites = [(r.get("site"), json.dumps(r.get("body", {}).get("messages"), sort_keys=True))
+                 for r in server.requests if r.get("status") == 200]
+    assert len(sites) == len(set(sites))
+    for name in ("digest.txt", "action_events.jsonl"):
+        assert (cut / name).read_bytes() == (tmp_path / "whole" / name).read_bytes(), name
