@@ -166,7 +166,7 @@ def test_a_crashed_coordinator_resumes_on_shards_to_the_uncut_digest(tmp_path: P
 
 
 def test_shards_calling_a_real_server_give_the_digest_of_one_process(tmp_path: Path) -> None:
-    with ScriptedServer(seed=0) as server:
+    with ScriptedServer(seed=0, latency=0.02) as server:
         served = ["sim.llm.provider=openai_compatible", f"sim.llm.base_url={server.base_url}",
                   "sim.llm.model=scripted", "sim.agents=9", "sim.steps=3"]
         one = _run(served, tmp_path / "one")
@@ -176,6 +176,11 @@ def test_shards_calling_a_real_server_give_the_digest_of_one_process(tmp_path: P
     assert many.result.digest == one.result.digest
     assert made == one.llm["calls"]  # every call made once, in a shard
     assert json.loads((tmp_path / "many" / "summary.json").read_text())["llm"]["calls"] == made
+    # a call's latency in calls.jsonl is its time in its shard (the server sleeps 20 ms)
+    lines = [json.loads(line)
+             for line in (tmp_path / "many" / "calls.jsonl").read_text().splitlines()]
+    assert len(lines) == made
+    assert min(line["latency_s"] for line in lines) >= 0.02
 
 
 def test_shards_route_over_endpoints(tmp_path: Path) -> None:

@@ -114,7 +114,7 @@ class CallLog:
     """
 
     __slots__ = ("_file", "_flushed", "_lock", "_start", "context", "price", "priced",
-                 "session", "simulated")
+                 "session", "simulated", "wall_of")
 
     def __init__(self, path: str | Path, *, session: int,
                  price: Callable[[int, int], float],
@@ -134,6 +134,17 @@ class CallLog:
         self.context: Context | None = None
         #: The simulated latency of a call (the event-driven engine), or None.
         self.simulated: Simulated | None = None
+        #: ``wall_of(site)``: the wall seconds a call took where it was made (a
+        #: shard), or None: the time it takes to return here.
+        self.wall_of: Callable[[CallSite], float | None] | None = None
+
+    def took(self, site: CallSite | None, wall: float) -> float:
+        """The wall seconds of the call at *site* that returned here after *wall*."""
+        wall_of = self.wall_of
+        if wall_of is None or site is None:
+            return wall
+        made = wall_of(site)
+        return wall if made is None else made
 
     def _where(self, site: CallSite | None) -> tuple[int, int, float]:
         context = self.context
@@ -253,9 +264,10 @@ class CallLogModel(ModelWrapper):
         try:
             completion = self.inner.complete(request, site=site)
         except Exception as exc:
-            self.log.failed(request, site, exc, clock() - started, started)
+            self.log.failed(request, site, exc, self.log.took(site, clock() - started), started)
             raise
-        self.log.done(request, site, completion, clock() - started, started)
+        self.log.done(request, site, completion, self.log.took(site, clock() - started),
+                      started)
         return completion
 
     async def acomplete(self, request: CompletionRequest, *,
@@ -265,9 +277,10 @@ class CallLogModel(ModelWrapper):
         try:
             completion = await self.inner.acomplete(request, site=site)
         except Exception as exc:
-            self.log.failed(request, site, exc, clock() - started, started)
+            self.log.failed(request, site, exc, self.log.took(site, clock() - started), started)
             raise
-        self.log.done(request, site, completion, clock() - started, started)
+        self.log.done(request, site, completion, self.log.took(site, clock() - started),
+                      started)
         return completion
 
     def __getattr__(self, name: str) -> Any:

@@ -1303,6 +1303,9 @@ def _execute(config: RunConfig, rundir: RunDirectory | None, model: LanguageMode
                 lambda _agent: (first + tally.steps, first + tally.steps,
                                 float(first + tally.steps)))
             calllog.simulated = getattr(engine, "simulated_latency", None)
+            if shard_calls is not None:  # a call's wall time is its time in its shard
+                walls = shard_calls.walls
+                calllog.wall_of = lambda site: walls.get((site.agent, site.n))
         try:
             # A step's objects (events, held recordings, prompts) live long enough to
             # reach the oldest generation; full collections over them were 10% of a run.
