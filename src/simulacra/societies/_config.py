@@ -75,7 +75,8 @@ DEFAULTS: Final[Mapping[str, Any]] = {
     "run": {"out": None, "record": True, "checkpoint_every": None,
             "checkpoint_every_time": None, "max_consecutive_provider_failures": 3,
             "max_failed_fraction": 0.5, "preflight": True, "memory_limit_gb": None,
-            "budget": {"tokens": None, "cost": None}, "trace": {"otel": "off"}},
+            "budget": {"tokens": None, "cost": None}, "trace": {"otel": "off"},
+            "dask": {"scheduler_address": None}},
 }
 
 
@@ -115,8 +116,9 @@ def _schema() -> Any:
         fail_fast: bool = False
         #: Shards the agents' turns run on (docs/sharding.md); 1: this process alone.
         shards: int = Field(default=1, ge=1, le=1024)
-        #: How shards run: inline (in turn, here), threads, or processes.
-        shard_mode: Literal["inline", "threads", "processes"] = "processes"
+        #: How shards run: inline (in turn, here), threads, processes, or dask (actors
+        #: on a Dask cluster: run.dask.scheduler_address, or a LocalCluster).
+        shard_mode: Literal["inline", "threads", "processes", "dask"] = "processes"
 
     class Latency(_Strict):
         base: float = Field(default=0.2, ge=0.0)
@@ -227,6 +229,10 @@ def _schema() -> Any:
             # YAML 1.1 reads a bare `off` (and `no`, `false`) as False.
             return "off" if value is False or value is None else value
 
+    class Dask(_Strict):
+        #: A running scheduler (``tcp://host:8786``); None: a LocalCluster on loopback.
+        scheduler_address: str | None = None
+
     class Run(_Strict):
         out: str | None = None
         record: bool = True
@@ -244,6 +250,7 @@ def _schema() -> Any:
         memory_limit_gb: float | None = Field(default=None, gt=0.0)
         budget: Budget = Field(default_factory=Budget)
         trace: Trace = Field(default_factory=Trace)
+        dask: Dask = Field(default_factory=Dask)
 
     class Document(_Strict):
         name: str = "run"
@@ -433,6 +440,8 @@ def parse_config(data: object, source: str | None = None,
     if dumped.get("scenario") is None:
         dumped.pop("scenario", None)  # a run without one stores the config it always did
     _agents_memory_to_factory(dumped)
+    if dumped["run"]["dask"]["scheduler_address"] is None:
+        dumped["run"].pop("dask")  # a run without a cluster stores the config it always did
     if dumped["run"]["trace"]["otel"] == "off":
         dumped["run"].pop("trace")  # a run without tracing stores the config it always did
     return RunConfig(doc, dumped, source)

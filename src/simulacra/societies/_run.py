@@ -179,6 +179,7 @@ def _sharded_engine(config: RunConfig, world: World, agents: list[Actor], *,
              for index, part in enumerate(partition(ids, engine.shards))]
     return ShardedRoundEngine(
         world, agents, specs=specs, shard_mode=mode, served=served, model=model,
+        dask=config.run.dask.scheduler_address,
         seed=as_seed_tree(config.seed).child("engine"), mode=engine.mode,
         concurrency=engine.concurrency, flows=engine.flows,
         participation=engine.participation, resolution=engine.resolution,

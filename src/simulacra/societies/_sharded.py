@@ -65,8 +65,9 @@ if TYPE_CHECKING:
 __all__ = ["SHARD_MODES", "ServedCalls", "ShardSpec", "ShardedRoundEngine", "check_shards",
            "partition"]
 
-#: How shards run: stepped in turn in this process, on threads, or in processes.
-SHARD_MODES: Final = ("inline", "threads", "processes")
+#: How shards run: stepped in turn in this process, on threads, in processes, or as
+#: actors on the workers of a Dask cluster.
+SHARD_MODES: Final = ("inline", "threads", "processes", "dask")
 
 #: One call a shard made: (agent, n, request, completion or error, wall seconds).
 Call = tuple[str, int, "CompletionRequest", Any, float]
@@ -98,6 +99,30 @@ def check_shards(config: RunConfig) -> None:
         why = "sim.engine.mode=asyncio inside a shard is not built yet (use threads)"
     if why is not None:
         raise ConfigError(f"sim.engine.shards={engine.shards}: {why}")
+    if engine.shard_mode == "dask":
+        _check_dask(config.run.dask.scheduler_address)
+
+
+def _check_dask(address: str | None) -> None:
+    """The ``distributed`` package is there, and the scheduler (if named) answers.
+
+    Raises:
+        ConfigError: One line: the install command, or the address that did not answer.
+    """
+    from simulacra.executors import import_distributed  # noqa: PLC0415
+
+    try:
+        distributed = import_distributed()
+    except Exception as exc:  # BackendUnavailable with the install hint
+        raise ConfigError(f"sim.engine.shard_mode=dask: {exc}") from None
+    if address is None:
+        return
+    try:
+        client = distributed.Client(address, set_as_default=False, timeout=5)
+    except (OSError, TimeoutError, ValueError) as exc:
+        raise ConfigError(f"run.dask.scheduler_address={address!r}: the Dask scheduler does "
+                          f"not answer ({type(exc).__name__}: {exc})") from None
+    client.close()
 
 
 @dataclass
@@ -461,6 +486,58 @@ class _LocalShard:
         self.core.close()
 
 
+class _DaskShard:
+    """A shard held by a Dask actor on one worker of the cluster."""
+
+    def __init__(self, spec: ShardSpec, client: Any, worker: str | None) -> None:
+        self.index = spec.index
+        self.worker = worker
+        self.client = client
+        self._future: Any = None
+        try:
+            future = client.submit(_ShardCore, spec, actor=True, pure=False,
+                                   workers=None if worker is None else [worker],
+                                   key=f"simulacra-shard-{spec.index}-{id(self):x}")
+            with client.as_current():  # an actor's proxy talks through the current client
+                self.actor = future.result()
+        except Exception as exc:
+            raise ShardCrashed(f"shard {self.index} could not start on the Dask cluster "
+                               f"({type(exc).__name__}: {exc})") from None
+        self._keep = future  # the actor lives as long as its future is held
+
+    def send(self, command: str, *args: Any) -> None:
+        try:
+            with self.client.as_current():
+                self._future = getattr(self.actor, command)(*args)
+        except Exception as exc:
+            raise self._lost(exc) from None
+
+    def _lost(self, exc: BaseException) -> ShardCrashed:
+        where = f" on worker {self.worker}" if self.worker else ""
+        return ShardCrashed(f"shard {self.index}{where} was lost ({type(exc).__name__}: "
+                            f"{exc}); resume the run from its last checkpoint")
+
+    def _answer(self) -> Any:
+        future, self._future = self._future, None
+        try:
+            with self.client.as_current():
+                return future.result()
+        except (ConfigError, ShardCrashed):
+            raise
+        except Exception as exc:
+            raise self._lost(exc) from None
+
+    def call(self, command: str, *args: Any) -> Any:
+        self.send(command, *args)
+        return self._answer()
+
+    def close(self) -> None:
+        with contextlib.suppress(Exception):
+            self.call("close")
+        with contextlib.suppress(Exception):
+            self._keep.release()
+
+
 def _context() -> Any:
     methods = multiprocessing.get_all_start_methods()
     return multiprocessing.get_context("forkserver" if "forkserver" in methods else "spawn")
@@ -480,11 +557,12 @@ class ShardedRoundEngine(RoundEngine):
             *served*).
     """
 
-    __slots__ = ("_open", "_pending", "_restored", "_served", "_shard_mode", "_shard_of",
-                 "_shards", "_specs")
+    __slots__ = ("_cluster", "_dask", "_open", "_pending", "_restored", "_served",
+                 "_shard_mode", "_shard_of", "_shards", "_specs")
 
     def __init__(self, world: World, agents: Iterable[Actor], *, specs: Sequence[ShardSpec],
-                 shard_mode: str, served: ServedCalls, **kwargs: Any) -> None:
+                 shard_mode: str, served: ServedCalls, dask: str | None = None,
+                 **kwargs: Any) -> None:
         if shard_mode not in SHARD_MODES:
             raise ConfigError(f"shard_mode must be one of {SHARD_MODES}, got {shard_mode!r}")
         super().__init__(world, agents, **kwargs)
@@ -501,6 +579,9 @@ class ShardedRoundEngine(RoundEngine):
         #: Events resolved since the shards last heard: sent with their next step.
         self._pending: list[ActionEvent] = []
         self._restored: Mapping[str, Any] | None = None
+        #: ``dask`` mode: the scheduler's address (None: a LocalCluster on loopback).
+        self._dask = dask
+        self._cluster: tuple[Any, Any] | None = None
 
     # -- the shards ------------------------------------------------------------------
 
@@ -516,16 +597,46 @@ class ShardedRoundEngine(RoundEngine):
             except BaseException:
                 self.close()
                 raise
+        elif self._shard_mode == "dask":
+            client = self._dask_client()
+            workers = sorted(client.nthreads())
+            self._shards = []
+            try:
+                for spec in self._specs:
+                    worker = workers[spec.index % len(workers)] if workers else None
+                    self._shards.append(_DaskShard(spec, client, worker))
+            except BaseException:
+                self.close()
+                raise
         else:
             self._shards = [_LocalShard(spec) for spec in self._specs]
         self._open = True
         if self._restored is not None:
             self._push(self._restored)
 
+    def _dask_client(self) -> Any:
+        """The Dask client: of the scheduler at the address, or of a LocalCluster made here."""
+        if self._cluster is not None:
+            return self._cluster[1]
+        from simulacra.executors import import_distributed, local_dask_client  # noqa: PLC0415
+
+        distributed = import_distributed()
+        if self._dask is None:
+            cluster, client = local_dask_client(distributed, len(self._specs))
+        else:
+            try:
+                client = distributed.Client(self._dask, set_as_default=False, timeout=10)
+            except (OSError, TimeoutError) as exc:
+                raise ShardCrashed(f"cannot reach the Dask scheduler at "
+                                   f"run.dask.scheduler_address={self._dask!r}: {exc}") from None
+            cluster = None
+        self._cluster = (cluster, client)
+        return client
+
     def _each(self, command: str, args: Sequence[tuple[Any, ...]]) -> list[Any]:
         """Send *command* to every shard (with its own args) and gather the answers, in order."""
         shards = self._shards
-        if self._shard_mode == "processes":
+        if self._shard_mode in ("processes", "dask"):
             for shard, arg in zip(shards, args, strict=True):
                 shard.send(command, *arg)
             return [shard._answer() for shard in shards]
@@ -542,6 +653,14 @@ class ShardedRoundEngine(RoundEngine):
         for shard in shards:
             with contextlib.suppress(Exception):
                 shard.close()
+        held, self._cluster = self._cluster, None
+        if held is not None:
+            cluster, client = held
+            with contextlib.suppress(Exception):
+                client.close()
+            if cluster is not None:
+                with contextlib.suppress(Exception):
+                    cluster.close()
 
     def run(self, steps: int, *, pause: Callable[[], bool] | None = None) -> Any:
         self._start()
