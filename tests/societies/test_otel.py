@@ -4,7 +4,8 @@ nothing and change nothing.
 The spans of a real run are read back from ``otel_spans.jsonl`` (and from an OTLP/HTTP
 collector on loopback) and checked against ``calls.jsonl``: one call span per line, with its
 agent, call number and tokens, each the child of its agent's turn span, each turn the child of
-its step's span.
+its step's span -- on the event-driven engine, of the span of the window of virtual time its
+wake-up is in, checked against ``telemetry.jsonl`` too.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ import pytest
 
 import simulacra
 from simulacra.errors import ConfigError
+from simulacra.scenarios import Scenario
 
 pytest.importorskip("opentelemetry.sdk.trace")
 
@@ -246,11 +248,187 @@ def test_otlp_sends_every_span_to_the_collector(tmp_path: Path, monkeypatch: pyt
     assert os.environ["OTEL_EXPORTER_OTLP_ENDPOINT"] == endpoint
 
 
-def test_the_event_engine_refuses_it_before_anything_is_written(tmp_path: Path) -> None:
-    """Not traced yet: one line naming the setting, and no run directory."""
-    config = simulacra.load_config(CONFIG, [*SMALL, "run.trace.otel=jsonl",
-                                            "sim.engine.step.built_in=async_event"])
-    with pytest.raises(ConfigError, match=r"run\.trace\.otel=jsonl: the step engine "
-                                          r"'async_event' takes no tracer"):
-        simulacra.run_society(config, out=tmp_path / "r")
-    assert not (tmp_path / "r").exists()
+# -- the event-driven engine: a span per window, turn and call ------------------------------
+
+EVENT = ("sim.engine.step.built_in=async_event", "sim.steps=4")
+#: A post at 1.0 that wakes four agents at 1.0 (a window's first instant), interviews at 3.0.
+STORM = Scenario(name="storm", interventions=[
+    {"knob": "post", "at": 1, "value": "Storm tonight: @ada00 @ben01 @cleo02 @dev03 stay home"},
+    {"knob": "interview", "at": 3, "value": "ada00,ben01,cleo02: Did you see the warning?"}])
+
+
+def _event_spans(run: simulacra.societies.SocietyRun, *, width: float = 1.0
+                 ) -> tuple[dict[str, dict[str, Any]], list[dict[str, Any]], list[dict[str, Any]],
+                            list[dict[str, Any]], list[dict[str, Any]]]:
+    """The spans of an event-engine run, checked against its telemetry and ``calls.jsonl``.
+
+    Returns the spans by id, the window, turn and call spans, and the lines of calls.jsonl.
+    """
+    assert run.run_dir is not None
+    spans = _lines(run.run_dir / "otel_spans.jsonl")
+    calls = _lines(run.run_dir / "calls.jsonl")
+    telemetry = _lines(run.run_dir / "telemetry.jsonl")
+    by_id = {span["span_id"]: span for span in spans}
+    assert len(by_id) == len(spans)  # ids are unique
+    windows = [s for s in spans if s["name"].startswith("window ")]
+    turns = [s for s in spans if s["name"].startswith("invoke_agent ")]
+    chats = [s for s in spans if s["name"].startswith("chat ")]
+    assert len(windows) + len(turns) + len(chats) == len(spans)
+
+    # a window a step, each a root, as its line of telemetry.jsonl counts it
+    steps = run.result.steps
+    assert sorted(int(w["name"].split()[1]) for w in windows) == list(range(steps))
+    children: dict[str, list[dict[str, Any]]] = {w["span_id"]: [] for w in windows}
+    for turn in turns:
+        children[turn["parent_span_id"]].append(turn)
+    for window, line in zip(sorted(windows, key=lambda w: int(w["name"].split()[1])),
+                            telemetry, strict=True):
+        attributes = window["attributes"]
+        n = int(window["name"].split()[1])
+        assert window["parent_span_id"] is None
+        assert window["kind"] == "INTERNAL"
+        assert attributes["simulacra.step"] == attributes["simulacra.window"] == n
+        assert attributes["simulacra.seed"] == run.config.seed
+        assert attributes["simulacra.time"] == n * width
+        assert line["step"] == line["window"]["window"] == n
+        # the turns that started in it (its children), and what was resolved in it
+        counts = line["window"]
+        assert attributes["simulacra.turns"] == counts["wakes"] == len(
+            children[window["span_id"]])
+        assert attributes["simulacra.turns_failed"] == counts["failed"]
+        assert attributes["simulacra.events"] == counts["events"]
+
+    # a turn: a child of the window its virtual time is in, in that window's trace
+    seen: dict[str, list[int]] = {}
+    for turn in turns:
+        parent = by_id[turn["parent_span_id"]]
+        attributes = turn["attributes"]
+        window = int(attributes["simulacra.time"] // width)
+        assert attributes["simulacra.step"] == attributes["simulacra.window"] == window
+        assert parent["name"] == f"window {window}"
+        assert turn["trace_id"] == parent["trace_id"]
+        assert turn["name"] == f"invoke_agent {attributes['gen_ai.agent.id']}"
+        assert attributes["simulacra.agent"] == attributes["gen_ai.agent.id"]
+        assert attributes["gen_ai.operation.name"] == "invoke_agent"
+        assert attributes["simulacra.seed"] == run.config.seed
+        assert turn["status"] == "UNSET"
+        assert parent["start_time_unix_nano"] <= turn["start_time_unix_nano"]
+        assert turn["end_time_unix_nano"] <= parent["end_time_unix_nano"]
+        seen.setdefault(attributes["simulacra.agent"], []).append(attributes["simulacra.turn"])
+    # each agent's turns, numbered from 0, each once: the turns the run resolved, and
+    # those still in flight when it ended
+    assert all(sorted(numbers) == list(range(len(numbers))) for numbers in seen.values())
+
+    # one call span per line of calls.jsonl: the same call site, turn, window, time and tokens
+    assert len(chats) == len(calls) > 0
+    lines = {(c["agent"], c["n"]): c for c in calls}
+    assert len(lines) == len(calls)
+    for chat in chats:
+        attributes = chat["attributes"]
+        line = lines.pop((attributes["simulacra.agent"], attributes["simulacra.call.n"]))
+        assert chat["name"] == "chat scripted"
+        assert chat["kind"] == "CLIENT"
+        assert attributes["gen_ai.operation.name"] == "chat"
+        assert attributes["gen_ai.provider.name"] == "scripted"
+        assert attributes["gen_ai.usage.input_tokens"] == line["prompt_tokens"]
+        assert attributes["gen_ai.usage.output_tokens"] == line["completion_tokens"]
+        assert attributes["simulacra.request.key"] == line["key"]
+        assert attributes["simulacra.step"] == attributes["simulacra.window"] == line["step"]
+        parent = by_id[chat["parent_span_id"]]
+        assert parent["trace_id"] == chat["trace_id"]
+        if line["agent"].startswith("interview:"):  # a scenario's: outside any turn
+            assert parent["name"] == f"window {line['step']}"
+            assert "simulacra.turn" not in attributes
+            continue
+        assert attributes["simulacra.time"] == line["t"]
+        assert attributes["simulacra.turn"] == line["turn"]
+        assert parent["name"] == f"invoke_agent {line['agent']}"
+        assert parent["attributes"]["simulacra.turn"] == line["turn"]
+        assert parent["attributes"]["simulacra.time"] == line["t"]
+        assert parent["start_time_unix_nano"] <= chat["start_time_unix_nano"]
+        assert chat["end_time_unix_nano"] <= parent["end_time_unix_nano"]
+    assert not lines
+    return by_id, windows, turns, chats, calls
+
+
+@pytest.mark.parametrize("mode", ["sequential", "threads", "asyncio"])
+def test_event_engine_spans_match_calls_jsonl(tmp_path: Path, mode: str) -> None:
+    run = _run(tmp_path, *EVENT, "run.trace.otel=jsonl", f"sim.engine.mode={mode}")
+    _, windows, turns, chats, calls = _event_spans(run)
+    assert [w["name"] for w in sorted(windows, key=lambda w: w["name"])] == [
+        "window 0", "window 1", "window 2", "window 3"]
+    # every agent took turns; every call is of a turn that has a span
+    assert len({t["attributes"]["simulacra.agent"] for t in turns}) == 6
+    assert {(c["agent"], c["turn"]) for c in calls} <= {
+        (t["attributes"]["simulacra.agent"], t["attributes"]["simulacra.turn"]) for t in turns}
+    assert len(chats) == run.llm["calls"]
+
+
+def test_event_engine_windows_as_cut_by_the_run(tmp_path: Path) -> None:
+    """A half-width window, a scenario whose post wakes agents on a window's first instant
+    (run with the window before it: a run's cut includes its end) and whose interviews are
+    called outside any turn: each turn is in its own window's span, each interview in the
+    span of the window its change is in."""
+    config = simulacra.load_config(CONFIG, [
+        *EVENT, "sim.agents=12", "sim.steps=8", "sim.engine.step.options.window=0.5",
+        "sim.engine.mode=threads", "run.trace.otel=jsonl"])
+    run = simulacra.run_society(config, out=tmp_path / "on", scenario=STORM)
+    _, windows, turns, _, calls = _event_spans(run, width=0.5)
+    assert len(windows) == 8
+    # the alert at 1.0 wakes its readers at 1.0: window 2, started by the run of window 1
+    assert any(t["attributes"]["simulacra.time"] == 1.0 for t in turns)
+    interviews = [c for c in calls if c["agent"].startswith("interview:")]
+    assert [(c["agent"], c["step"], c["t"]) for c in interviews] == [
+        ("interview:ada00", 6, 3.0), ("interview:ben01", 6, 3.0), ("interview:cleo02", 6, 3.0)]
+    off = simulacra.run_society(simulacra.load_config(CONFIG, [
+        *EVENT, "sim.agents=12", "sim.steps=8", "sim.engine.step.options.window=0.5",
+        "sim.engine.mode=threads"]), out=tmp_path / "off", scenario=STORM)
+    assert off.digest == run.digest
+
+
+def test_event_engine_tracing_changes_nothing(tmp_path: Path) -> None:
+    """On the event engine too: digests, events and calls with tracing on and off, every mode."""
+    off = _run(tmp_path, *EVENT, "sim.engine.mode=threads", name="off")
+    assert off.run_dir is not None
+    assert not (off.run_dir / "otel_spans.jsonl").exists()
+    events = (off.run_dir / "action_events.jsonl").read_bytes()
+    for mode in ("sequential", "threads", "asyncio"):
+        on = _run(tmp_path, *EVENT, "run.trace.otel=jsonl", f"sim.engine.mode={mode}", name=mode)
+        assert on.run_dir is not None
+        assert on.digest == off.digest, mode
+        assert on.result.step_digests == off.result.step_digests, mode
+        assert (on.run_dir / "action_events.jsonl").read_bytes() == events, mode
+        assert on.llm["calls"] == off.llm["calls"]
+
+
+def test_event_engine_otlp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                           collector: tuple[str, list[bytes]]) -> None:
+    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
+        ExportTraceServiceRequest,
+    )
+
+    endpoint, bodies = collector
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", endpoint)
+    for name in ("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_EXPORTER_OTLP_PROTOCOL",
+                 "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "OTEL_SERVICE_NAME"):
+        monkeypatch.delenv(name, raising=False)
+    run = _run(tmp_path, *EVENT, "run.trace.otel=otlp", "sim.engine.mode=asyncio")
+    assert run.run_dir is not None
+    names: list[str] = []
+    engines: set[str] = set()
+    for body in bodies:
+        request = ExportTraceServiceRequest()
+        request.ParseFromString(body)
+        for resource_spans in request.resource_spans:
+            for attribute in resource_spans.resource.attributes:
+                if attribute.key == "simulacra.engine":
+                    engines.add(attribute.value.string_value)
+            for scope in resource_spans.scope_spans:
+                names.extend(span.name for span in scope.spans)
+    calls = _lines(run.run_dir / "calls.jsonl")
+    assert engines == {"async_event"}
+    wakes = sum(line["window"]["wakes"] for line in _lines(run.run_dir / "telemetry.jsonl"))
+    assert sum(name.startswith("chat ") for name in names) == len(calls) > 0
+    assert sum(name.startswith("invoke_agent ") for name in names) == wakes > 0
+    assert sorted(n for n in names if n.startswith("window ")) == [
+        "window 0", "window 1", "window 2", "window 3"]

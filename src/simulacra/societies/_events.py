@@ -75,6 +75,7 @@ from ._scenario import call_in_order, call_on_pool
 if TYPE_CHECKING:
     from simulacra.llm import CallSite, Completion, CompletionRequest, LanguageModel
 
+    from ._rounds import TurnTracer
     from ._scenario import SocietyScenario
 
 __all__ = ["EVENTS_SCHEME", "EVENT_MODES", "EventEngine", "EventResult", "WindowReport"]
@@ -413,6 +414,11 @@ class EventEngine(SocietyEngine):
         self._chain_max = 0
         self._peak = 0
         self._scenario: SocietyScenario | None = None
+        #: The tracer of ``run.trace.otel`` (a :class:`~simulacra.societies.TurnTracer`),
+        #: or None: spans of windows, turns and (through the model) calls.
+        self.tracer: TurnTracer | None = None
+        #: The last window whose span the tracer was told of (telemetry, not state).
+        self._traced_window = -1
 
     def use_event_step(self, meaning: str) -> None:
         """Say what an event's ``step`` holds: ``"window"`` (the default) or ``"turn"``.
@@ -608,6 +614,19 @@ class EventEngine(SocietyEngine):
         else:
             self._wake(agent_id, now + self._pause("wake", book.key, book.turns), "wake", 0)
 
+    def _open_window(self, index: int) -> None:
+        """Tell the tracer that window *index* has begun (once; it has one, or nothing).
+
+        A run's cut includes its end: ``run(until=t)`` processes what is due at
+        ``t`` itself, the first instant of the next window. A turn or a
+        scenario change there opens that window's span, and the window's own
+        ``step_started`` finds it open.
+        """
+        tracer = self.tracer
+        if tracer is not None and index > self._traced_window:
+            self._traced_window = index
+            tracer.step_started(index, index * self._width)
+
     def _window(self, when: float) -> _Window:
         index = int(when // self._width)
         if index == self._window_index:
@@ -617,6 +636,26 @@ class EventEngine(SocietyEngine):
             window = self._windows[index] = _Window()
         self._window_index, self._window_now = index, window
         return window
+
+    def _exhausted(self, limit: int | None) -> bool:
+        """Whether :meth:`run` with *limit* could do nothing more, however far it ran.
+
+        It has started, no entry is queued (a wake-up, or a resolution of a
+        turn that ran), no turn is in flight, no scenario change is to come,
+        and every parked wake-up is of an agent that *limit* keeps parked.
+        What is left on the kernel's queue then is inert: harvests of turns
+        that were finished at the end of a run, ends of retired agents' turns.
+        """
+        if not self._started or self._entries or self._runner is not None:
+            return False
+        scenario = self._scenario
+        if scenario is not None and math.isfinite(scenario.next_time()):
+            return False
+        if not self._parked:
+            return True
+        book, by_key = self._book, self._by_key
+        return limit is not None and all(book[by_key[entry[3]]].turns >= limit
+                                         for entry in self._parked)
 
     # -- running -----------------------------------------------------------------------
 
@@ -675,6 +714,11 @@ class EventEngine(SocietyEngine):
         turn_model = self._turn_models.get(agent_id)
         if turn_model is not None:
             turn_model.duration = 0.0
+        tracer = self.tracer
+        if tracer is not None:  # the turn's span: its observation, act() and calls
+            index = int(when // self._width)
+            self._open_window(index)
+            tracer.turn_started(book.key, index, when, spec.step)
         observation = self._world.observation_for(agent_id, None)
         if agent_id in self._blocking:
             self._observed = observation
@@ -688,6 +732,8 @@ class EventEngine(SocietyEngine):
             ok = True
         except Exception as exc:
             action, ok = exc, False
+        if self.tracer is not None:
+            self._turn_traced(agent_id, ok, action)
         return ok, action, self._turn_duration(agent_id)
 
     async def _aact(self, agent_id: AgentId, spec: ActionSpec) -> tuple[bool, Any, float]:
@@ -700,7 +746,16 @@ class EventEngine(SocietyEngine):
             ok = True
         except Exception as exc:
             action, ok = exc, False
+        if self.tracer is not None:
+            self._turn_traced(agent_id, ok, action)
         return ok, action, self._turn_duration(agent_id)
+
+    def _turn_traced(self, agent_id: AgentId, ok: bool, outcome: Any) -> None:
+        """The turn's act() returned (*ok*) or raised *outcome*: its span ends (on the worker)."""
+        tracer = self.tracer
+        if tracer is not None:
+            tracer.turn_ended(self._book[agent_id].key, ok,
+                              None if ok or not isinstance(outcome, BaseException) else outcome)
 
     def _turn_duration(self, agent_id: AgentId) -> float:
         turn_model = self._turn_models.get(agent_id)
@@ -818,6 +873,8 @@ class EventEngine(SocietyEngine):
             return answers
 
         window = self._window(at)
+        if self.tracer is not None:  # its interviews' calls: children of its window's span
+            self._open_window(int(at // self._width))
         events = scenario.apply_due(self._world, agents, at, step=int(at // self._width),
                                     time=lambda change: change.time, call=counted,
                                     fatal=self._fatal)
@@ -1130,6 +1187,8 @@ class _Runner:
                                     functools.partial(blocking.deliver, completion))
             del self.flight[agent_id]
             kind, value = flight.op
+            if engine.tracer is not None:  # it acted, failed, or returned (retired)
+                engine._turn_traced(agent_id, kind != "failed", value)
             duration = max(engine._min, blocking.extra)
             if kind in ("act", "failed"):
                 engine._schedule_act(flight, flight.when + duration,
@@ -1251,6 +1310,12 @@ class EventSteps:
     reports each window as a :class:`~simulacra.societies.StepReport` (its
     events, telemetry and the running digest), which is what run directories,
     progress bars and replays consume.
+
+    Once nothing can happen any more (:attr:`done`: every agent has used up
+    ``max_turns``, or stopped waking itself, and nothing is queued -- no
+    wake-up, no resolution, no scenario change), the windows left are
+    reported without running the engine: each is empty, with the digest it
+    would have had, at the cost of its report alone.
     """
 
     def __init__(self, engine: EventEngine, *, width: float, max_turns: int | None,
@@ -1263,13 +1328,51 @@ class EventSteps:
         self.step_digests: list[str] = []
         self.wall = 0.0
         self.calls = 0
+        #: The windows this object ran the engine for (telemetry, not state): the
+        #: others were empty, reported without running it once it was :attr:`done`.
+        self.windows_run = 0
+        #: Known to be done (it stays so: nothing runs the engine any more).
+        self._done = False
         self._events: list[ActionEvent] = []
         engine._on_event = self._events.append
 
+    @property
+    def tracer(self) -> TurnTracer | None:
+        """The engine's tracer (``run.trace.otel``): a span per window, turn and call."""
+        return self.engine.tracer
+
+    @tracer.setter
+    def tracer(self, tracer: TurnTracer | None) -> None:
+        self.engine.tracer = tracer
+
+    @property
+    def done(self) -> bool:
+        """Whether every window from now on is empty, whatever its length.
+
+        True once the run has started and nothing is queued that could act:
+        no wake-up, no turn in flight or waiting to resolve, no scenario change
+        to come, and no agent parked at ``max_turns`` that ``max_turns`` lets
+        wake (it never does: the limit is the run's). Agents that reached
+        ``max_turns`` and agents whose ``next_wake`` returned None wake no
+        more, and no one is left to act and wake them.
+        """
+        if not self._done:
+            self._done = self.engine._exhausted(self.max_turns)
+        return self._done
+
     def call_context(self, agent: str) -> tuple[int, int, float]:
-        """``(turn, window, wake time)`` of the turn *agent* is in now (``calls.jsonl``)."""
+        """``(turn, window, wake time)`` of the turn *agent* is in now (``calls.jsonl``).
+
+        A call site that is no agent's (a scenario's ``interview:NAME``) is
+        called outside any turn, while a scenario change is applied: turn 0,
+        and the change's window and time.
+        """
         engine = self.engine
-        book = engine._book[engine._by_key[agent]]
+        agent_id = engine._by_key.get(agent)
+        if agent_id is None:
+            now = engine._now
+            return 0, int(now // self.width), now
+        book = engine._book[agent_id]
         return book.turns - 1, int(book.woke // self.width), book.woke
 
     def simulated_latency(self, request: Any, completion: Any, site: Any) -> float:
@@ -1281,6 +1384,7 @@ class EventSteps:
     def use_scenario(self, scenario: Any) -> None:
         """Apply *scenario*'s changes at their virtual times (``EventEngine.use_scenario``)."""
         self.engine.use_scenario(scenario)
+        self._done = False
 
     def use_event_step(self, meaning: str) -> None:
         """What an event's ``step`` holds (``EventEngine.use_event_step``)."""
@@ -1294,6 +1398,7 @@ class EventSteps:
     def restore(self, state: Mapping[str, Any]) -> None:
         """Continue from :meth:`state`."""
         self.engine.restore(state["engine"])
+        self._done = False
         self.step = state["step"]
         self.step_digests = list(state["step_digests"])
 
@@ -1313,13 +1418,25 @@ class EventSteps:
             before = (engine._turns, engine._failed, engine._calls, engine._prompt_tokens,
                       engine._completion_tokens)
             start = _time.perf_counter()
-            result = engine.run(max_turns=self.max_turns, until=(step + 1) * self.width)
+            engine._open_window(step)
+            if self.done:
+                # Nothing can happen: the window is empty, as engine.run would leave
+                # it, without its run loop, pool and digests of every agent.
+                digest = engine._digest.hex()
+            else:
+                result = engine.run(max_turns=self.max_turns, until=(step + 1) * self.width)
+                self.windows_run += 1
+                calls += result.llm_calls
+                digest = result.events_digest
             wall = _time.perf_counter() - start
-            calls += result.llm_calls
             wall_total += wall
-            digest = result.events_digest
             self.step_digests.append(digest)
             self.step = step + 1
+            tracer = engine.tracer
+            if tracer is not None:
+                traced = engine._windows.get(step)
+                tracer.step_ended(step, *((0, 0, 0) if traced is None else
+                                          (traced.wakes, traced.failed, traced.events)))
             if self.on_step is not None:
                 window = engine._windows.get(step)
                 report = (WindowReport(step, step * self.width) if window is None

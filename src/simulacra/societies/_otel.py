@@ -11,6 +11,12 @@ per-call or per-turn work. Three kinds of span, each the parent of the next:
   provider, model, usage) and simulacra's own (``simulacra.*``: seed, step,
   virtual time, agent, call number, request key).
 
+A turn's span is found by its agent (an agent has one turn open at a time),
+so a call finds its parent from its call site on whatever thread or task
+makes it: no context has to travel with the call. On the event-driven
+engine ``simulacra.step`` is the window (what ``calls.jsonl`` calls the
+step), also given as ``simulacra.window``.
+
 A call a resumed run serves from the recordings is no call span (as it is no
 line of ``calls.jsonl``). Spans are telemetry: nothing here changes a run's
 events or digest, and span and trace ids come from a generator of their own,
@@ -183,6 +189,14 @@ class RunTracer:
         self._current: tuple[int, Span] | None = None
         #: agent -> (its open turn span, step, virtual time, turn)
         self._turns: dict[str, tuple[Span, int, float, int]] = {}
+        #: ``simulacra.window`` beside ``simulacra.step`` (the event-driven engine).
+        self._window = unit == "window"
+
+    def _where(self, step: int) -> dict[str, Any]:
+        """The step attribute(s) of a span of step (window) *step*."""
+        if self._window:
+            return {"simulacra.step": step, "simulacra.window": step}
+        return {"simulacra.step": step}
 
     # -- the engine's hooks (TurnTracer) -------------------------------------------
 
@@ -190,7 +204,7 @@ class RunTracer:
         """Open the span of step (window) *step*."""
         span = self._tracer.start_span(
             f"{self.unit} {step}", context=Context(),
-            attributes={"simulacra.seed": self._seed, "simulacra.step": step,
+            attributes={"simulacra.seed": self._seed, **self._where(step),
                         "simulacra.time": time})
         self._steps[step] = span
         self._current = (step, span)
@@ -207,18 +221,22 @@ class RunTracer:
             self._current = None
 
     def turn_started(self, agent: str, step: int, time: float, turn: int) -> None:
-        """Open *agent*'s turn span, a child of the step (window) in progress."""
-        current = self._current
-        parent = None if current is None else _in_context(current[1])
-        where = step if current is None else current[0]
+        """Open *agent*'s turn span, a child of step (window) *step*'s span.
+
+        Of the step in progress if *step*'s span is not open (none is: a root).
+        """
+        parent = self._steps.get(step)
+        if parent is None and self._current is not None:
+            parent = self._current[1]
         span = self._tracer.start_span(
-            f"invoke_agent {agent}", context=parent if parent is not None else Context(),
+            f"invoke_agent {agent}",
+            context=Context() if parent is None else _in_context(parent),
             attributes={"gen_ai.operation.name": "invoke_agent", "gen_ai.agent.id": agent,
                         "gen_ai.agent.name": agent, "gen_ai.provider.name": self.provider_name,
-                        "simulacra.seed": self._seed, "simulacra.step": where,
+                        "simulacra.seed": self._seed, **self._where(step),
                         "simulacra.time": time, "simulacra.agent": agent,
                         "simulacra.turn": turn})
-        self._turns[agent] = (span, where, time, turn)
+        self._turns[agent] = (span, step, time, turn)
 
     def turn_ended(self, agent: str, ok: bool, error: BaseException | None) -> None:
         """Close *agent*'s turn span; a failed turn's status is ERROR."""
@@ -251,11 +269,11 @@ class RunTracer:
             attributes["gen_ai.request.max_tokens"] = int(request.max_tokens)
         if turn is not None:
             parent: Span | None = turn[0]
-            attributes.update({"simulacra.step": turn[1], "simulacra.time": turn[2],
+            attributes.update({**self._where(turn[1]), "simulacra.time": turn[2],
                                "simulacra.turn": turn[3]})
         elif current is not None:  # a scenario's interview: no turn of the agent's own
             parent = current[1]
-            attributes["simulacra.step"] = current[0]
+            attributes.update(self._where(current[0]))
         else:
             parent = None
         return self._tracer.start_span(
@@ -284,10 +302,20 @@ class RunTracer:
             self._exporter.force_flush()
 
     def close(self) -> None:
-        """Export what is left and shut the exporters down (idempotent)."""
+        """Export what is left and shut the exporters down (idempotent).
+
+        Spans still open are ended first, so that they are exported: an
+        interrupted step's turns and the step itself, and on the event-driven
+        engine a window that a turn at the run's very end opened (a run's cut
+        includes its end, the next window's first instant).
+        """
         for span in list(self._turns.values()):
-            span[0].end()  # an interrupted step's turns: ended, so they are exported
+            span[0].end()
         self._turns.clear()
+        for step in sorted(self._steps):
+            self._steps[step].end()
+        self._steps.clear()
+        self._current = None
         self._provider.shutdown()
 
 
