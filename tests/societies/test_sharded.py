@@ -285,3 +285,69 @@ def test_ctrl_c_on_the_whole_group_stops_at_a_step_and_resumes_on_other_shards(
     assert len(sites) == len(set(sites))
     for name in ("digest.txt", "action_events.jsonl"):
         assert (cut / name).read_bytes() == (tmp_path / "whole" / name).read_bytes(), name
+
+
+def test_a_partition_function_in_a_loose_folder_places_the_agents(tmp_path: Path) -> None:
+    (tmp_path / "parts.py").write_text(textwrap.dedent("""\
+        def by_initial(agent_ids, shards):
+            # agents whose handle starts early in the alphabet on shard 0, the rest spread
+            parts = [[] for _ in range(shards)]
+            for i, agent in enumerate(agent_ids):
+                parts[0 if agent < "f" else 1 + i % (shards - 1)].append(agent)
+            return parts
+        """))
+    base = ["sim.agents=12", "sim.steps=3"]
+    one = _run(base)
+    many = _run([*base, "sim.engine.shards=3", "sim.engine.shard_mode=inline",
+                 f"sim.engine.partition={tmp_path / 'parts.py'}:by_initial"])
+    assert many.result.digest == one.result.digest
+
+
+BAD_PARTITIONS = {
+    "unknown": ("return [list(ids) + ['zed99'], []]", "names agent 'zed99'"),
+    "twice": ("return [list(ids), [ids[0]]]", "is on shards 0 and 1"),
+    "missing": ("return [list(ids[1:]), []]", "is on no shard"),
+    "count": ("return [list(ids)]", "must return a list of 2 lists"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD_PARTITIONS))
+def test_a_bad_partition_is_one_line_and_exit_2_before_any_call(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], case: str) -> None:
+    body, expected = BAD_PARTITIONS[case]
+    (tmp_path / "parts.py").write_text(f"def cut(ids, shards):\n    {body}\n")
+    args = ["run", str(CONFIG), "--out", str(tmp_path / "run"), "--no-progress",
+            "sim.agents=4", "sim.steps=1", "sim.engine.shards=2",
+            f"sim.engine.partition={tmp_path / 'parts.py'}:cut"]
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1, err
+    assert expected in err
+    assert not (tmp_path / "run").exists()
+
+
+def test_an_agent_that_shares_state_with_the_world_is_refused_on_shards(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The agent keeps a reference to the world's follows: on one process it sees them
+    change, on shards it would keep a stale copy. The partition check refuses it."""
+    (tmp_path / "sharing.py").write_text(textwrap.dedent(f"""\
+        import sys
+        sys.path.insert(0, {str(ROOT / 'examples' / 'social')!r})
+        import model as social
+
+        def build(**kwargs):
+            world, agents = social.build(**kwargs)
+            agents[1].following = world.follows  # the same dict the world changes
+            return world, agents
+        """))
+    args = ["run", str(CONFIG), "--out", str(tmp_path / "run"), "--no-progress",
+            "sim.agents=4", "sim.steps=1", "sim.engine.shards=2",
+            f"sim.world.factory={tmp_path / 'sharing.py'}:build"]
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1, err
+    assert "holds a dict the world's state holds too in its state ('following')" in err
+    assert not (tmp_path / "run").exists()
+    # one process is fine with it
+    assert main([*args[:-2], f"sim.world.factory={tmp_path / 'sharing.py'}:build",
+                 "sim.engine.shards=1"]) == 0

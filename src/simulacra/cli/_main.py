@@ -237,7 +237,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
             raise _UsageError(f"--resume RUN_DIR continues the run with the config stored in "
                               f"RUN_DIR: leave out {args.target!r} (run.* overrides may "
                               "follow: run.budget.cost=...)")
-        resumable = ("run.", "sim.engine.shards=", "sim.engine.shard_mode=")
+        resumable = ("run.", "sim.engine.shards=", "sim.engine.shard_mode=",
+                     "sim.engine.partition=")
         if args.settings or any(not item.startswith(resumable) for item in items):
             bad = next((i for i in items if not i.startswith(resumable)), "--set")
             raise _UsageError(f"--resume RUN_DIR takes overrides of run.* settings "

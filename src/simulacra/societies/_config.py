@@ -51,6 +51,7 @@ DEFAULTS: Final[Mapping[str, Any]] = {
             "fail_fast": False,
             "shards": 1,
             "shard_mode": "processes",
+            "partition": None,
         },
         "llm": {
             "provider": "scripted",
@@ -119,6 +120,9 @@ def _schema() -> Any:
         #: How shards run: inline (in turn, here), threads, processes, or dask (actors
         #: on a Dask cluster: run.dask.scheduler_address, or a LocalCluster).
         shard_mode: Literal["inline", "threads", "processes", "dask"] = "processes"
+        #: ``file.py:fn`` or ``module:fn``: ``fn(agent_ids, shards) -> [[ids of shard 0],
+        #: ...]``; None: round-robin in id order.
+        partition: str | None = None
 
     class Latency(_Strict):
         base: float = Field(default=0.2, ge=0.0)
@@ -431,6 +435,8 @@ def parse_config(data: object, source: str | None = None,
     _check_endpoints(doc.sim.llm, label, given)
     dumped: dict[str, Any] = doc.model_dump(mode="json")
     engine = dumped["sim"]["engine"]
+    if engine["partition"] is None:
+        del engine["partition"]
     if engine["shards"] == 1 and engine["shard_mode"] == "processes":
         del engine["shards"], engine["shard_mode"]  # an unsharded run stores what it always did
     llm = dumped["sim"]["llm"]
@@ -657,6 +663,9 @@ def _absolute_factory(data: dict[str, Any], base: Path) -> dict[str, Any]:
     world = out["sim"].get("world")
     if isinstance(world, dict) and "factory" in world:
         world["factory"] = _absolute_ref(world["factory"], base)
+    engine = out["sim"].get("engine")
+    if isinstance(engine, dict) and "partition" in engine:
+        engine["partition"] = _absolute_ref(engine["partition"], base)
     llm = out["sim"].get("llm")
     routing = llm.get("routing") if isinstance(llm, dict) else None
     if isinstance(routing, dict) and "function" in routing:

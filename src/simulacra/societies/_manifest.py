@@ -59,6 +59,10 @@ def config_sha256(data: Mapping[str, Any]) -> str:
     return hashlib.sha256(canonical_line(data)).hexdigest()
 
 
+#: The engine keys that say where the turns run, not what is simulated.
+_WHERE_TURNS_RUN: Final = ("shards", "shard_mode", "partition")
+
+
 def simulation_sha256(data: Mapping[str, Any]) -> str:
     """:func:`config_sha256` of the config less its ``run`` section: what the run simulates.
 
@@ -69,11 +73,11 @@ def simulation_sha256(data: Mapping[str, Any]) -> str:
     """
     simulated = {key: value for key, value in data.items() if key != "run"}
     engine = (simulated.get("sim") or {}).get("engine")
-    if isinstance(engine, Mapping) and ("shards" in engine or "shard_mode" in engine):
+    if isinstance(engine, Mapping) and any(key in engine for key in _WHERE_TURNS_RUN):
         # Where the turns run is not what is simulated: a run resumes, and replays, at
         # any shard count (the keys are stored only when set, so older runs hash as before).
         simulated = copy.deepcopy(simulated)
-        for key in ("shards", "shard_mode"):
+        for key in _WHERE_TURNS_RUN:
             simulated["sim"]["engine"].pop(key, None)
     return config_sha256(simulated)
 

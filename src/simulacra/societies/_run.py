@@ -66,7 +66,14 @@ from ._scenario import (
     run_scenario,
     scenario_end,
 )
-from ._sharded import ServedCalls, ShardedRoundEngine, ShardSpec, check_shards, partition
+from ._sharded import (
+    ServedCalls,
+    ShardedRoundEngine,
+    ShardSpec,
+    check_apart,
+    check_shards,
+    shard_parts,
+)
 
 E = TypeVar("E", bound=BaseException)
 
@@ -172,11 +179,12 @@ def _sharded_engine(config: RunConfig, world: World, agents: list[Actor], *,
                     f"sim.engine.shard_mode=processes: the model object "
                     f"({type(given).__name__}) cannot be sent to a shard's process "
                     f"({type(exc).__name__}: {exc}); use shard_mode=threads or inline") from None
+    check_apart(world, agents)
     specs = [ShardSpec(index, part, (config.data, config.source), _build_frozen, model=make,
                        shared=shared, reuse=reuse,
                        mode="threads" if engine.mode == "threads" else "sequential",
                        concurrency=engine.concurrency, extra={"all": ids})
-             for index, part in enumerate(partition(ids, engine.shards))]
+             for index, part in enumerate(shard_parts(config, ids))]
     return ShardedRoundEngine(
         world, agents, specs=specs, shard_mode=mode, served=served, model=model,
         dask=config.run.dask.scheduler_address,
@@ -556,6 +564,9 @@ def run_society(config: RunConfig | Mapping[str, Any], *,
     # its config (sim.agents=1 in the social demo) leaves no run directory
     # behind, and a scenario is checked against the knobs and the world.
     world, agents = _build_frozen(config)
+    if config.sim.engine.shards > 1:  # before anything is written or any call paid
+        shard_parts(config, [agent.id for agent in agents])
+        check_apart(world, agents)
     prepared = (world, agents,
                 None if artifact is None else _schedule(config, artifact, world, agents))
     check_tracing(config, has_run_dir=target is not None)  # before anything is written
@@ -697,7 +708,8 @@ def resume_society(run_dir: str | os.PathLike[str], *,
     probe = RunDirectory(run_dir)
     data = probe.read_config()
     outside = [item for item in overrides
-               if not item.startswith(("run.", "sim.engine.shards=", "sim.engine.shard_mode="))]
+               if not item.startswith(("run.", "sim.engine.shards=", "sim.engine.shard_mode=",
+                                       "sim.engine.partition="))]
     if outside:
         raise ConfigError(f"a resumed run continues the stored simulation: only run.* settings "
                           "and sim.engine.shards and shard_mode can be overridden, got "
@@ -1776,7 +1788,7 @@ def replay_run(run_dir: str | os.PathLike[str], *, overrides: tuple[str, ...] = 
     data = rundir.read_config()
     expected = rundir.read_digest()
     allowed = ("sim.engine.mode=", "sim.engine.concurrency=", "sim.engine.shards=",
-               "sim.engine.shard_mode=")
+               "sim.engine.shard_mode=", "sim.engine.partition=")
     other = [item for item in overrides if not item.startswith(allowed)]
     if other:
         raise ConfigError(f"a replay runs the recorded simulation: only sim.engine.mode, "

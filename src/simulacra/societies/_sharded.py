@@ -51,6 +51,7 @@ from typing import TYPE_CHECKING, Any, Final
 from simulacra._util import ModelWrapper
 from simulacra.agents import LLMAgent
 from simulacra.errors import ConfigError, ShardCrashed
+from simulacra.executors import RefLoader
 
 from ._rounds import RoundEngine
 
@@ -62,8 +63,8 @@ if TYPE_CHECKING:
 
     from ._config import RunConfig
 
-__all__ = ["SHARD_MODES", "ServedCalls", "ShardSpec", "ShardedRoundEngine", "check_shards",
-           "partition"]
+__all__ = ["SHARD_MODES", "ServedCalls", "ShardSpec", "ShardedRoundEngine", "check_apart",
+           "check_shards", "partition", "shard_parts"]
 
 #: How shards run: stepped in turn in this process, on threads, in processes, or as
 #: actors on the workers of a Dask cluster.
@@ -751,3 +752,118 @@ def partition(ids: Sequence[AgentId], shards: int) -> list[list[str]]:
     """The agents of each shard: round-robin in id order."""
     keys = [str(i) for i in ids]
     return [keys[k::shards] for k in range(shards)]
+
+
+#: How ``sim.engine.partition`` is loaded (as ``sim.world.factory`` is).
+_PARTITIONS = RefLoader(file_module=lambda path: f"_simulacra_partition_{path.stem}",
+                        package_files=True)
+
+
+def shard_parts(config: RunConfig, ids: Sequence[AgentId]) -> list[list[str]]:
+    """The agents of each shard: ``sim.engine.partition``'s answer, checked, or round-robin.
+
+    Raises:
+        ConfigError: The partition names an agent the society does not have,
+            puts one on two shards or none, or gives another number of shards.
+    """
+    shards = config.sim.engine.shards
+    ref = config.sim.engine.partition
+    if ref is None:
+        return partition(ids, shards)
+    key = "sim.engine.partition"
+    function = _PARTITIONS.resolve(ref, key)
+    known = [str(i) for i in ids]
+    try:
+        answer = function(list(known), shards)
+    except Exception as exc:
+        raise ConfigError(f"{key}={ref!r} raised {type(exc).__name__}: {exc}") from None
+    if (isinstance(answer, str | bytes | Mapping) or not isinstance(answer, Sequence)
+            or len(answer) != shards):
+        raise ConfigError(f"{key}={ref!r} must return a list of {shards} lists of agent ids "
+                          f"(sim.engine.shards={shards}), got {type(answer).__name__}"
+                          + (f" of {len(answer)}" if isinstance(answer, Sequence) else ""))
+    where: dict[str, int] = {}
+    members = set(known)
+    parts: list[list[str]] = []
+    for index, part in enumerate(answer):
+        if isinstance(part, str | bytes) or not isinstance(part, Iterable):
+            raise ConfigError(f"{key}: shard {index} must be a list of agent ids, got "
+                              f"{type(part).__name__}")
+        names = [str(agent) for agent in part]
+        for name in names:
+            if name not in members:
+                raise ConfigError(f"{key}: shard {index} names agent {name!r}, which the "
+                                  f"society does not have ({len(known)} agents, e.g. "
+                                  f"{', '.join(known[:3])})")
+            if name in where:
+                raise ConfigError(f"{key}: agent {name!r} is on shards {where[name]} and "
+                                  f"{index}; an agent is on one shard")
+            where[name] = index
+        parts.append(names)
+    missing = [name for name in known if name not in where]
+    if missing:
+        raise ConfigError(f"{key}: agent {missing[0]!r} is on no shard"
+                          + (f" (nor are {len(missing) - 1} more)" if len(missing) > 1 else ""))
+    return parts
+
+
+def check_apart(world: World, agents: Sequence[Actor]) -> None:
+    """No agent's state holds the world, another agent, or an object the world's state holds.
+
+    On one process such sharing works (an agent sees what the world changes);
+    on shards each agent has its own copy, and the run would silently differ.
+    So it is refused before the run starts. (Agents may share read-only data,
+    such as one settings dict: nothing here can tell it is never changed, so
+    only sharing with the world and holding other actors is refused.)
+
+    Raises:
+        ConfigError: One line naming the agent, the key of its state and what it holds.
+    """
+    actors = {id(agent): agent for agent in agents}
+    world_held: set[int] = set()
+    _walk(world.get_state(), world_held, lambda _obj: None)
+    for agent in agents:
+        def holds(obj: Any, agent: Any = agent) -> str | None:
+            if obj is world:
+                return "the world"
+            other = actors.get(id(obj))
+            if other is not None and other is not agent:
+                return f"agent {str(other.id)!r}"
+            if id(obj) in world_held:
+                return f"a {type(obj).__name__} the world's state holds too"
+            return None
+
+        for key, value in agent.get_state().items():
+            found = _walk(value, set(), holds)
+            if found is not None:
+                raise ConfigError(
+                    f"agent {str(agent.id)!r} holds {found} in its state ({key!r}): on shards "
+                    "each agent has its own copy, so it would not see the changes; give it "
+                    "what it needs through its observation instead")
+
+
+def _walk(value: Any, seen: set[int], holds: Callable[[Any], str | None],
+          depth: int = 0) -> str | None:
+    """Walk containers and objects' attributes (to a depth of 6); the first thing *holds* names."""
+    if depth > 6 or isinstance(value, str | bytes | int | float | bool | type(None)):
+        return None
+    found = holds(value)
+    if found is not None:
+        return found
+    if id(value) in seen:
+        return None
+    if isinstance(value, list | dict | set | bytearray) or hasattr(value, "__dict__"):
+        seen.add(id(value))
+    if isinstance(value, Mapping):
+        items: Iterable[Any] = value.values()
+    elif isinstance(value, list | tuple | set | frozenset):
+        items = value
+    elif hasattr(value, "__dict__") and not isinstance(value, type):
+        items = vars(value).values()
+    else:
+        return None
+    for item in items:
+        found = _walk(item, seen, holds, depth + 1)
+        if found is not None:
+            return found
+    return None
