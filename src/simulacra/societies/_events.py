@@ -723,8 +723,12 @@ class EventEngine(SocietyEngine):
         if agent_id in self._blocking:
             self._observed = observation
         else:
-            self._agents[agent_id].observe(observation)
+            self._observe(agent_id, observation)
         return spec
+
+    def _observe(self, agent_id: AgentId, observation: Any) -> None:
+        """Hand the agent its observation (a sharded engine sends it where the agent acts)."""
+        self._agents[agent_id].observe(observation)
 
     def _act(self, agent_id: AgentId, spec: ActionSpec) -> tuple[bool, Any, float]:
         try:

@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import concurrent.futures as cf
 import contextlib
+import itertools
 import multiprocessing
 import pickle
 import signal
@@ -63,8 +64,8 @@ if TYPE_CHECKING:
 
     from ._config import RunConfig
 
-__all__ = ["SHARD_MODES", "ServedCalls", "ShardSpec", "ShardedRoundEngine", "check_apart",
-           "check_shards", "partition", "shard_parts"]
+__all__ = ["SHARD_MODES", "ServedCalls", "ShardSet", "ShardSpec", "ShardedRoundEngine",
+           "check_apart", "check_shards", "partition", "pass_through", "shard_parts"]
 
 #: How shards run: stepped in turn in this process, on threads, in processes, or as
 #: actors on the workers of a Dask cluster.
@@ -201,6 +202,14 @@ class _Capture(ModelWrapper):
             calls, self.calls = self.calls, []
         return calls
 
+    def take_for(self, agent: str) -> list[Call]:
+        """The calls of *agent* (one turn of it in flight at a time), leaving the others."""
+        with self._lock:
+            mine = [call for call in self.calls if call[0] == agent]
+            if mine:
+                self.calls = [call for call in self.calls if call[0] != agent]
+        return mine
+
 
 class _Reuse(ModelWrapper):
     """Shard side of a resumed run: a call already recorded is served from the recordings."""
@@ -255,6 +264,12 @@ class ServedCalls:
         for agent, n, _request, result, wall in calls:
             self._calls[(agent, n)] = result
             self.walls[(agent, n)] = wall
+
+    def forget(self, calls: Iterable[Call]) -> None:
+        """Drop what is left of *calls* (their wall times, once written; a reused call)."""
+        for agent, n, *_rest in calls:
+            self._calls.pop((agent, n), None)
+            self.walls.pop((agent, n), None)
 
     def clear(self) -> None:
         self._calls.clear()
@@ -338,6 +353,22 @@ class _ShardCore:
         calls.sort(key=lambda call: (call[0], call[1]))
         return outcomes, calls
 
+    def turn(self, agent_key: str, spec: ActionSpec, observation: Any,
+             ) -> tuple[bool, Any, list[Call], int]:
+        """One turn of the event-driven engine: observe what the coordinator saw for it, act.
+
+        Returns ``(ok, action or error, its model calls, the agent's calls so far)``.
+        """
+        agent = self.agents[agent_key]
+        try:
+            agent.observe(observation)
+            ok, value = True, agent.act(spec)
+        except Exception as exc:
+            ok, value = False, exc
+        calls = self.capture.take_for(agent_key)
+        calls.sort(key=lambda call: call[1])
+        return ok, value, calls, int(getattr(agent, "calls", 0) or 0)
+
     def states(self, ids: Sequence[str]) -> dict[str, Any]:
         return {i: self.agents[i].get_state() for i in ids if i in self.agents}
 
@@ -373,7 +404,13 @@ def _portable(outcomes: list[Outcome], calls: list[Call]) -> tuple[list[Outcome]
 
 
 def _shard_main(conn: Connection, spec: ShardSpec) -> None:
-    """A shard process: build the shard, then answer the coordinator until told to stop."""
+    """A shard process: build the shard, then answer the coordinator until told to stop.
+
+    Each request is ``(id, command, args)`` and each answer ``(id, "ok" | "error",
+    value)``. Turns of the event-driven engine (``turn``) run on the shard's
+    threads, several at once, and are answered as they finish; every other
+    command is answered in order.
+    """
     # A Ctrl-C reaches the whole process group: the run stops at the end of its step
     # (the coordinator's handler), and a shard must still be there to finish the step.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -381,38 +418,67 @@ def _shard_main(conn: Connection, spec: ShardSpec) -> None:
         core = _ShardCore(spec)
     except BaseException as exc:  # reported to the coordinator
         with contextlib.suppress(OSError):
-            conn.send(("error", f"{type(exc).__name__}: {exc}"))
+            conn.send((0, "error", f"{type(exc).__name__}: {exc}"))
         return
-    conn.send(("ready", None))
-    while True:
+    sending = threading.Lock()
+
+    def answer(rid: int, kind: str, value: Any) -> None:
+        with sending, contextlib.suppress(OSError):
+            conn.send((rid, kind, value))
+
+    def turn(rid: int, args: tuple[Any, ...]) -> None:
         try:
-            command, args = conn.recv()
-        except (EOFError, OSError, KeyboardInterrupt):  # the run is gone, or stopping
-            break
-        try:
-            if command == "step":
-                answer: Any = _portable(*core.step(*args))
-            elif command == "states":
-                answer = core.states(*args)
-            elif command == "restore":
-                core.restore(*args)
-                answer = None
-            elif command == "close":
-                core.close()
-                conn.send(("ok", None))
-                break
-            else:
-                answer = None
-            conn.send(("ok", answer))
+            ok, value, calls, count = core.turn(*args)
+            (ok, value), = _portable([(ok, value)], [])[0]
+            calls = _portable([], calls)[1]
+            answer(rid, "ok", (ok, value, calls, count))
         except BaseException as exc:  # reported to the coordinator
-            with contextlib.suppress(OSError):  # unless it is gone
-                conn.send(("error", f"{type(exc).__name__}: {exc}"))
-            if not isinstance(exc, Exception):
+            answer(rid, "error", f"{type(exc).__name__}: {exc}")
+
+    answer(0, "ok", None)
+    turns: cf.ThreadPoolExecutor | None = None
+    try:
+        while True:
+            try:
+                rid, command, args = conn.recv()
+            except (EOFError, OSError, KeyboardInterrupt):  # the run is gone, or stopping
                 break
+            if command == "turn":
+                if turns is None:
+                    turns = cf.ThreadPoolExecutor(max(1, spec.concurrency),
+                                                  thread_name_prefix="simulacra-shard-turn")
+                turns.submit(turn, rid, args)
+                continue
+            try:
+                if command == "step":
+                    result: Any = _portable(*core.step(*args))
+                elif command == "states":
+                    result = core.states(*args)
+                elif command == "restore":
+                    core.restore(*args)
+                    result = None
+                elif command == "close":
+                    core.close()
+                    answer(rid, "ok", None)
+                    break
+                else:
+                    result = None
+                answer(rid, "ok", result)
+            except BaseException as exc:  # reported to the coordinator
+                answer(rid, "error", f"{type(exc).__name__}: {exc}")
+                if not isinstance(exc, Exception):
+                    break
+    finally:
+        if turns is not None:
+            turns.shutdown(wait=True)
 
 
 class _ProcessShard:
-    """The coordinator's handle on a shard in its own process."""
+    """The coordinator's handle on a shard in its own process.
+
+    Requests carry an id; a reader thread hands each answer to the future of
+    its request, so several threads may have turns in flight on one shard.
+    """
 
     def __init__(self, spec: ShardSpec, context: Any) -> None:
         self.index = spec.index
@@ -421,33 +487,83 @@ class _ProcessShard:
                                        name=f"simulacra-shard-{spec.index}", daemon=True)
         self.process.start()
         child.close()
-        self._answer()
-
-    def _answer(self) -> Any:
-        try:
-            kind, value = self.conn.recv()
-        except (EOFError, OSError):
-            code = self.process.exitcode
-            raise ShardCrashed(f"shard {self.index} (pid {self.process.pid}) died"
-                               + (f" with exit code {code}" if code is not None else "")
-                               ) from None
+        self._ids = itertools.count(1)
+        self._sending = threading.Lock()
+        self._waiting: dict[int, cf.Future[Any]] = {}
+        self._lost: ShardCrashed | None = None
+        self._last: cf.Future[Any] | None = None
+        _rid, kind, value = self._first()
         if kind == "error":
+            self.process.join(5)
             raise ShardCrashed(f"shard {self.index}: {value}")
-        return value
+        self._reader = threading.Thread(target=self._read, daemon=True,
+                                        name=f"simulacra-shard-{spec.index}-in")
+        self._reader.start()
+
+    def _died(self) -> ShardCrashed:
+        self.process.join(0.5)
+        code = self.process.exitcode
+        return ShardCrashed(f"shard {self.index} (pid {self.process.pid}) died"
+                            + (f" with exit code {code}" if code is not None else ""))
+
+    def _first(self) -> tuple[int, str, Any]:
+        try:
+            answer: tuple[int, str, Any] = self.conn.recv()
+        except (EOFError, OSError):
+            raise self._died() from None
+        return answer
+
+    def _read(self) -> None:
+        while True:
+            try:
+                rid, kind, value = self.conn.recv()
+            except (EOFError, OSError):
+                break
+            future = self._waiting.pop(rid, None)
+            if future is None:
+                continue
+            if kind == "error":
+                future.set_exception(ShardCrashed(f"shard {self.index}: {value}"))
+            else:
+                future.set_result(value)
+        lost = self._lost = self._died()
+        for rid in list(self._waiting):
+            future = self._waiting.pop(rid, None)
+            if future is not None and not future.done():
+                future.set_exception(lost)
+
+    def submit(self, command: str, *args: Any) -> cf.Future[Any]:
+        """Send *command*; its answer arrives in the returned future."""
+        future: cf.Future[Any] = cf.Future()
+        if self._lost is not None:
+            future.set_exception(self._lost)
+            return future
+        with self._sending:
+            rid = next(self._ids)
+            self._waiting[rid] = future
+            try:
+                self.conn.send((rid, command, args))
+            except (BrokenPipeError, OSError):
+                self._waiting.pop(rid, None)
+                future.set_exception(ShardCrashed(
+                    f"shard {self.index} (pid {self.process.pid}) is gone"))
+        return future
 
     def send(self, command: str, *args: Any) -> None:
-        try:
-            self.conn.send((command, args))
-        except (BrokenPipeError, OSError):
-            raise ShardCrashed(f"shard {self.index} (pid {self.process.pid}) is gone") from None
+        self._last = self.submit(command, *args)
+
+    def _answer(self) -> Any:
+        future, self._last = self._last, None
+        if future is None:
+            raise ConfigError(f"shard {self.index}: an answer was awaited with nothing sent")
+        return future.result()
 
     def call(self, command: str, *args: Any) -> Any:
-        self.send(command, *args)
-        return self._answer()
+        return self.submit(command, *args).result()
 
     def close(self) -> None:
         with contextlib.suppress(ShardCrashed):
-            self.call("close")
+            self.submit("close").result(timeout=10)
         self.conn.close()
         self.process.join(5)
         if self.process.is_alive():
@@ -476,6 +592,11 @@ class _LocalShard:
         if command == "step":
             events, ids, spec = args
             return _copied(_portable(*self.core.step(_copied(events), ids, spec)))
+        if command == "turn":
+            agent_key, spec, observation = args
+            ok, value, calls, count = self.core.turn(agent_key, spec, _copied(observation))
+            (ok, value), = _portable([(ok, value)], [])[0]
+            return _copied((ok, value, _portable([], calls)[1], count))
         if command == "states":
             return _copied(self.core.states(*args))
         if command == "restore":
@@ -506,20 +627,15 @@ class _DaskShard:
                                f"({type(exc).__name__}: {exc})") from None
         self._keep = future  # the actor lives as long as its future is held
 
-    def send(self, command: str, *args: Any) -> None:
+    def submit(self, command: str, *args: Any) -> Any:
+        """Call the actor's *command*; its answer is the returned future's."""
         try:
             with self.client.as_current():
-                self._future = getattr(self.actor, command)(*args)
+                return getattr(self.actor, command)(*args)
         except Exception as exc:
             raise self._lost(exc) from None
 
-    def _lost(self, exc: BaseException) -> ShardCrashed:
-        where = f" on worker {self.worker}" if self.worker else ""
-        return ShardCrashed(f"shard {self.index}{where} was lost ({type(exc).__name__}: "
-                            f"{exc}); resume the run from its last checkpoint")
-
-    def _answer(self) -> Any:
-        future, self._future = self._future, None
+    def wait(self, future: Any) -> Any:
         try:
             with self.client.as_current():
                 return future.result()
@@ -528,9 +644,20 @@ class _DaskShard:
         except Exception as exc:
             raise self._lost(exc) from None
 
+    def send(self, command: str, *args: Any) -> None:
+        self._future = self.submit(command, *args)
+
+    def _lost(self, exc: BaseException) -> ShardCrashed:
+        where = f" on worker {self.worker}" if self.worker else ""
+        return ShardCrashed(f"shard {self.index}{where} was lost ({type(exc).__name__}: "
+                            f"{exc}); resume the run from its last checkpoint")
+
+    def _answer(self) -> Any:
+        future, self._future = self._future, None
+        return self.wait(future)
+
     def call(self, command: str, *args: Any) -> Any:
-        self.send(command, *args)
-        return self._answer()
+        return self.wait(self.submit(command, *args))
 
     def close(self) -> None:
         with contextlib.suppress(Exception):
@@ -544,76 +671,65 @@ def _context() -> Any:
     return multiprocessing.get_context("forkserver" if "forkserver" in methods else "spawn")
 
 
-class ShardedRoundEngine(RoundEngine):
-    """The round engine with its turns on shards (see the module's doc); results as one process.
+class ShardSet:
+    """The shards of one run: started on first use, stopped by :meth:`close`.
 
     Args:
-        world, agents: As for :class:`RoundEngine`: the coordinator's world and
-            agents (the agents do not act here; their states are pulled from
-            the shards for digests and checkpoints).
         specs: One :class:`ShardSpec` per shard.
-        shard_mode: One of :data:`SHARD_MODES`.
-        served: The bottom of *model*'s stack, answering with the shards' replies.
-        **kwargs: As for :class:`RoundEngine` (*model* is the run's stack over
-            *served*).
+        mode: One of :data:`SHARD_MODES`.
+        dask: ``dask`` mode: the scheduler's address (None: a LocalCluster on loopback).
     """
 
-    __slots__ = ("_cluster", "_dask", "_open", "_pending", "_restored", "_served",
-                 "_shard_mode", "_shard_of", "_shards", "_specs")
-
-    def __init__(self, world: World, agents: Iterable[Actor], *, specs: Sequence[ShardSpec],
-                 shard_mode: str, served: ServedCalls, dask: str | None = None,
-                 **kwargs: Any) -> None:
-        if shard_mode not in SHARD_MODES:
-            raise ConfigError(f"shard_mode must be one of {SHARD_MODES}, got {shard_mode!r}")
-        super().__init__(world, agents, **kwargs)
-        self._specs = list(specs)
-        self._shard_mode = shard_mode
-        self._served = served
-        self._shard_of: dict[str, int] = {a: spec.index for spec in self._specs
-                                          for a in spec.agents}
-        unknown = [str(i) for i in self._ids if str(i) not in self._shard_of]
-        if unknown:
-            raise ConfigError(f"agent {unknown[0]!r} is on no shard")
-        self._shards: list[Any] = []
-        self._open = False
-        #: Events resolved since the shards last heard: sent with their next step.
-        self._pending: list[ActionEvent] = []
-        self._restored: Mapping[str, Any] | None = None
-        #: ``dask`` mode: the scheduler's address (None: a LocalCluster on loopback).
+    def __init__(self, specs: Sequence[ShardSpec], mode: str, dask: str | None = None) -> None:
+        if mode not in SHARD_MODES:
+            raise ConfigError(f"shard_mode must be one of {SHARD_MODES}, got {mode!r}")
+        self.specs = list(specs)
+        self.mode = mode
+        #: Which shard holds each agent (by its key, ``str(id)``).
+        self.shard_of: dict[str, int] = {a: spec.index for spec in self.specs
+                                         for a in spec.agents}
+        self.shards: list[Any] = []
+        self.open = False
         self._dask = dask
         self._cluster: tuple[Any, Any] | None = None
+        self._inline = threading.Lock()  # inline: one shard works at a time
 
-    # -- the shards ------------------------------------------------------------------
+    def check(self, keys: Iterable[str]) -> None:
+        """Every agent is on a shard.
 
-    def _start(self) -> None:
-        if self._open:
-            return
-        if self._shard_mode == "processes":
+        Raises:
+            ConfigError: One is not.
+        """
+        unknown = [key for key in keys if key not in self.shard_of]
+        if unknown:
+            raise ConfigError(f"agent {unknown[0]!r} is on no shard")
+
+    def start(self) -> bool:
+        """Start the shards if they are not running; whether they were started now."""
+        if self.open:
+            return False
+        if self.mode == "processes":
             context = _context()
-            self._shards = []
             try:
-                for spec in self._specs:
-                    self._shards.append(_ProcessShard(spec, context))
+                for spec in self.specs:
+                    self.shards.append(_ProcessShard(spec, context))
             except BaseException:
                 self.close()
                 raise
-        elif self._shard_mode == "dask":
+        elif self.mode == "dask":
             client = self._dask_client()
             workers = sorted(client.nthreads())
-            self._shards = []
             try:
-                for spec in self._specs:
+                for spec in self.specs:
                     worker = workers[spec.index % len(workers)] if workers else None
-                    self._shards.append(_DaskShard(spec, client, worker))
+                    self.shards.append(_DaskShard(spec, client, worker))
             except BaseException:
                 self.close()
                 raise
         else:
-            self._shards = [_LocalShard(spec) for spec in self._specs]
-        self._open = True
-        if self._restored is not None:
-            self._push(self._restored)
+            self.shards = [_LocalShard(spec) for spec in self.specs]
+        self.open = True
+        return True
 
     def _dask_client(self) -> Any:
         """The Dask client: of the scheduler at the address, or of a LocalCluster made here."""
@@ -623,7 +739,7 @@ class ShardedRoundEngine(RoundEngine):
 
         distributed = import_distributed()
         if self._dask is None:
-            cluster, client = local_dask_client(distributed, len(self._specs))
+            cluster, client = local_dask_client(distributed, len(self.specs))
         else:
             try:
                 client = distributed.Client(self._dask, set_as_default=False, timeout=10)
@@ -634,23 +750,49 @@ class ShardedRoundEngine(RoundEngine):
         self._cluster = (cluster, client)
         return client
 
-    def _each(self, command: str, args: Sequence[tuple[Any, ...]]) -> list[Any]:
+    def each(self, command: str, args: Sequence[tuple[Any, ...]]) -> list[Any]:
         """Send *command* to every shard (with its own args) and gather the answers, in order."""
-        shards = self._shards
-        if self._shard_mode in ("processes", "dask"):
+        shards = self.shards
+        if self.mode in ("processes", "dask"):
             for shard, arg in zip(shards, args, strict=True):
                 shard.send(command, *arg)
             return [shard._answer() for shard in shards]
-        if self._shard_mode == "threads" and len(shards) > 1:
+        if self.mode == "threads" and len(shards) > 1:
             with cf.ThreadPoolExecutor(len(shards), thread_name_prefix="simulacra-shards") as ex:
                 return list(ex.map(lambda pair: pair[0].call(command, *pair[1]),
                                    zip(shards, args, strict=True)))
         return [shard.call(command, *arg) for shard, arg in zip(shards, args, strict=True)]
 
+    def one(self, key: str, command: str, *args: Any) -> Any:
+        """*command* on the shard of agent *key*, waiting for its answer (any thread)."""
+        shard = self.shards[self.shard_of[key]]
+        if self.mode == "inline":
+            with self._inline:
+                return shard.call(command, *args)
+        return shard.call(command, *args)
+
+    def pull(self, agents: Mapping[str, Actor], keys: Iterable[str]) -> None:
+        """Set each of *agents* named by *keys* to its state in its shard."""
+        if not self.open:
+            return
+        per: list[list[str]] = [[] for _ in self.shards]
+        for key in keys:
+            per[self.shard_of[key]].append(key)
+        for states in self.each("states", [(wanted,) for wanted in per]):
+            for key, state in states.items():
+                agents[key].set_state(state)
+
+    def push(self, world: Any, agents: Mapping[str, Any]) -> None:
+        """Give every shard *world* (a world state) and its agents' states of *agents*."""
+        per: list[dict[str, Any]] = [{} for _ in self.shards]
+        for key, agent_state in agents.items():
+            per[self.shard_of[key]][key] = agent_state
+        self.each("restore", [(world, mine) for mine in per])
+
     def close(self) -> None:
         """Stop the shards (idempotent)."""
-        shards, self._shards = self._shards, []
-        self._open = False
+        shards, self.shards = self.shards, []
+        self.open = False
         for shard in shards:
             with contextlib.suppress(Exception):
                 shard.close()
@@ -663,6 +805,64 @@ class ShardedRoundEngine(RoundEngine):
                 with contextlib.suppress(Exception):
                     cluster.close()
 
+
+def pass_through(model: Any, served: ServedCalls, calls: Sequence[Call]) -> None:
+    """The shards' *calls* through the run's own model stack, in call-site order.
+
+    The stack (meter, recordings, ``calls.jsonl``...) sits on *served*, which
+    answers each call with its shard's reply: the run records what one
+    process would have, whoever made the calls.
+    """
+    if model is None or not calls:
+        return
+    from simulacra.llm import CallSite  # noqa: PLC0415  (loaded by then)
+
+    served.load(calls)
+    try:
+        for agent, n, request, _result, _wall in calls:
+            with contextlib.suppress(Exception):  # its turn has its error already
+                model.complete(request, site=CallSite(agent, n))
+    finally:
+        served.forget(calls)
+
+
+class ShardedRoundEngine(RoundEngine):
+    """The round engine with its turns on shards (see the module's doc); results as one process.
+
+    Args:
+        world, agents: As for :class:`RoundEngine`: the coordinator's world and
+            agents (the agents do not act here; their states are pulled from
+            the shards for digests and checkpoints).
+        specs: One :class:`ShardSpec` per shard.
+        shard_mode: One of :data:`SHARD_MODES`.
+        served: The bottom of *model*'s stack, answering with the shards' replies.
+        dask: ``dask`` mode: the scheduler's address (None: a LocalCluster).
+        **kwargs: As for :class:`RoundEngine` (*model* is the run's stack over
+            *served*).
+    """
+
+    __slots__ = ("_pending", "_restored", "_served", "_set")
+
+    def __init__(self, world: World, agents: Iterable[Actor], *, specs: Sequence[ShardSpec],
+                 shard_mode: str, served: ServedCalls, dask: str | None = None,
+                 **kwargs: Any) -> None:
+        shards = ShardSet(specs, shard_mode, dask)
+        super().__init__(world, agents, **kwargs)
+        shards.check(str(i) for i in self._ids)
+        self._set = shards
+        self._served = served
+        #: Events resolved since the shards last heard: sent with their next step.
+        self._pending: list[ActionEvent] = []
+        self._restored: Mapping[str, Any] | None = None
+
+    def _start(self) -> None:
+        if self._set.start() and self._restored is not None:
+            self._push(self._restored)
+
+    def close(self) -> None:
+        """Stop the shards (idempotent)."""
+        self._set.close()
+
     def run(self, steps: int, *, pause: Callable[[], bool] | None = None) -> Any:
         self._start()
         return super().run(steps, pause=pause)
@@ -672,28 +872,18 @@ class ShardedRoundEngine(RoundEngine):
     def _run_batch(self, batch: list[AgentId], spec: ActionSpec) -> list[tuple[bool, Any]]:
         self._start()
         events, self._pending = self._pending, []
-        groups: list[list[str]] = [[] for _ in self._shards]
+        shard_of = self._set.shard_of
+        groups: list[list[str]] = [[] for _ in self._set.shards]
         for agent_id in batch:
-            groups[self._shard_of[str(agent_id)]].append(str(agent_id))
-        answers = self._each("step", [(events, ids, spec) for ids in groups])
+            groups[shard_of[str(agent_id)]].append(str(agent_id))
+        answers = self._set.each("step", [(events, ids, spec) for ids in groups])
         by_id: dict[str, tuple[bool, Any]] = {}
         calls: list[Call] = []
         for ids, (outcomes, made) in zip(groups, answers, strict=True):
             by_id.update(zip(ids, outcomes, strict=True))
             calls.extend(made)
-        # The calls through the run's own stack (meter, recordings, calls.jsonl), in
-        # call-site order: what one process would have recorded, whatever the shards.
         calls.sort(key=lambda call: (call[0], call[1]))
-        served = self._served
-        served.load(calls)
-        model = self._meter
-        if model is not None:
-            from simulacra.llm import CallSite  # noqa: PLC0415  (loaded by then)
-
-            for agent, n, request, _result, _wall in calls:
-                with contextlib.suppress(Exception):  # its turn has its error already
-                    model.complete(request, site=CallSite(agent, n))
-        served.clear()
+        pass_through(self._meter, self._served, calls)
         on_turn = self._on_turn
         outcomes = [by_id[str(agent_id)] for agent_id in batch]
         if on_turn is not None:
@@ -712,24 +902,12 @@ class ShardedRoundEngine(RoundEngine):
 
     def _pull(self, ids: Iterable[AgentId] | None) -> None:
         """Bring the coordinator's agents up to their shards' states."""
-        if not self._open:
-            return
-        wanted = [str(i) for i in (self._ids if ids is None else ids)]
-        per: list[list[str]] = [[] for _ in self._shards]
-        for key in wanted:
-            per[self._shard_of[key]].append(key)
-        answers = self._each("states", [(keys,) for keys in per])
-        by_key = {str(agent_id): agent_id for agent_id in self._agents}
-        for states in answers:
-            for key, state in states.items():
-                self._agents[by_key[key]].set_state(state)
+        by_key = {str(agent_id): agent for agent_id, agent in self._agents.items()}
+        self._set.pull(by_key, [str(i) for i in (self._ids if ids is None else ids)])
 
     def _push(self, state: Mapping[str, Any]) -> None:
         """Give every shard the world and its agents' states of *state* (a restore)."""
-        per: list[dict[str, Any]] = [{} for _ in self._shards]
-        for key, agent_state in state["agents"].items():
-            per[self._shard_of[key]][key] = agent_state
-        self._each("restore", [(state["world"], agents) for agents in per])
+        self._set.push(state["world"], state["agents"])
         self._pending = []
 
     def state(self) -> dict[str, Any]:
@@ -740,7 +918,7 @@ class ShardedRoundEngine(RoundEngine):
     def restore(self, state: Mapping[str, Any]) -> None:
         super().restore(state)
         self._restored = state
-        if self._open:
+        if self._set.open:
             self._push(state)
 
     def agents_digest(self) -> str:
