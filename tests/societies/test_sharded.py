@@ -203,7 +203,7 @@ def test_shards_route_over_endpoints(tmp_path: Path) -> None:
 
 
 BAD = {
-    "the event engine": (["sim.engine.step.built_in=async_event"], "does not run on shards"),
+    "tracing": (["run.trace.otel=jsonl"], "run.trace.otel does not follow turns into shards"),
     "a budget": (["run.budget.tokens=1000"], "run.budget cannot be held on shards"),
     "asyncio in a shard": (["sim.engine.mode=asyncio"], "asyncio inside a shard"),
     "no shards": (["sim.engine.shards=0"], "sim.engine.shards"),
@@ -351,3 +351,55 @@ def test_an_agent_that_shares_state_with_the_world_is_refused_on_shards(
     # one process is fine with it
     assert main([*args[:-2], f"sim.world.factory={tmp_path / 'sharing.py'}:build",
                  "sim.engine.shards=1"]) == 0
+
+
+EVENT = ["sim.engine.step.built_in=async_event"]
+
+
+@settings(max_examples=20, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(agents=st.integers(2, 12), steps=st.integers(1, 6), shards=st.integers(1, 8),
+       shard_mode=st.sampled_from(["inline", "threads"]),
+       mode=st.sampled_from(["sequential", "threads", "asyncio"]),
+       window=st.sampled_from([0.5, 1.0, 2.0]), max_turns=st.sampled_from([None, 2]),
+       seed=st.integers(0, 5))
+def test_generated_event_driven_societies_give_the_unsharded_digest(  # noqa: PLR0917
+        agents: int, steps: int, shards: int, shard_mode: str, mode: str, window: float,
+        max_turns: int | None, seed: int) -> None:
+    options = f"{{window: {window}" + (f", max_turns: {max_turns}}}" if max_turns else "}")
+    base = [*EVENT, f"seed={seed}", f"sim.agents={agents}", f"sim.steps={steps}",
+            f"sim.engine.mode={mode}", f"sim.engine.step.options={options}"]
+    one = _run(base)
+    many = _run([*base, f"sim.engine.shards={shards}", f"sim.engine.shard_mode={shard_mode}"])
+    assert many.result.digest == one.result.digest
+    assert many.result.step_digests == one.result.step_digests
+    assert many.llm["calls"] == one.llm["calls"]
+
+
+@pytest.mark.parametrize("mode", ["threads", "asyncio"])
+def test_event_driven_process_shards_resume_and_replay_at_other_counts(
+        tmp_path: Path, mode: str) -> None:
+    base = [*EVENT, "sim.agents=10", "sim.steps=6", f"sim.engine.mode={mode}",
+            "run.checkpoint_every=2"]
+    one = _run(base, tmp_path / "one")
+    many = _run([*base, "sim.engine.shards=3"], tmp_path / "many")
+    assert many.result.digest == one.result.digest
+    for name in ("action_events.jsonl", "digest.txt"):
+        assert (tmp_path / "many" / name).read_bytes() == (tmp_path / "one" / name).read_bytes()
+    assert simulacra.replay_run(tmp_path / "many", overrides=("sim.engine.shards=1",)).matches
+    assert simulacra.replay_run(tmp_path / "one", overrides=("sim.engine.shards=2",)).matches
+    # cut after the checkpoint of window 2, resumed on 2 shards
+    cut = tmp_path / "cut"
+    control = simulacra.RunControl()
+
+    def stop_after_three(report: object) -> None:
+        if getattr(report, "step", 0) >= 2:
+            control.request_stop("test")
+
+    with pytest.raises(simulacra.RunStopped):
+        simulacra.run_society(simulacra.load_config(CONFIG, [*base, "sim.engine.shards=3"]),
+                              out=cut, on_step=stop_after_three, control=control)
+    resumed = simulacra.resume_society(cut, overrides=("sim.engine.shards=2",))
+    assert resumed.result.digest == one.result.digest
+    assert (cut / "action_events.jsonl").read_bytes() == (
+        tmp_path / "one" / "action_events.jsonl").read_bytes()

@@ -278,7 +278,6 @@ def _check_float(name: str, value: object, *, positive: bool) -> float:
     return float(value)  # type: ignore[arg-type]
 
 
-@final
 class EventEngine(SocietyEngine):
     """Runs observe/act agents on a virtual clock: wake, observe live, act, resolve.
 

@@ -146,8 +146,10 @@ def _sharded_engine(config: RunConfig, world: World, agents: list[Actor], *,
                     down: Mapping[str, ProviderUnavailable], reuse: str | None,
                     on_step: Callable[[StepReport], None] | None,
                     on_turn: Callable[[], None] | None,
-                    fatal: tuple[type[BaseException], ...]) -> ShardedRoundEngine:
-    """The round engine on ``sim.engine.shards`` shards (``_sharded.py``).
+                    fatal: tuple[type[BaseException], ...]) -> tuple[StepEngine, Any]:
+    """The step engine on ``sim.engine.shards`` shards: ``(the engine, what closes its shards)``.
+
+    The round engine (``_sharded.py``) or the event-driven one (``_sharded_events.py``).
 
     Each shard builds its model: the run's own (as :func:`build_model` or the
     endpoints' router), the replay's recordings, or *given* as it is (a model
@@ -185,13 +187,20 @@ def _sharded_engine(config: RunConfig, world: World, agents: list[Actor], *,
                        mode="threads" if engine.mode == "threads" else "sequential",
                        concurrency=engine.concurrency, extra={"all": ids})
              for index, part in enumerate(shard_parts(config, ids))]
-    return ShardedRoundEngine(
+    seed = as_seed_tree(config.seed).child("engine")
+    if engine.step.built_in == "async_event":
+        from ._sharded_events import sharded_event_steps  # noqa: PLC0415  (as _step_engine)
+
+        return sharded_event_steps(world, agents, model=model, seed=seed, config=config,
+                                   on_step=on_step, on_turn=on_turn, fatal=fatal, specs=specs,
+                                   served=served)
+    round_engine = ShardedRoundEngine(
         world, agents, specs=specs, shard_mode=mode, served=served, model=model,
-        dask=config.run.dask.scheduler_address,
-        seed=as_seed_tree(config.seed).child("engine"), mode=engine.mode,
+        dask=config.run.dask.scheduler_address, seed=seed, mode=engine.mode,
         concurrency=engine.concurrency, flows=engine.flows,
         participation=engine.participation, resolution=engine.resolution,
         fail_fast=engine.fail_fast, on_step=on_step, on_turn=on_turn, fatal=fatal)
+    return round_engine, round_engine
 
 
 _STEP_ENGINES: dict[str, StepEngineFactory] = {"round": _round_engine}
@@ -569,8 +578,8 @@ def run_society(config: RunConfig | Mapping[str, Any], *,
         check_apart(world, agents)
     prepared = (world, agents,
                 None if artifact is None else _schedule(config, artifact, world, agents))
-    check_tracing(config, has_run_dir=target is not None)  # before anything is written
-    check_shards(config)
+    check_shards(config)  # before anything is written
+    check_tracing(config, has_run_dir=target is not None)
     down = preflight_run(config) if model is None and config.run.preflight else {}
     # Routes are checked against the society (an agent no rule can match) before any call.
     routed = (build_router(config, [agent.id for agent in agents], down)
@@ -729,8 +738,8 @@ def resume_society(run_dir: str | os.PathLike[str], *,
     manifest_path = probe.file("manifest")
     scenario = run_scenario(probe.path, read_manifest(manifest_path) if manifest_path.is_file()
                             else {}, config.data.get("scenario"))
-    check_tracing(config, has_run_dir=True)
     check_shards(config)
+    check_tracing(config, has_run_dir=True)
     down = preflight_run(config) if model is None and config.run.preflight else {}
     # The model's modules first: the checkpoint holds objects of its classes.
     load_factory(config.sim.world.factory)
@@ -1195,7 +1204,7 @@ def _execute(config: RunConfig, rundir: RunDirectory | None, model: LanguageMode
     first = 0 if resume is None else int(resume[0])
     checkpoint_stats: dict[str, Any] = {"written": 0, "seconds": 0.0}
 
-    built: list[ShardedRoundEngine] = []
+    built: list[Any] = []  # what holds shards, closed at the end
 
     def sessions() -> list[dict[str, Any]]:
         meter_rows = {agent: list(row) for agent, row in sorted(meter.per_agent.items())}
@@ -1283,13 +1292,13 @@ def _execute(config: RunConfig, rundir: RunDirectory | None, model: LanguageMode
                 on_step(report)
 
         if shard_calls is not None:
-            sharded_engine = _sharded_engine(
+            sharded_engine, closes = _sharded_engine(
                 config, world, agents, model=meter, given=model, served=shard_calls,
                 down=down or {}, reuse=(str(rundir.file("recordings")) if resume is not None
                                         and rundir is not None and config.run.record
                                         else None),
                 on_step=step_done, on_turn=on_turn, fatal=fatal)
-            built.append(sharded_engine)
+            built.append(closes)
             engine: StepEngine = sharded_engine
         else:
             engine = factory(world, agents, model=meter,

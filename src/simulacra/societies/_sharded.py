@@ -28,11 +28,11 @@ A checkpoint holds the coordinator's world and the agents' states, pulled
 from the shards: the format of an unsharded run. A run therefore resumes at
 any shard count, and so does its replay.
 
-What shards do not take yet (each refused in one line before anything is
-written): the event-driven engine, a scenario (it changes the world outside
-events), ``run.budget`` (the calls are paid in the shards before the
-coordinator sees them), OpenTelemetry tracing, and ``sim.engine.mode=asyncio``
-inside a shard.
+The event-driven engine on shards is ``_sharded_events.py``. What shards do
+not take yet (each refused in one line before anything is written): a
+scenario (it changes the world outside events), ``run.budget`` (the calls are
+paid in the shards before the coordinator sees them), OpenTelemetry tracing,
+and ``sim.engine.mode=asyncio`` on the round engine's shards.
 """
 
 from __future__ import annotations
@@ -87,9 +87,9 @@ def check_shards(config: RunConfig) -> None:
     if engine.shards == 1:
         return
     why = None
-    if engine.step.built_in != "round":
-        why = (f"the step engine {engine.step.built_in!r} does not run on shards yet (the "
-               "round engine does)")
+    if engine.step.built_in not in ("round", "async_event"):
+        why = (f"the step engine {engine.step.built_in!r} does not run on shards (the round "
+               "and the event-driven engines do)")
     elif config.data.get("scenario") is not None:
         why = "a scenario changes the world outside its events, which shards cannot follow yet"
     elif config.run.budget.tokens is not None or config.run.budget.cost is not None:
@@ -97,7 +97,7 @@ def check_shards(config: RunConfig) -> None:
                "coordinator sees them); drop the budget or use one shard")
     elif config.run.trace.otel != "off":
         why = "run.trace.otel does not follow turns into shards yet"
-    elif engine.mode == "asyncio":
+    elif engine.mode == "asyncio" and engine.step.built_in == "round":
         why = "sim.engine.mode=asyncio inside a shard is not built yet (use threads)"
     if why is not None:
         raise ConfigError(f"sim.engine.shards={engine.shards}: {why}")
