@@ -163,3 +163,60 @@ def test_killed_or_stopped_and_resumed_under_faults_equals_the_clean_run(
     for run_dir in (killed, budget):
         assert (run_dir / "digest.txt").read_bytes() == expected_digest, run_dir.name
         assert (run_dir / "action_events.jsonl").read_bytes() == expected_log, run_dir.name
+
+
+@pytest.mark.parametrize("engine", ["round", "async_event"])
+@pytest.mark.parametrize("shard_mode", ["processes", "dask"])
+def test_a_sharded_society_killed_under_faults_resumes_on_other_shards_to_the_clean_run(
+        tmp_path: Path, engine: str, shard_mode: str) -> None:
+    """The same chaos on shards: the run's process is SIGKILLed mid-run under faults, with
+    its shards (processes, or actors on a Dask LocalCluster); it resumes on another shard
+    count, under faults again, to the files of a clean run in one process, asking the server
+    for no recorded call again."""
+    rng = random.Random(f"shards/{engine}/{shard_mode}")
+    cluster = None
+    extra: list[str] = []
+    if shard_mode == "dask":
+        distributed = pytest.importorskip("distributed")
+        cluster = distributed.LocalCluster(
+            n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1",
+            dashboard_address=None, scheduler_kwargs={"dashboard_address": "127.0.0.1:0"})
+        extra = [f"run.dask.scheduler_address={cluster.scheduler_address}"]
+    try:
+        with _server() as server:
+            config = _config(tmp_path, "social", engine, server.base_url)
+            clean = _simulacra("run", str(config), "--out", str(tmp_path / "clean"))
+            assert clean.returncode == 0, clean.stderr
+
+            server.reset()
+            _inject(server)
+            killed = tmp_path / "killed"
+            process = _simulacra("run", str(config), "--out", str(killed),
+                                 "sim.engine.shards=2", f"sim.engine.shard_mode={shard_mode}",
+                                 *extra, wait=False)
+            assert isinstance(process, subprocess.Popen)
+            telemetry = killed / "telemetry.jsonl"
+            deadline = time.monotonic() + 120
+            target = rng.randint(1, 3)
+            while not (telemetry.is_file()
+                       and len(telemetry.read_text().splitlines()) >= target):
+                assert process.poll() is None, process.communicate()
+                assert time.monotonic() < deadline
+                time.sleep(0.01)
+            time.sleep(rng.random() * 0.05)
+            assert process.poll() is None, "the run finished before it could be killed"
+            process.send_signal(signal.SIGKILL)
+            process.communicate(timeout=60)
+            paid = _recorded_sites(killed)
+            assert paid
+            server.reset()
+            _inject(server)
+            resumed = _simulacra("run", "--resume", str(killed), "sim.engine.shards=3",
+                                 *extra)
+            assert resumed.returncode == 0, resumed.stderr
+            assert not paid & _asked_sites(server)
+    finally:
+        if cluster is not None:
+            cluster.close()
+    for name in ("digest.txt", "action_events.jsonl"):
+        assert (killed / name).read_bytes() == (tmp_path / "clean" / name).read_bytes(), name
