@@ -29,6 +29,8 @@ from _live_helpers import CONFIG, simulacra_cli  # noqa: E402
 
 SHOTS = Path("/tmp/report-shots2")  # noqa: S108  (where the brief looks for them)
 SCENARIOS = CONFIG.parent / "scenarios" / "artifacts"
+#: The shipped storm-alert artifact's hash prefix (its file name ends with it).
+STORM_HASH = next(SCENARIOS.glob("storm-alert-*.json")).stem.rpartition("-")[2]
 
 
 def _scenario_run(out: Path, name: str) -> Path:
@@ -90,7 +92,7 @@ def test_the_pseudo_agents_pages_say_what_they_are(browser: Any, storm_run: Path
     page = _open(browser, storm.as_uri(), width, errors)
     page.wait_for_selector(".card")
     run_panel = page.inner_text(".cards .card:first-child")
-    assert "storm-alert (557350234" in run_panel
+    assert f"storm-alert ({STORM_HASH})" in run_panel
     assert "2 of 2 changes applied" in page.inner_text(".cards")
     page.screenshot(path=str(SHOTS / f"scenario-overview-{width}.png"), full_page=True)
 
@@ -131,7 +133,7 @@ def test_the_live_view_header_names_the_scenario(browser: Any, storm_run: Path) 
             page = _open(browser, view.url, width, errors)
             page.wait_for_function("() => document.body.dataset.ready === '1'", timeout=60_000)
             page.wait_for_selector("#chart-latency_hist .main-svg")
-            assert page.inner_text("#scenario").startswith("scenario storm-alert (557350234")
+            assert page.inner_text("#scenario").startswith(f"scenario storm-alert ({STORM_HASH})")
             page.wait_for_timeout(500)
             page.screenshot(path=str(SHOTS / f"live-scenario-{width}.png"), full_page=True)
             page.close()

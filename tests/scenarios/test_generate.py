@@ -32,6 +32,7 @@ from simulacra.llm import (
     ScriptedServer,
 )
 from simulacra.scenarios import (
+    DEFAULT_MAX_TOKENS,
     GENERATE_TASK,
     Knob,
     Knobs,
@@ -42,6 +43,7 @@ from simulacra.scenarios import (
     load_scenario,
     parse_passage_id,
     read_documents,
+    reply_schema,
     scripted_scenario_model,
     split_passages,
 )
@@ -90,10 +92,21 @@ def rule(*replies: str) -> ScriptedModel:
     return ScriptedModel(0, rules=[ScriptedRule("canned", lambda r: True, reply)])
 
 
-def good(passage: Passage, name: str = "cold-scanner") -> str:
+#: The grounding of good()'s intervention: the off word of its quote, and two assumptions.
+GROUNDED = {"value": {"citation": 0, "text": "fails"},
+            "at": {"assumption": "the document gives no time; ten minutes in"},
+            "duration": {"assumption": "the document gives no length; five minutes"}}
+
+
+def good(passage: Passage, name: str = "cold-scanner", *,
+         grounding: dict[str, Any] | None = GROUNDED) -> str:
+    """A reply that fits KNOBS, quotes *passage* and grounds each value (unless told not to)."""
+    intervention: dict[str, Any] = {"knob": "scanner", "at": 10, "value": False, "duration": 5}
+    if grounding is not None:
+        intervention["grounding"] = grounding
     return json.dumps({
         "name": name, "description": "the scanner fails",
-        "interventions": [{"knob": "scanner", "at": 10, "value": False, "duration": 5}],
+        "interventions": [intervention],
         "citations": [{"passage": passage.id, "quote": "scanner of lane 1\n  fails"}]})
 
 
@@ -280,6 +293,140 @@ def test_names_must_differ(tmp_path: Path) -> None:
                            count=2, tries=1)
 
 
+def test_a_well_quoted_reply_that_grounds_nothing_is_rejected_and_asked_again(
+        tmp_path: Path) -> None:
+    # The quote is in its passage, the knob and values fit: before, such a reply was
+    # accepted with none of its values grounded. Now the model is told how to ground them.
+    documents = read_documents([write_docs(tmp_path)])
+    passage = documents[0].passages()[-1]
+    rejected: list[tuple[int, int, str]] = []
+    seen: list[CompletionRequest] = []
+    replies = [good(passage, grounding=None), good(passage)]
+
+    def reply(request: CompletionRequest, _rng: Any) -> str:
+        seen.append(request)
+        return replies[len(seen) - 1]
+
+    model = ScriptedModel(0, rules=[ScriptedRule("r", lambda r: True, reply)])
+    [scenario] = generate_scenarios(documents, KNOBS, model, target="t", model_name="m",
+                                    count=1, tries=2, on_reject=lambda *a: rejected.append(a))
+
+    reason = ("intervention 0 (knob 'scanner') does not ground its value and at and duration: "
+              'give "grounding": {"value": GROUND, "at": GROUND, "duration": GROUND}, each '
+              'GROUND {"citation": <the index of a citation>, "text": "<words of its quote that '
+              'state it>"} or {"assumption": "<why it was chosen>"}')
+    assert rejected == [(0, 0, reason)]
+    assert seen[1].messages[-1].content.startswith(f"REJECTED: {reason}\n")
+    assert scenario.provenance["tries"] == 2
+    [item] = scenario.interventions
+    assert item.grounding is not None
+    assert item.grounding["value"].text == "fails"
+    assert item.grounding["at"].assumption == "the document gives no time; ten minutes in"
+
+
+@pytest.mark.parametrize(("grounding", "reason"), [
+    ({**GROUNDED, "duration": None}, "does not ground its duration: "),
+    ({k: v for k, v in GROUNDED.items() if k != "at"}, "does not ground its at: "),
+    ({**GROUNDED, "value": {"citation": 0, "text": "lane 1"}},
+     "value False matches nothing in its quote 'scanner of lane 1\\n  fails' (grounded in "
+     "'lane 1')"),
+    ({**GROUNDED, "at": {"citation": 0, "text": "lane 1"}},
+     "at 10.0 matches nothing in its quote"),
+    ({**GROUNDED, "value": {"citation": 0, "text": "the scanner breaks"}},
+     "is grounded in 'the scanner breaks', which is not in its quote"),
+    ({**GROUNDED, "value": {"citation": 3, "text": "fails"}},
+     "is grounded in citation 3, which the scenario does not have"),
+])
+def test_a_reply_grounded_in_part_or_falsely_is_never_accepted(
+        tmp_path: Path, grounding: dict[str, Any], reason: str) -> None:
+    documents = read_documents([write_docs(tmp_path)])
+    passage = documents[0].passages()[-1]
+
+    with pytest.raises(ScenarioError) as info:
+        generate_scenarios(documents, KNOBS, rule(good(passage, grounding=grounding)),
+                           target="t", model_name="m", count=1, tries=2)
+
+    assert "the model gave no valid scenario 1 of 1 in 2 tries" in str(info.value)
+    assert reason in str(info.value)
+
+
+def test_every_request_bounds_its_tokens_and_sends_the_reply_schema(tmp_path: Path) -> None:
+    jsonschema = pytest.importorskip("jsonschema")
+    documents = read_documents([write_docs(tmp_path)])
+    passages = documents[0].passages()
+    seen: list[CompletionRequest] = []
+
+    def reply(request: CompletionRequest, _rng: Any) -> str:
+        seen.append(request)
+        return good(passages[-1])
+
+    model = ScriptedModel(0, rules=[ScriptedRule("r", lambda r: True, reply)])
+    [made] = generate_scenarios(documents, KNOBS, model, target="t", model_name="m", count=1)
+    [bounded] = generate_scenarios(documents, KNOBS, model, target="t", model_name="m",
+                                   count=1, max_tokens=400, schema=False)
+
+    assert seen[0].max_tokens == DEFAULT_MAX_TOKENS == 1024
+    assert seen[0].response_schema == reply_schema(KNOBS, passages)
+    assert (seen[1].max_tokens, seen[1].response_schema_json) == (400, None)
+    assert (made.provenance["max_tokens"], made.provenance["response_schema"]) == (1024, True)
+    assert (bounded.provenance["max_tokens"], bounded.provenance["response_schema"]) == (
+        400, False)
+    schema = reply_schema(KNOBS, passages)
+    jsonschema.Draft202012Validator.check_schema(schema)
+    jsonschema.validate(json.loads(good(passages[-1]).replace('"duration": 5',
+                                                              '"duration": 5, "note": ""')),
+                        schema)
+    assert schema["properties"]["interventions"]["items"]["properties"]["knob"]["enum"] == [
+        "lanes", "scanner"]
+    assert schema["properties"]["citations"]["items"]["properties"]["passage"]["enum"] == [
+        p.id for p in passages]
+    # The reply form the prompt shows has the grounding fields, and says how to fill them.
+    prompt = seen[0].messages[1].content
+    assert '"grounding": {"value": <GROUND>, "at": <GROUND>, "duration": <GROUND, or null' \
+        in prompt
+    assert 'GROUND is {"citation": <the index of one of your citations, from 0>' in prompt
+    assert "four hours is 4 or 240 (minutes)" in prompt
+
+
+def test_the_schema_s_nulls_mean_not_given(tmp_path: Path) -> None:
+    documents = read_documents([write_docs(tmp_path)])
+    passage = documents[0].passages()[-1]
+    reply = json.loads(good(passage))
+    item = reply["interventions"][0]
+    item.update(duration=None, note="keeps the value")
+    item["grounding"]["duration"] = None
+
+    [scenario] = generate_scenarios(documents, KNOBS, rule(json.dumps(reply)), target="t",
+                                    model_name="m", count=1, tries=1)
+
+    [made] = scenario.interventions
+    assert made.duration is None
+    assert made.grounding is not None
+    assert set(made.grounding) == {"value", "at"}
+
+
+def test_a_reply_cut_off_at_max_tokens_says_so(tmp_path: Path) -> None:
+    documents = read_documents([write_docs(tmp_path)])
+
+    class Rambles:
+        def complete(self, request: CompletionRequest, *,
+                     site: CallSite | None = None) -> Completion:
+            return Completion('{"name": "cold-scanner", "interventions": [{"kn',
+                              finish_reason="length")
+
+        async def acomplete(self, request: CompletionRequest, *,
+                            site: CallSite | None = None) -> Completion:
+            return self.complete(request, site=site)
+
+    with pytest.raises(ScenarioError, match=re.escape(
+            "the last reply was rejected: the reply was cut off at max_tokens=32 tokens")):
+        generate_scenarios(documents, KNOBS, Rambles(), target="t", model_name="m", count=1,
+                           tries=1, max_tokens=32)
+    with pytest.raises(ScenarioError, match="max_tokens must be an int >= 1 or None"):
+        generate_scenarios(documents, KNOBS, Rambles(), target="t", model_name="m",
+                           max_tokens=0)
+
+
 def test_the_scripted_responder_fits_any_knobs(tmp_path: Path) -> None:
     documents = read_documents([DATA / "docs"])
     knobs = Knobs(Knob("rate", "float", 0.0, low=0.0, high=0.5), Knob("mode", "str", "a"),
@@ -292,7 +439,11 @@ def test_the_scripted_responder_fits_any_knobs(tmp_path: Path) -> None:
     for scenario in made:
         scenario.check(knobs, end=100.0)
         scenario.save(tmp_path)
-    check_artifacts(tmp_path, documents=documents, knobs=knobs, until=100.0)
+    notes: list[str] = []
+    check_artifacts(tmp_path, documents=documents, knobs=knobs, until=100.0, notes=notes,
+                    require_grounding=True)  # what it invents, it says it assumed
+    assert notes
+    assert all("assumed: invented by the scripted stand-in model" in n for n in notes)
 
 
 # -- the command: record, replay, check ------------------------------------------------------
@@ -357,6 +508,64 @@ def test_a_recorded_run_over_http_replays_byte_for_byte(
     assert provenance["model"] == "m1"
     assert provenance["recording"]["file"] == "rec.sqlite"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["again", "live", "rec.sqlite"]
+
+
+@pytest.mark.parametrize(("options", "max_tokens", "response_format"), [
+    ([], 1024, "json_schema"),
+    (["--max-tokens", "900", "--schema-format", "json_object"], 900, "json_object"),
+    (["--schema-format", "none"], 1024, None),
+])
+def test_the_command_sends_max_tokens_and_the_schema_in_the_form_asked(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], options: list[str],
+        max_tokens: int, response_format: str | None) -> None:
+    record = tmp_path / "rec.sqlite"
+    with ScriptedServer(scripted_scenario_model()) as server:
+        assert cli("generate", DOCS, "--target", TARGET, "--out", str(tmp_path / "live"),
+                   "--count", "1", "--provider", "openai_compatible", "--base-url",
+                   server.base_url, "--model", "m1", "--record", str(record), *options) == 0
+        [sent] = [r["body"] for r in server.requests]
+        # A replay names the same options (the request, schema and bound included, is the key).
+        assert cli("generate", DOCS, "--target", TARGET, "--out", str(tmp_path / "again"),
+                   "--count", "1", "--replay", str(record), *options) == 0
+        assert server.calls == 1
+    capsys.readouterr()
+
+    assert sent["max_tokens"] == max_tokens
+    if response_format is None:
+        assert "response_format" not in sent
+    elif response_format == "json_object":
+        assert sent["response_format"]["type"] == "json_object"
+        assert sent["response_format"]["schema"]["required"] == [
+            "name", "description", "interventions", "citations"]
+    else:
+        assert sent["response_format"]["type"] == "json_schema"
+        assert sent["response_format"]["json_schema"]["strict"] is True
+    [artifact] = (tmp_path / "live").glob("*.json")
+    provenance = load_scenario(artifact).provenance
+    assert provenance["max_tokens"] == max_tokens
+    assert provenance["response_schema"] is (response_format is not None)
+    assert provenance["generator"] == "simulacra.scenarios.generate.v2"
+    assert artifacts(tmp_path / "live") == artifacts(tmp_path / "again")
+    assert cli("check", str(tmp_path / "live"), "--docs", DOCS, "--require-grounding") == 0
+
+
+def test_a_replay_with_another_max_tokens_misses(tmp_path: Path,
+                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    status = cli("generate", DOCS, "--target", TARGET, "--out", str(tmp_path / "out"),
+                 *OPTIONS, "--max-tokens", "100",
+                 "--replay", "tests/scenarios/data/recordings.sqlite")
+
+    err = capsys.readouterr().err
+    assert status == 2
+    assert "this call site was recorded with a different request" in err
+    assert "--max-tokens" in err
+    assert not (tmp_path / "out").exists()
+
+
+def test_the_command_s_max_tokens_default_is_the_library_s() -> None:
+    from simulacra.cli import _scenarios
+
+    assert _scenarios._DEFAULT_MAX_TOKENS == DEFAULT_MAX_TOKENS
 
 
 def test_the_default_provider_needs_no_server_and_grounds_the_ferry_documents(
@@ -575,6 +784,12 @@ def test_ctrl_c_after_paid_calls_keeps_them_and_says_how_to_resume(
      "--base-url goes with --provider openai_compatible"),
     (["--target", TARGET, "--count", "0"], "--count must be >= 1"),
     (["--target", TARGET, "--tries", "0"], "--tries must be >= 1"),
+    (["--target", TARGET, "--max-tokens", "0", "--provider", "scripted"],
+     "--max-tokens must be >= 1"),
+    (["--target", TARGET, "--max-tokens", "300"],
+     "--max-tokens and --schema-format go with a model"),
+    (["--target", TARGET, "--schema-format", "json_object"],
+     "--max-tokens and --schema-format go with a model"),
     (["--target", TARGET, "--record", "r", "--replay", "r"], "--record and --replay go apart"),
     (["--target", TARGET, "--replay", "missing.sqlite"], "no such recordings file"),
     (["--target", TARGET, "--resume", "--replay", "r"], "--resume and --replay go apart"),

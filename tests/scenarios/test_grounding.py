@@ -172,10 +172,21 @@ def test_nothing_to_report_is_exit_2_and_one_line(tmp_path: Path,
 
 def test_legacy_artifacts_pass_with_a_note_unless_grounding_is_required(
         capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["scenarios", "check", f"{DATA}/artifacts"]) == 0
+    # data/legacy holds an artifact of generator v1, made before grounding existed.
+    assert main(["scenarios", "check", f"{DATA}/legacy"]) == 0
     assert "not grounded: made by simulacra.scenarios.generate.v1" in capsys.readouterr().err
-    assert main(["scenarios", "check", f"{DATA}/artifacts", "--require-grounding"]) == 2
+    assert main(["scenarios", "check", f"{DATA}/legacy", "--require-grounding"]) == 2
     assert "states no grounding" in capsys.readouterr().err
+
+
+def test_generated_artifacts_are_grounded_and_pass_require_grounding(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    # Generator v2 accepts no reply that leaves a value ungrounded.
+    assert main(["scenarios", "check", f"{DATA}/artifacts", "--docs", f"{DATA}/docs",
+                 "--require-grounding"]) == 0
+    captured = capsys.readouterr()
+    assert "not grounded" not in captured.err
+    assert "assumed: invented by the scripted stand-in model" in captured.err
 
 
 # -- the parser, generated -------------------------------------------------------------------

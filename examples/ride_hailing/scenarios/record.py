@@ -14,8 +14,12 @@ model gives, and runs
 
 against it. The first reply for the dual-station outage paraphrases its
 source instead of quoting it: it is rejected, the model is told why and
-asked again, and the recordings hold both calls. Against a real model, give
-its --base-url and --model instead (and the key in OPENAI_API_KEY).
+asked again, and the recordings hold both calls. Every reply grounds each
+value and time (the prompt asks it to; an ungrounded reply is rejected): in
+the words of a quote that state it ("60 %", "150 minutes", "four hours",
+"down"), or as an assumption with its reason where the documents state none.
+Against a real model, give its --base-url and --model instead (and the key in
+OPENAI_API_KEY).
 """
 
 from __future__ import annotations
@@ -50,11 +54,16 @@ def replies() -> dict[tuple[str, int], str]:
     lasted = "The outage began 150 minutes into the afternoon peak and lasted four hours"
     third = "which cuts demand by about a third until the stations are back"
     grid = "The utility restores grid power within two hours in most outages"
+    marked = "Dispatch marks the station as down"
+    # Citation 0 says the stations went down, citation 1 when and for how long.
+    down = {"value": {"citation": 0, "text": "down"},
+            "at": {"citation": 1, "text": "150 minutes"},
+            "duration": {"citation": 1, "text": "four hours"}}
     outage = [
         {"knob": "station_0", "at": 150, "value": False, "duration": 240,
-         "note": "common-mode failure of the shared feeder"},
+         "note": "common-mode failure of the shared feeder", "grounding": down},
         {"knob": "station_1", "at": 150, "value": False, "duration": 240,
-         "note": "common-mode failure of the shared feeder"},
+         "note": "common-mode failure of the shared feeder", "grounding": down},
     ]
     dual: dict[str, Any] = {
         "name": "dual-station-outage",
@@ -77,15 +86,33 @@ def replies() -> dict[tuple[str, int], str]:
                                     "duration": 220,
                                     "note": "OP-7: the service area is reduced"}],
         "citations": [{"passage": passage(feeder), "quote": feeder},
+                      {"passage": passage(lasted), "quote": lasted},
                       {"passage": passage(third), "quote": third}],
+    }
+    reduced["interventions"][2]["grounding"] = {
+        "value": {"assumption": "OP-7 cuts demand by about a third (citation 2): 1 - 1/3, "
+                               "about 0.67 of normal demand"},
+        "at": {"assumption": "the outage began at 150 (citation 1); the operations lead is "
+                             "assumed to reduce the service area twenty minutes in, when the "
+                             "report says the queues at station 2 had grown"},
+        "duration": {"assumption": "until the stations are back (citation 2): the outage ends "
+                                   "at 150 + 240 = 390, 220 after 170"},
     }
     return {
         ("scenario-0", 0): "```json\n" + json.dumps({
             "name": "heat-wave-derating",
             "description": "A heat wave pushes the depot above 35 °C in the early afternoon: "
                            "the chargers derate to 60 % of rated power for five hours.",
-            "interventions": [{"knob": "charge_rate", "at": 120, "value": 0.6, "duration": 300,
-                               "note": "thermal derating between 35 and 40 °C"}],
+            "interventions": [{
+                "knob": "charge_rate", "at": 120, "value": 0.6, "duration": 300,
+                "note": "thermal derating between 35 and 40 °C",
+                "grounding": {
+                    "value": {"citation": 0, "text": "60 %"},
+                    "at": {"assumption": "the specification gives no time: the depot is "
+                                         "assumed to pass 35 °C two hours into the run, in the "
+                                         "early afternoon"},
+                    "duration": {"assumption": "the specification gives no length: five hours "
+                                               "of afternoon heat are assumed"}}}],
             "citations": [{"passage": passage(heat), "quote": heat}],
         }, ensure_ascii=False, indent=2) + "\n```",
         ("scenario-1", 0): json.dumps(dual, ensure_ascii=False),
@@ -95,9 +122,16 @@ def replies() -> dict[tuple[str, int], str]:
             "name": "single-station-outage",
             "description": "Station 1 loses grid power at t=200; the utility restores it "
                            "two hours later, and vehicles charge at stations 0 and 2 meanwhile.",
-            "interventions": [{"knob": "station_1", "at": 200, "value": False, "duration": 120,
-                               "note": "grid outage, restored within two hours"}],
-            "citations": [{"passage": passage(grid), "quote": grid}],
+            "interventions": [{
+                "knob": "station_1", "at": 200, "value": False, "duration": 120,
+                "note": "grid outage, restored within two hours",
+                "grounding": {
+                    "value": {"citation": 1, "text": "down"},
+                    "at": {"assumption": "the procedure gives no time: an outage is assumed "
+                                         "at t=200, in the afternoon"},
+                    "duration": {"citation": 0, "text": "two hours"}}}],
+            "citations": [{"passage": passage(grid), "quote": grid},
+                          {"passage": passage(marked), "quote": marked}],
         }, ensure_ascii=False),
     }
 

@@ -12,8 +12,11 @@ model gives, and runs
         --record examples/social/scenarios/recordings.sqlite \
         --out examples/social/scenarios/artifacts
 
-against it. Against a real model, give its --base-url and --model instead
-(and the key in OPENAI_API_KEY).
+against it. Every reply grounds each value and time (the prompt asks it to; an
+ungrounded reply is rejected): in the words of a quote that state it ("one
+hour", "01:00", "three", "two hours"), or as an assumption with its reason.
+Against a real model, give its --base-url and --model instead (and the key
+in OPENAI_API_KEY).
 """
 
 from __future__ import annotations
@@ -44,8 +47,9 @@ def passage(phrase: str) -> str:
 def replies() -> dict[tuple[str, int], str]:
     alert = "the system account posts the warning to every member within one hour"
     sample = "Two hours after the alert, the moderators interview a small sample of members"
-    cache = ("each member's feed showed only the three newest posts instead of eight, for two "
-             "hours")
+    cache = ("At 01:00 the ranking cache of the feed service failed. Until it was rebuilt, "
+             "each member's feed showed only the three newest posts instead of eight, for two "
+             "hours.")
     storm = {
         "name": "storm-alert",
         "description": "The weather service warns of a severe storm: the system account posts "
@@ -55,11 +59,20 @@ def replies() -> dict[tuple[str, int], str]:
             {"knob": "post", "at": 1,
              "value": "Severe storm warning from the weather service: stay indoors tonight "
                       "and check on your neighbours.",
-             "note": "EA-2: the alert within one hour"},
+             "note": "EA-2: the alert within one hour",
+             "grounding": {
+                 "value": {"assumption": "EA-2 gives no wording: the warning is written for "
+                                         "the example, as the weather service would word it"},
+                 "at": {"citation": 0, "text": "one hour"}}},
             {"knob": "interview", "at": 3,
              "value": "ada00,ben01,cleo02: Did you see the storm warning, and what will you "
                       "do tonight?",
-             "note": "EA-2: the moderators' check, two hours after the alert"},
+             "note": "EA-2: the moderators' check, two hours after the alert",
+             "grounding": {
+                 "value": {"assumption": "a small sample (citation 1): three members of the "
+                                         "50-agent config, asked the procedure's questions"},
+                 "at": {"assumption": "two hours after the alert (citation 1), which is "
+                                      "posted at step 1: 1 + 2 = 3"}}},
         ],
         "citations": [{"passage": passage(alert), "quote": alert},
                       {"passage": passage(sample), "quote": sample}],
@@ -69,7 +82,10 @@ def replies() -> dict[tuple[str, int], str]:
         "description": "The feed's ranking cache fails in step 1: every feed shows the three "
                        "newest posts instead of eight, for two hours.",
         "interventions": [{"knob": "feed_size", "at": 1, "value": 3, "duration": 2,
-                           "note": "IR-14: the ranking cache failed"}],
+                           "note": "IR-14: the ranking cache failed",
+                           "grounding": {"value": {"citation": 0, "text": "three"},
+                                         "at": {"citation": 0, "text": "01:00"},
+                                         "duration": {"citation": 0, "text": "two hours"}}}],
         "citations": [{"passage": passage(cache), "quote": cache}],
     }
     return {("scenario-0", 0): json.dumps(storm, ensure_ascii=False, indent=2),

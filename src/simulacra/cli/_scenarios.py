@@ -54,6 +54,10 @@ EXIT_INTERRUPTED = 130
 #: The knobs attribute a target names when it names none.
 DEFAULT_KNOBS = "KNOBS"
 
+#: ``--max-tokens`` when not given (simulacra.scenarios.DEFAULT_MAX_TOKENS, not imported
+#: here: the command line imports the scenarios package lazily).
+_DEFAULT_MAX_TOKENS = 1024
+
 
 class _Failed(Exception):
     """One line for stderr, and the exit status."""
@@ -118,6 +122,18 @@ def add_scenarios_command(commands: Any, *, load: Callable[[str], Any],
     generate.add_argument("--api-key-env", default="OPENAI_API_KEY", metavar="VAR",
                           help="openai_compatible: the environment variable holding the API key "
                                "(default OPENAI_API_KEY; none is needed on 127.0.0.1)")
+    generate.add_argument("--max-tokens", type=int, metavar="N",
+                          help="scripted, openai_compatible: the most tokens a reply may take, "
+                               "sent with every request and recorded in each artifact's "
+                               f"provenance (default {_DEFAULT_MAX_TOKENS}: a grounded scenario "
+                               "takes 250-500; a model that rambles is cut off, not waited for)")
+    generate.add_argument("--schema-format", choices=("json_schema", "json_object", "none"),
+                          help="openai_compatible: how the reply's JSON schema is sent: "
+                               "json_schema (default; OpenAI's response_format, vLLM, llama.cpp's "
+                               "own server), json_object ({\"type\": \"json_object\", "
+                               "\"schema\": ...}: llama-cpp-python's server) or none (no "
+                               "schema, for a server that refuses one; the requests differ, so "
+                               "a replay must say the same)")
     generate.add_argument("--count", type=int, default=3, metavar="N",
                           help="how many scenarios (default 3)")
     generate.add_argument("--tries", type=int, default=3, metavar="K",
@@ -256,6 +272,12 @@ def _check_options(args: argparse.Namespace) -> None:
         raise _Failed(f"--count must be >= 1, got {args.count}")
     if args.tries < 1:
         raise _Failed(f"--tries must be >= 1, got {args.tries}")
+    if args.max_tokens is not None and args.max_tokens < 1:
+        raise _Failed(f"--max-tokens must be >= 1, got {args.max_tokens}")
+    if args.provider == "extract" and args.replay is None and (
+            args.max_tokens is not None or args.schema_format is not None):
+        raise _Failed("--max-tokens and --schema-format go with a model (--provider scripted or "
+                      "openai_compatible); --provider extract calls none")
     if args.until is not None and not args.until > 0:
         raise _Failed(f"--until must be a time > 0, got {args.until}")
     if args.record is not None and args.replay is not None:
@@ -377,7 +399,10 @@ def _model(args: argparse.Namespace) -> Iterator[tuple[LanguageModel, str, str |
     resume_from = _check_resume(args, partial)
     inner: LanguageModel
     if args.provider == "openai_compatible":
-        inner = OpenAICompatible(args.base_url, args.model, api_key_env=args.api_key_env or None)
+        schema_format = "json_schema" if args.schema_format in (None, "none") \
+            else args.schema_format
+        inner = OpenAICompatible(args.base_url, args.model, api_key_env=args.api_key_env or None,
+                                 schema_format=schema_format)
         name = args.model
     else:
         inner = scripted_scenario_model()
@@ -471,14 +496,16 @@ def _generate(args: argparse.Namespace) -> int:
         try:
             scenarios = generate_scenarios(
                 documents, knobs, model, target=target, model_name=name, count=args.count,
-                tries=args.tries, until=args.until, recording=recording, on_reject=rejected)
+                tries=args.tries, until=args.until, recording=recording, on_reject=rejected,
+                max_tokens=args.max_tokens or _DEFAULT_MAX_TOKENS,
+                schema=args.schema_format != "none")
         except Exception as exc:
             from simulacra.errors import ReplayMiss  # noqa: PLC0415
 
             if isinstance(exc, ReplayMiss):
                 raise _Failed(f"--replay {args.replay!r}: {exc}; the documents, the target's "
-                              "knobs or the options (--count, --until, --model) differ from "
-                              "the recorded run") from None
+                              "knobs or the options (--count, --until, --model, --max-tokens, "
+                              "--schema-format none) differ from the recorded run") from None
             raise
     written = [scenario.save(out) for scenario in scenarios]
     passages = sum(len(d.passages()) for d in documents)

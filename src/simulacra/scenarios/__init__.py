@@ -37,11 +37,13 @@ if TYPE_CHECKING:  # the type checker sees every name; at run time they load laz
     from ._documents import split_passages as split_passages
     from ._extract import EXTRACTOR as EXTRACTOR
     from ._extract import extract_scenarios as extract_scenarios
+    from ._generate import DEFAULT_MAX_TOKENS as DEFAULT_MAX_TOKENS
     from ._generate import GENERATE_TASK as GENERATE_TASK
     from ._generate import GENERATOR as GENERATOR
     from ._generate import check_artifacts as check_artifacts
     from ._generate import check_grounding as check_grounding
     from ._generate import generate_scenarios as generate_scenarios
+    from ._generate import reply_schema as reply_schema
     from ._generate import scenario_prompt as scenario_prompt
     from ._grounding import Quantity as Quantity
     from ._grounding import find_quantities as find_quantities
@@ -72,11 +74,12 @@ __all__ = [
     # drawn times and triggers
     "DISTRIBUTIONS", "Distribution", "Draw", "Trigger",
     # scenarios from documents, at design time
-    "DOCUMENT_SUFFIXES", "EXTRACTOR", "GENERATE_TASK", "GENERATOR", "Document", "Ground",
-    "Passage", "Quantity", "check_artifacts", "check_grounding", "extract_scenarios",
-    "find_quantities", "grounds",
+    "DEFAULT_MAX_TOKENS", "DOCUMENT_SUFFIXES", "EXTRACTOR", "GENERATE_TASK", "GENERATOR",
+    "Document", "Ground", "Passage", "Quantity", "check_artifacts", "check_grounding",
+    "extract_scenarios", "find_quantities", "grounds",
     "generate_scenarios", "normalize_space", "parse_passage_id", "read_documents",
-    "scenario_prompt", "scenario_rules", "scripted_scenario_model", "split_passages",
+    "reply_schema", "scenario_prompt", "scenario_rules", "scripted_scenario_model",
+    "split_passages",
 ]
 
 #: Each public name -> the private module that defines it.
@@ -84,8 +87,9 @@ _LAZY: dict[str, str] = {
     "apply_scenario": "._apply",
     **dict.fromkeys(("DOCUMENT_SUFFIXES", "Document", "Passage", "normalize_space",
                      "parse_passage_id", "read_documents", "split_passages"), "._documents"),
-    **dict.fromkeys(("GENERATE_TASK", "GENERATOR", "check_artifacts", "check_grounding",
-                     "generate_scenarios", "scenario_prompt"), "._generate"),
+    **dict.fromkeys(("DEFAULT_MAX_TOKENS", "GENERATE_TASK", "GENERATOR", "check_artifacts",
+                     "check_grounding", "generate_scenarios", "reply_schema",
+                     "scenario_prompt"), "._generate"),
     **dict.fromkeys(("EXTRACTOR", "extract_scenarios"), "._extract"),
     **dict.fromkeys(("Quantity", "find_quantities", "grounds"), "._grounding"),
     **dict.fromkeys(("KNOB_TYPES", "Knob", "KnobBoard", "Knobs", "KnobValue"), "._knobs"),

@@ -4,13 +4,18 @@
 (:meth:`Knobs.describe`) and the passages of some documents (with their ids,
 see :mod:`simulacra.scenarios`), and asks for one scenario at a time, as JSON.
 A reply is accepted only when it is a valid :class:`Scenario`, fits the knobs
-(:meth:`Scenario.check`), and cites at least one of the passages with a quote
-that appears in it verbatim (whitespace aside). A reply that does not is
-rejected with the reason, which the next request tells the model, within a
-bounded number of tries.
+(:meth:`Scenario.check`), cites at least one of the passages with a quote
+that appears in it verbatim (whitespace aside), and grounds every
+intervention's ``value``, ``at`` and ``duration``: words of one of its quotes
+that state it (:func:`check_grounding` re-reads them), or an assumption with
+its reason. A reply that does not is rejected with the reason, which the
+next request tells the model, within a bounded number of tries.
 
 Every call is made at a call site ``scenario-<i>/<try>`` with temperature 0,
-so a :class:`~simulacra.llm.RecordingModel` records the run and a strict
+a bound on the tokens generated (*max_tokens*) and the reply's JSON schema
+(:func:`reply_schema`, sent as the request's ``response_schema_json``: a
+server that honours schemas constrains its model to it), so a
+:class:`~simulacra.llm.RecordingModel` records the run and a strict
 :class:`~simulacra.llm.ReplayModel` over those recordings gives the same
 scenarios, byte for byte, with no model call. Each scenario's ``provenance``
 says how it was made: the model, the SHA-256 of the prompt, the passages
@@ -43,12 +48,21 @@ from ._grounding import grounds
 from ._knobs import Knobs
 from ._schema import Scenario, canonical_json, load_scenario
 
-__all__ = ["GENERATOR", "GENERATE_TASK", "check_artifacts", "check_grounding",
-           "generate_scenarios",
-           "scenario_prompt"]
+__all__ = ["DEFAULT_MAX_TOKENS", "GENERATOR", "GENERATE_TASK", "check_artifacts",
+           "check_grounding", "generate_scenarios", "reply_schema", "scenario_prompt"]
 
 #: The ``provenance.generator`` of every generated scenario; it changes with the prompt.
-GENERATOR: Final = "simulacra.scenarios.generate.v1"
+#: v2 asks for (and accepts only) grounded values, with a bound on tokens and a schema.
+GENERATOR: Final = "simulacra.scenarios.generate.v2"
+
+#: The generator of artifacts made before grounding existed (check lets them through
+#: with a note unless grounding is required).
+GENERATOR_V1: Final = "simulacra.scenarios.generate.v1"
+
+#: The most tokens a reply may take unless told otherwise: a grounded scenario of one
+#: intervention takes about 250 tokens, of three with their assumptions about 500; a model
+#: that rambles (a base model writes until its context is full) is cut off, not waited for.
+DEFAULT_MAX_TOKENS: Final = 1024
 
 #: The first line of every generation prompt (a scripted responder looks for it).
 GENERATE_TASK: Final = f"TASK: propose one scenario ({GENERATOR})"
@@ -58,16 +72,33 @@ _SYSTEM = (
     "documents of the system it models: hardware specifications, operating procedures, "
     "failure-mode reports. A scenario changes the model's knobs at virtual times. Every "
     "scenario is grounded: it cites at least one passage of the documents by its id, "
-    "with a quote copied from that passage word for word. Reply with one JSON object "
-    "and nothing else."
+    "with a quote copied from that passage word for word, and every value and time it "
+    "sets states where it comes from: the words of a quote that state it, or an "
+    "assumption with its reason. Reply with one JSON object and nothing else."
 )
 
 _REPLY_FORM = (
     '{"name": "a-lower-case-slug", "description": "what happens and why, in a sentence or two", '
     '"interventions": [{"knob": "<a knob name>", "at": <time>, "value": <a value of the '
-    'knob\'s type, within its range>, "duration": <time, or leave it out to keep the value>, '
-    '"note": "why, in words"}], "citations": [{"passage": "<a passage id, exactly as in '
-    'brackets>", "quote": "<words copied verbatim from that passage>"}]}'
+    'knob\'s type, within its range>, "duration": <time, or null to keep the value>, '
+    '"note": "why, in words", "grounding": {"value": <GROUND>, "at": <GROUND>, '
+    '"duration": <GROUND, or null when duration is null>}}], "citations": [{"passage": '
+    '"<a passage id, exactly as in brackets>", "quote": "<words copied verbatim from that '
+    'passage>"}]}'
+)
+
+#: How a value is grounded: the lines after the reply form.
+_GROUND_RULES = (
+    'GROUND is {"citation": <the index of one of your citations, from 0>, "text": "<words '
+    'inside that citation\'s quote that state the number with its unit, e.g. \"15 '
+    'patients/h\", \"four hours\", \"02:00\", \"60 %\", \"t=180\", or the on/off word, '
+    'e.g. \"down\", \"fails\", \"restored\">"} or, when no quote states it, {"assumption": '
+    '"<why you chose it, in words>"}.',
+    "A grounded number must be one of its words' numbers, units converted: 60 % is 60 or "
+    "0.6; four hours is 4 or 240 (minutes); 02:00 is 120 (minutes) or 2; 15 patients/h is 15 "
+    "or 0.25 per minute; a duration may also be the span between two clock times or t= times "
+    "of its words. false is grounded by an off word (down, fails, closed, outage), true by "
+    "an on word (up, restored, open); a text by words that contain it.",
 )
 
 _FIELDS = frozenset({"name", "description", "interventions", "citations"})
@@ -100,8 +131,67 @@ def scenario_prompt(knobs: Knobs, passages: Sequence[Passage], *, index: int, co
     ]
     for passage in passages:
         lines.extend((f"[{passage.id}]", passage.text, ""))
-    lines.extend((REPLY_HEADER, _REPLY_FORM))
+    lines.extend((REPLY_HEADER, _REPLY_FORM, *_GROUND_RULES))
     return "\n".join(lines)
+
+
+def _ground_schema() -> dict[str, Any]:
+    return {"anyOf": [
+        {"type": "object", "properties": {"citation": {"type": "integer", "minimum": 0},
+                                          "text": {"type": "string", "minLength": 1}},
+         "required": ["citation", "text"], "additionalProperties": False},
+        {"type": "object", "properties": {"assumption": {"type": "string", "minLength": 1}},
+         "required": ["assumption"], "additionalProperties": False},
+    ]}
+
+
+def reply_schema(knobs: Knobs, passages: Sequence[Passage]) -> dict[str, Any]:
+    """The JSON schema of a reply (the request's ``response_schema_json``).
+
+    It names the knobs and the passage ids as enums, and requires every field
+    of the reply form, a ground for ``value`` and ``at`` and one (or null) for
+    ``duration``, so that it also fits OpenAI's strict structured outputs. A
+    reply that follows it may still be rejected: a value out of range, a quote
+    not in its passage, a number its words do not state.
+    """
+    ground = _ground_schema()
+    intervention = {
+        "type": "object",
+        "properties": {
+            "knob": {"type": "string", "enum": list(knobs)},
+            "at": {"type": "number", "minimum": 0},
+            "value": {"type": ["number", "boolean", "string"]},
+            "duration": {"type": ["number", "null"]},
+            "note": {"type": "string"},
+            "grounding": {
+                "type": "object",
+                "properties": {"value": ground, "at": ground,
+                               "duration": {"anyOf": [*ground["anyOf"], {"type": "null"}]}},
+                "required": ["value", "at", "duration"],
+                "additionalProperties": False,
+            },
+        },
+        "required": ["knob", "at", "value", "duration", "note", "grounding"],
+        "additionalProperties": False,
+    }
+    citation = {
+        "type": "object",
+        "properties": {"passage": {"type": "string", "enum": [p.id for p in passages]},
+                       "quote": {"type": "string", "minLength": 1}},
+        "required": ["passage", "quote"],
+        "additionalProperties": False,
+    }
+    return {
+        "type": "object",
+        "properties": {
+            "name": {"type": "string"},
+            "description": {"type": "string"},
+            "interventions": {"type": "array", "items": intervention, "minItems": 1},
+            "citations": {"type": "array", "items": citation, "minItems": 1},
+        },
+        "required": ["name", "description", "interventions", "citations"],
+        "additionalProperties": False,
+    }
 
 
 def _follow_up(reason: str) -> str:
@@ -130,7 +220,21 @@ def _reply_json(text: str) -> dict[str, Any]:
     if unknown:
         raise _Rejected(f"unknown field(s) {', '.join(map(repr, unknown))}; a scenario has "
                         "only name, description, interventions and citations")
+    items = data.get("interventions")
+    if isinstance(items, list):  # the schema's nulls stand for "not given"
+        data["interventions"] = [_without_nulls(item) for item in items]
     return data
+
+
+def _without_nulls(item: object) -> object:
+    """An intervention of a reply with its null ``duration`` and null grounds left out."""
+    if not isinstance(item, dict):
+        return item
+    out = {k: v for k, v in item.items() if not (k == "duration" and v is None)}
+    grounding = out.get("grounding")
+    if isinstance(grounding, dict):
+        out["grounding"] = {k: v for k, v in grounding.items() if v is not None}
+    return out
 
 
 @dataclass(frozen=True, slots=True)
@@ -161,11 +265,22 @@ def _accept(data: dict[str, Any], *, knobs: Knobs, passages: dict[str, Passage],
                             f"in passage {passage.id} word for word; copy the words exactly")
     if scenario.name in taken:
         raise _Rejected(f"the name {scenario.name!r} is taken; choose another")
-    if any(item.grounding is not None for item in scenario.interventions):
-        try:  # a reply that grounds its values must ground them all, and truly
-            check_grounding(scenario, f"scenario {scenario.name!r}", require=True)
-        except ScenarioError as exc:
-            raise _Rejected(str(exc)) from None
+    for number, item in enumerate(scenario.interventions):
+        fields = {"value": item.value, "at": item.at, "duration": item.duration,
+                  "ramp": item.ramp}
+        missing = [f for f, v in fields.items()
+                   if v is not None and (item.grounding or {}).get(f) is None]  # type: ignore[call-overload]
+        if missing:
+            wanted = ", ".join(f'"{field}": GROUND' for field in missing)
+            raise _Rejected(
+                f"intervention {number} (knob {item.knob!r}) does not ground its "
+                f"{' and '.join(missing)}: give \"grounding\": {{{wanted}}}, each GROUND "
+                "{\"citation\": <the index of a citation>, \"text\": \"<words of its quote "
+                "that state it>\"} or {\"assumption\": \"<why it was chosen>\"}")
+    try:  # every value and time is grounded, and truly: a value its words do not state fails
+        check_grounding(scenario, f"scenario {scenario.name!r}", require=True)
+    except ScenarioError as exc:
+        raise _Rejected(str(exc)) from None
     return scenario
 
 
@@ -187,6 +302,8 @@ def generate_scenarios(
     until: float | None = None,
     recording: str | None = None,
     on_reject: Callable[[int, int, str], None] | None = None,
+    max_tokens: int | None = DEFAULT_MAX_TOKENS,
+    schema: bool = True,
 ) -> list[Scenario]:
     """Ask *model* for *count* scenarios that fit *knobs*, grounded in *documents*.
 
@@ -205,6 +322,11 @@ def generate_scenarios(
         until: The end of the run, if known: an intervention after it is rejected.
         recording: The file name of the recordings, for ``provenance.recording``.
         on_reject: ``on_reject(index, try, reason)`` for each rejected reply.
+        max_tokens: The most tokens a reply may take (sent with every request,
+            part of its key; None sends no bound). A reply cut off there is
+            rejected, saying so.
+        schema: Send the reply's JSON schema (:func:`reply_schema`) with every
+            request, for servers that constrain their model to it.
 
     Returns:
         The scenarios, in the order they were made.
@@ -220,10 +342,13 @@ def generate_scenarios(
         raise ScenarioError(f"count must be an int >= 1, got {count!r}")
     if type(tries) is not int or tries < 1:
         raise ScenarioError(f"tries must be an int >= 1, got {tries!r}")
+    if max_tokens is not None and (type(max_tokens) is not int or max_tokens < 1):
+        raise ScenarioError(f"max_tokens must be an int >= 1 or None, got {max_tokens!r}")
     if not documents:
         raise ScenarioError("no documents given")
     passages = [p for document in documents for p in document.passages()]
     by_id = {p.id: p for p in passages}
+    schema_json = canonical_json(reply_schema(knobs, passages)) if schema else None
     system = ChatMessage("system", _SYSTEM)
     scenarios: list[Scenario] = []
     for index in range(count):
@@ -237,7 +362,8 @@ def generate_scenarios(
         reason = ""
         accepted: Scenario | None = None
         for attempt in range(tries):
-            request = CompletionRequest(tuple(messages), model=model_name, temperature=0.0)
+            request = CompletionRequest(tuple(messages), model=model_name, temperature=0.0,
+                                        max_tokens=max_tokens, response_schema_json=schema_json)
             site = CallSite(f"scenario-{index}", attempt)
             completion = model.complete(request, site=site)
             calls.append(_Call(site, request, completion))
@@ -247,6 +373,9 @@ def generate_scenarios(
                 break
             except _Rejected as exc:
                 reason = str(exc)
+                if completion.finish_reason == "length":
+                    reason = (f"the reply was cut off at max_tokens={max_tokens} tokens "
+                              f"(finish_reason 'length'); write a shorter one: {reason}")
                 if on_reject is not None:
                     on_reject(index, attempt, reason)
                 messages += [ChatMessage("assistant", completion.text),
@@ -267,6 +396,8 @@ def generate_scenarios(
                           "calls": [{"site": str(c.site), "key": c.request.key()}
                                     for c in calls]},
             "tries": len(calls),
+            "max_tokens": max_tokens,
+            "response_schema": schema,
         }
         scenarios.append(Scenario(**{**accepted.content(), "provenance": provenance}))
     return scenarios
@@ -337,7 +468,7 @@ def check_grounding(scenario: Scenario, where: str, *,
     """
     items = scenario.interventions
     if all(item.grounding is None for item in items) and not require and \
-            scenario.provenance.get("generator") == GENERATOR:
+            scenario.provenance.get("generator") == GENERATOR_V1:
         return None
     assumed: list[str] = []
     for index, item in enumerate(items):
@@ -431,7 +562,7 @@ def check_artifacts(directory: str | os.PathLike[str], *,
         assumed = check_grounding(scenario, where, require=require_grounding)
         if notes is not None:
             if assumed is None:
-                notes.append(f"{where}: not grounded: made by {GENERATOR}, before values were "
+                notes.append(f"{where}: not grounded: made by {GENERATOR_V1}, before values were "
                              "grounded; its values and times are not checked (regenerate it)")
             else:
                 notes.extend(f"{where}: {line}" for line in assumed)

@@ -5,7 +5,10 @@ that answers the prompts of :func:`generate_scenarios`: it reads the knob
 declarations and the passages back from the prompt, pairs a passage with the
 knob whose name and description share the most words with it, and proposes
 an intervention on that knob (a bool flipped, a number halved or stepped,
-another choice) with a quote copied from the passage. Its reply is a pure
+another choice) with a quote copied from the passage. It grounds each value
+and time as the prompt asks: in the words of its quote that state it, where
+the invented value happens to be one of them, else as an assumption that
+says the value was invented. Its reply is a pure
 function of the seed and the request, like every scripted reply, so
 ``simulacra scenarios generate ... --provider scripted`` works offline, with
 no server and no key, and gives the same artifacts every time. It stands in
@@ -23,6 +26,7 @@ from simulacra.llm import CompletionRequest, ScriptedModel, ScriptedRule, defaul
 
 from ._documents import normalize_space
 from ._generate import GENERATE_TASK, KNOBS_HEADER, PASSAGES_HEADER, REPLY_HEADER
+from ._grounding import OFF_WORDS, ON_WORDS, find_quantities, grounds
 from ._schema import canonical_json
 
 __all__ = ["scenario_rules", "scripted_scenario_model"]
@@ -128,6 +132,30 @@ def _pick(pairs: list[tuple[int, int, int]], index: int) -> tuple[int, int]:
     return chosen
 
 
+#: Why a value the scripted responder chose is what it is, when its quote does not state it.
+_INVENTED = ("invented by the scripted stand-in model, which reads no numbers from the "
+             "documents (use the default extract provider or a language model)")
+
+
+def _ground(value: Any, quote: str, field: str) -> dict[str, Any]:
+    """Where *value* comes from: the words of *quote* that state it, or an assumption."""
+    words: str | None = None
+    if isinstance(value, bool):
+        wanted = OFF_WORDS if value is False else ON_WORDS
+        words = next((m.group() for m in re.finditer(r"[A-Za-z][A-Za-z-]*", quote)
+                      if m.group().lower() in wanted), None)
+    elif isinstance(value, str):
+        words = value if grounds(value, quote, field=field) else None
+    else:
+        words = next((q.text for q in find_quantities(quote)
+                      if grounds(value, q.text, field=field)), None)
+        if words is None and grounds(value, quote, field=field):
+            words = quote  # a window between two of its times
+    if words is None:
+        return {"assumption": _INVENTED}
+    return {"citation": 0, "text": words}
+
+
 def _slug(text: str) -> str:
     return re.sub(r"-+", "-", re.sub(r"[^a-z0-9]", "-", text.lower())).strip("-")
 
@@ -174,6 +202,9 @@ def _scenario_reply(request: CompletionRequest, rng: random.Random) -> str:
         if knob["type"] == "str":
             intervention["value"] = value = quote
         description = f"{knob['name']} {value!r} at {at}"
+    intervention["grounding"] = {field: _ground(intervention[field], quote, field)
+                                 for field in ("value", "at", "duration")
+                                 if field in intervention}
     reply = {
         "name": name,
         "description": f"{description}, as {file} describes (scripted).",
