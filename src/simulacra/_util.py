@@ -6,7 +6,7 @@ import contextlib
 import gc
 import importlib
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from typing import Any, Final
+from typing import Any, Final, TypeVar
 
 __all__ = ["claim_public_module", "describe_error", "did_you_mean", "install_hint",
            "naming", "os_problem", "plural", "yaml_problem"]
@@ -204,3 +204,46 @@ def lazy_names(package: str, table: Mapping[str, str], namespace: dict[str, Any]
         return sorted(set(namespace) | set(namespace.get("__all__", ())))
 
     return getattr_, dir_
+
+
+T = TypeVar("T")
+
+#: The field names of each class :func:`fields_pickled` decorated, in order.
+_PICKLED_FIELDS: dict[type, tuple[str, ...]] = {}
+
+
+def _rebuilt(cls: type, values: tuple[Any, ...]) -> Any:
+    """An instance of *cls* with its fields set to *values* (unpickling; no checks re-run)."""
+    names = _PICKLED_FIELDS.get(cls)
+    if names is None:  # a subclass: its own fields
+        import dataclasses  # noqa: PLC0415
+
+        names = _PICKLED_FIELDS[cls] = tuple(f.name for f in dataclasses.fields(cls))
+    obj: Any = object.__new__(cls)
+    setter = object.__setattr__
+    for name, value in zip(names, values, strict=True):
+        setter(obj, name, value)
+    return obj
+
+
+def fields_pickled(cls: type[T]) -> type[T]:
+    """Pickle a frozen, slotted dataclass as its field values: a tuple, not a state walk.
+
+    The dataclass's own pickling asks ``dataclasses.fields()`` for every object
+    (a shard's turns send thousands of requests and replies a step). Pickles
+    made before keep loading: the class keeps its ``__setstate__``.
+    """
+    import dataclasses  # noqa: PLC0415
+
+    names = tuple(f.name for f in dataclasses.fields(cls))  # type: ignore[arg-type]
+    _PICKLED_FIELDS[cls] = names
+
+    def reduce(self: Any) -> tuple[Any, ...]:
+        kind = type(self)
+        mine = names if kind is cls else _PICKLED_FIELDS.get(kind) or tuple(
+            f.name for f in dataclasses.fields(kind))
+        return (_rebuilt, (kind, tuple([getattr(self, name) for name in mine])))
+
+    cls.__reduce__ = reduce  # type: ignore[method-assign]
+    return cls
+

@@ -26,6 +26,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar, Final, Protocol, final, runtime_checkable
 
+from simulacra._util import fields_pickled
 from simulacra.errors import ConfigError
 from simulacra.trace import canonical
 
@@ -53,6 +54,7 @@ _PLAIN: Final = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_a
 
 
 @final
+@fields_pickled
 @dataclass(frozen=True, slots=True)
 class ActionSpec:
     """What an engine asks of an agent for one turn.
@@ -74,6 +76,7 @@ class ActionSpec:
 
 
 @final
+@fields_pickled
 @dataclass(frozen=True, slots=True)
 class ActionEvent:
     """One resolved action: a record of what changed in the world, event-sourced.

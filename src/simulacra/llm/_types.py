@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeGuard, runtime_checkable
 from urllib.parse import quote, unquote
 
+from simulacra._util import fields_pickled
 from simulacra.errors import ConfigError
 
 __all__ = [
@@ -157,6 +158,7 @@ def _check_count(value: object, field_name: str, *, optional: bool = False) -> i
     return int(value)
 
 
+@fields_pickled
 @dataclass(frozen=True, slots=True)
 class ChatMessage:
     """One chat turn.
@@ -187,6 +189,7 @@ class ChatMessage:
         return out
 
 
+@fields_pickled
 @dataclass(frozen=True, slots=True)
 class ToolSpec:
     """A tool (function) the model may call.
@@ -246,6 +249,7 @@ def _coerce_tool(value: object, index: int) -> ToolSpec:
     )
 
 
+@fields_pickled
 @dataclass(frozen=True, slots=True)
 class CompletionRequest:
     """Everything that determines a completion; its :meth:`key` is its content address.
@@ -444,6 +448,7 @@ class CompletionRequest:
 _SETTINGS_JSON: dict[tuple[Any, ...], tuple[str, str]] = {}
 
 
+@fields_pickled
 @dataclass(frozen=True, slots=True)
 class ToolCall:
     """A call of a tool that the model asked for.
@@ -479,6 +484,7 @@ class ToolCall:
         return {"id": self.id, "name": self.name, "arguments_json": self.arguments_json}
 
 
+@fields_pickled
 @dataclass(frozen=True, slots=True)
 class Completion:
     """A model's reply.
@@ -618,6 +624,7 @@ def _metadata_json(value: Any) -> str:
     return text
 
 
+@fields_pickled
 @dataclass(frozen=True, slots=True)
 class CallSite:
     """Who made a call: an agent id (as a str) and that agent's n-th call, from 0.

@@ -492,12 +492,15 @@ class _ProcessShard:
         self._waiting: dict[int, cf.Future[Any]] = {}
         self._lost: ShardCrashed | None = None
         self._last: cf.Future[Any] | None = None
+
+    def ready(self) -> None:
+        """Wait until the shard is built (shards start at once, then are waited for)."""
         _rid, kind, value = self._first()
         if kind == "error":
             self.process.join(5)
             raise ShardCrashed(f"shard {self.index}: {value}")
         self._reader = threading.Thread(target=self._read, daemon=True,
-                                        name=f"simulacra-shard-{spec.index}-in")
+                                        name=f"simulacra-shard-{self.index}-in")
         self._reader.start()
 
     def _died(self) -> ShardCrashed:
@@ -711,8 +714,10 @@ class ShardSet:
         if self.mode == "processes":
             context = _context()
             try:
-                for spec in self.specs:
+                for spec in self.specs:  # every process starts and builds at once
                     self.shards.append(_ProcessShard(spec, context))
+                for shard in self.shards:
+                    shard.ready()
             except BaseException:
                 self.close()
                 raise
