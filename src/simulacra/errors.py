@@ -226,7 +226,10 @@ class ScenarioError(ConfigError):
 
 
 class UnknownEndpoint(ConfigError, LookupError):
-    """A call was routed to a model endpoint that the run does not declare (it stops the run)."""
+    """A call could not be routed (an undeclared endpoint, or the routing function raised).
+
+    It stops the run: the routing is the config's mistake, no turn's.
+    """
 
 
 class ThreadOwnershipError(SimError, RuntimeError):

@@ -15,7 +15,7 @@ EXAMPLE = ROOT / "examples" / "social" / "endpoints.yaml"
 def test_the_endpoints_example_runs_with_no_server_and_gives_the_demos_digest(
         tmp_path: Path) -> None:
     """Both endpoints are scripted, so routing changes who answers and nothing else."""
-    small = ["sim.agents=50", "sim.steps=2"]
+    small = ["sim.agents=7", "sim.steps=2"]  # another size than the file's: the glob holds
     assert main(["run", str(EXAMPLE), "--out", str(tmp_path / "run"), "--no-progress",
                  *small]) == 0
     plain = simulacra.run_society(simulacra.load_config(ROOT / "examples" / "social" /
@@ -24,8 +24,9 @@ def test_the_endpoints_example_runs_with_no_server_and_gives_the_demos_digest(
     lines = [json.loads(line) for line in
              (tmp_path / "run" / "calls.jsonl").read_text().splitlines()]
     hosted = {line["agent"] for line in lines if line["endpoint"] == "hosted"}
-    assert hosted == {"ada00", "ben01", "cleo02"} | {a for a in hosted if a.endswith("9")}
-    assert any(a.endswith("9") for a in hosted)
+    assert hosted == {line["agent"] for line in lines if line["agent"][0] in "abc"}
+    assert hosted
+    assert len(hosted) < len({line["agent"] for line in lines})
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())["llm"]
     priced = sum(line["cost"] for line in lines)
     assert summary["cost"] > 0

@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from simulacra import ConfigError, ProviderUnavailable, UnknownEndpoint
+from simulacra import ConfigError, ProviderError, ProviderUnavailable, UnknownEndpoint
 from simulacra.llm import (
     CallSite,
     Completion,
@@ -204,3 +204,38 @@ def test_the_json_object_schema_format_reaches_the_server_as_a_schema() -> None:
     assert isinstance(json.loads(reply.text)["x"], int)
     with pytest.raises(ConfigError, match="schema_format must be one of"):
         OpenAICompatible("http://127.0.0.1:1/v1", "m", schema_format="xml")
+
+
+class _Flaky:
+    """A model whose every call fails with a plain provider error (HTTP 500)."""
+
+    def complete(self, request: CompletionRequest, *, site: CallSite | None = None) -> Completion:
+        raise ProviderError("HTTP 500")
+
+    async def acomplete(self, request: CompletionRequest, *,
+                        site: CallSite | None = None) -> Completion:
+        return self.complete(request, site=site)
+
+
+def test_a_call_failing_on_an_endpoint_already_down_moves_too() -> None:
+    """A call in flight when another found the endpoint down fails there with a plain error:
+    it moves to the fallback as well, whatever the order the calls ended in."""
+    router = Router([Endpoint("a", _Flaky(), fallback="b"),  # type: ignore[arg-type]
+                     Endpoint("b", ScriptedModel(seed=1))], lambda site, request: "a")
+    with pytest.raises(ProviderError, match="HTTP 500"):
+        router.complete(_request("p", "hi"), site=CallSite("x", 0))  # not down: its turn fails
+    router.down["a"] = ProviderUnavailable("found down by another call")
+    reply = router.complete(_request("p", "hi"), site=CallSite("x", 1))
+    assert endpoint_of(reply) == ("b", "a")
+
+
+def test_a_pool_goes_on_without_its_dead_servers_until_none_is_left() -> None:
+    alive = _Seen()
+    pool = ServerPool([_Down(), alive, _Down()], affinity="round_robin")  # type: ignore[list-item]
+    for i in range(6):
+        pool.complete(_request("p", str(i)), site=CallSite("a", i))
+    assert len(alive.sites) == 6
+    assert set(pool.down) == {0, 2}
+    lonely = ServerPool([_Down(), _Down()], names=["u1", "u2"])  # type: ignore[list-item]
+    with pytest.raises(ProviderUnavailable, match="every server of the pool is down"):
+        lonely.complete(_request("p", "x"), site=CallSite("a", 0))

@@ -384,3 +384,147 @@ def test_generated_routing_tables_never_change_the_digest(
         *base, *(f"sim.llm.endpoints.e{k}.preset=scripted" for k in range(3)),
         "sim.llm.routing.default=e0", f"sim.llm.routing.rules=[{rules}]"]))
     assert routed.result.digest == single.result.digest
+
+
+# -- what a stranger found (each a test that failed before its fix) ----------------------
+
+
+def test_calls_failed_on_an_endpoint_without_a_fallback_name_it(tmp_path: Path) -> None:
+    with ScriptedServer(seed=0) as server:
+        def after(report: Any) -> None:
+            if report.step == 0:
+                server.fail_next(10_000, 500)
+
+        config = simulacra.load_config(CONFIG, _base(
+            "sim.engine.mode=threads", *_server("local", server.base_url),
+            "run.max_consecutive_provider_failures=3"))
+        with pytest.raises(simulacra.ProviderUnavailable, match="endpoint 'local'"):
+            simulacra.run_society(config, out=tmp_path / "run", on_step=after)
+    failed = [line for line in _lines(tmp_path / "run") if not line["ok"]]
+    assert failed
+    assert {line["endpoint"] for line in failed} == {"local"}
+
+
+def test_fallbacks_are_counted_over_every_session(tmp_path: Path) -> None:
+    dead = f"http://127.0.0.1:{_closed_port()}/v1"
+    with ScriptedServer(seed=0) as backup:
+        overrides = _base("sim.steps=4",
+                          *_server("primary", dead, "sim.llm.endpoints.primary.fallback=backup"),
+                          *_server("backup", backup.base_url), "sim.llm.routing.default=primary",
+                          "run.checkpoint_every=1")
+        control = simulacra.RunControl()
+
+        def stop(report: Any) -> None:
+            if report.step == 1:
+                control.request_stop("test")
+
+        with pytest.raises(simulacra.RunStopped):
+            simulacra.run_society(simulacra.load_config(CONFIG, overrides),
+                                  out=tmp_path / "run", on_step=stop, control=control)
+        simulacra.resume_society(tmp_path / "run")
+    lines = _lines(tmp_path / "run")
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())["llm"]
+    assert summary["fallbacks"] == [{"from": "primary", "to": "backup", "calls": len(lines)}]
+    assert summary["endpoints_down"] == ["primary"]
+
+
+def test_a_replay_keeps_the_endpoints_and_their_costs(tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    _run(tmp_path, "run", _base(
+        "sim.llm.endpoints.cheap.preset=scripted", "sim.llm.endpoints.dear.preset=scripted",
+        "sim.llm.endpoints.dear.pricing={prompt_per_mtok: 1000, completion_per_mtok: 2000}",
+        "sim.llm.routing.default=cheap",
+        "sim.llm.routing.rules=[{agents: [ada0, ben1], endpoint: dear}]"))
+    report = simulacra.replay_run(run, out=tmp_path / "again")
+    assert report.matches
+    original = {(line["agent"], line["n"]): line for line in _lines(run)}
+    copied = {(line["agent"], line["n"]): line for line in _lines(tmp_path / "again")}
+    assert copied.keys() == original.keys()
+    for site, line in copied.items():
+        assert line["endpoint"] == original[site]["endpoint"]
+        assert line["cost"] == original[site]["cost"]
+    before = json.loads((run / "summary.json").read_text())["llm"]
+    after = json.loads((tmp_path / "again" / "summary.json").read_text())["llm"]
+    assert after["cost"] == before["cost"] > 0
+    assert after["provider"] == "endpoints"
+    assert set(after["endpoints"]) == {"cheap", "dear"}
+
+
+def test_a_remote_server_without_its_key_is_refused_before_anything(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("VLLM_API_KEY", raising=False)
+    args = ["run", str(CONFIG), "--out", str(tmp_path / "run"), "--no-progress",
+            *_base("sim.llm.endpoints.far.preset=vllm", "sim.llm.endpoints.far.model=m",
+                   "sim.llm.endpoints.far.base_url=http://192.0.2.1:9/v1")]
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1, err
+    assert "sim.llm.endpoints.far.api_key_env: $VLLM_API_KEY is not set" in err
+    assert 'api_key_env: ""' in err
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_routing_function_that_raises_stops_the_run_with_exit_2(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    route = tmp_path / "route.py"
+    route.write_text("def pick(site, request):\n    return {}[site.agent]\n")
+    args = ["run", str(CONFIG), "--out", str(tmp_path / "run"), "--no-progress",
+            *_base("sim.llm.endpoints.a.preset=scripted",
+                   f"sim.llm.routing.function={route}:pick")]
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1, err
+    assert "failed: KeyError" in err
+
+
+def test_a_pool_serves_on_its_live_servers(tmp_path: Path,
+                                           capsys: pytest.CaptureFixture[str]) -> None:
+    dead = f"http://127.0.0.1:{_closed_port()}/v1"
+    with ScriptedServer(seed=0) as alive, ScriptedServer(seed=0) as dies:
+        plain = _run(tmp_path, "plain", _base())
+
+        def after(report: Any) -> None:
+            if report.step == 0:  # mid-run it refuses every call: it is down, the pool goes on
+                dies.fail_next(10_000, 401)
+
+        args = _base("sim.llm.endpoints.pool.provider=openai_compatible",
+                     "sim.llm.endpoints.pool.model=scripted",
+                     "sim.llm.endpoints.pool.max_retries=0",
+                     f"sim.llm.endpoints.pool.servers=[{alive.base_url}, {dead}, "
+                     f"{dies.base_url}]", "sim.llm.endpoints.pool.affinity=round_robin")
+        run = simulacra.run_society(simulacra.load_config(CONFIG, args), out=tmp_path / "pool",
+                                    on_step=after)
+    assert run.result.digest == plain.result.digest
+    assert run.result.failed == plain.result.failed
+    err = capsys.readouterr().err
+    assert f"server {dead} of endpoint 'pool' is down" in err
+
+
+def test_resuming_a_finished_run_says_so_before_asking_any_server(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    with ScriptedServer(seed=0) as server:
+        _run(tmp_path, "run", _base(*_server("gone", server.base_url)))
+    assert main(["run", "--resume", str(tmp_path / "run"), "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert "holds a finished run; nothing to resume" in err
+    assert "preflight" not in err
+
+
+@pytest.mark.parametrize(("overrides", "expected"), [
+    (["sim.llm.endpoints.a.preset=scripted",
+      "sim.llm.routing.rules=[{agents: [], endpoint: a}]"], "is an empty list"),
+    (["sim.llm.endpoints.a.preset=vllm", "sim.llm.endpoints.a.model=m",
+      "sim.llm.endpoints.a.seed=3"], "sim.llm.endpoints.a.seed"),
+    (["sim.llm.endpoints.a.preset=scripted", "sim.llm.endpoints.a.fallback=zz"],
+     "sim.llm.endpoints.a.fallback: 'zz' is not a declared endpoint"),
+])
+def test_more_endpoint_mistakes_are_one_line(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], overrides: list[str],
+        expected: str) -> None:
+    args = ["run", str(CONFIG), "--out", str(tmp_path / "run"), "--no-progress",
+            *_base(*overrides)]
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1, err
+    assert expected in err

@@ -237,14 +237,14 @@ def _cmd_run(args: argparse.Namespace) -> int:
             raise _UsageError(f"--resume RUN_DIR continues the run with the config stored in "
                               f"RUN_DIR: leave out {args.target!r} (run.* overrides may "
                               "follow: run.budget.cost=...)")
-        resumable = ("run.", "sim.engine.shards=", "sim.engine.shard_mode=",
-                     "sim.engine.partition=")
-        if args.settings or any(not item.startswith(resumable) for item in items):
-            bad = next((i for i in items if not i.startswith(resumable)), "--set")
+        from simulacra.societies import RESUMABLE  # noqa: PLC0415
+
+        if args.settings or any(not item.startswith(RESUMABLE) for item in items):
+            bad = next((i for i in items if not i.startswith(RESUMABLE)), "--set")
             raise _UsageError(f"--resume RUN_DIR takes overrides of run.* settings "
-                              f"(run.budget.cost=...) and of sim.engine.shards and shard_mode "
-                              f"only, got {bad!r}: the run continues with the simulation "
-                              "stored in RUN_DIR")
+                              f"(run.budget.cost=...), sim.engine.shards, shard_mode and "
+                              f"partition, and sim.llm.endpoints and routing only, got {bad!r}: "
+                              "the run continues with the simulation stored in RUN_DIR")
         return resume_run(args.resume, progress=not args.no_progress, overrides=items,
                           from_checkpoint=args.from_checkpoint, re_record=args.re_record,
                           as_json=args.json, view=view)

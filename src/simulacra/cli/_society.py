@@ -577,6 +577,10 @@ def resume_run(run_dir: str, *, progress: bool, overrides: Sequence[str] = (),
         print(f"error: {run_dir!r} is not a run directory: it has no config.yaml "
               "(--resume takes the directory a run wrote)", file=sys.stderr)
         return EXIT_USAGE
+    if (where / "digest.txt").is_file():  # before its servers are asked anything
+        print(f"error: run directory {run_dir!r} holds a finished run; nothing to resume",
+              file=sys.stderr)
+        return EXIT_USAGE
     bar: _Progress | None = None
     try:
         config = simulacra.load_config(str(where / "config.yaml"), list(overrides))
@@ -585,6 +589,9 @@ def resume_run(run_dir: str, *, progress: bool, overrides: Sequence[str] = (),
             try:
                 simulacra.preflight_provider(config)
             except simulacra.ProviderUnavailable as exc:
+                print(f"error: {exc}", file=sys.stderr)
+                return EXIT_USAGE
+            except simulacra.ConfigError as exc:  # e.g. a key variable that is not set
                 print(f"error: {exc}", file=sys.stderr)
                 return EXIT_USAGE
         bar = shown = _Progress(progress, sim.steps, f"resume {Path(run_dir).name}",

@@ -29,7 +29,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from simulacra.errors import ConfigError, ProviderUnavailable, UnknownEndpoint
+from simulacra.errors import ConfigError, ProviderError, ProviderUnavailable, UnknownEndpoint
 
 from ._types import CallSite, Completion, CompletionRequest, LanguageModel, canonical_json
 
@@ -84,26 +84,40 @@ class RateLimit:
 class ServerPool:
     """One endpoint served by several servers of the same model; a call goes to one of them.
 
+    A server that becomes unusable (its model raises
+    :class:`~simulacra.ProviderUnavailable`) is *down*: its calls go to the
+    next live server of the pool, in order. The pool itself is down only once
+    every server is. Which server answers changes no reply the model makes
+    deterministically.
+
     Args:
         servers: The models, one per server (at least one).
-        affinity: One of :data:`AFFINITIES`. ``prefix`` hashes the request's
-            first message (role and content), so calls that share a prompt
-            prefix go to the same server; ``agent`` hashes the calling agent.
+        affinity: One of :data:`AFFINITIES`. ``agent`` keeps each agent on one
+            server; ``prefix`` hashes the request's first message (role and
+            content), so calls that share that prefix go to the same server;
+            ``round_robin`` takes the servers in turn.
+        names: What messages call each server (its URL), or None.
     """
 
-    __slots__ = ("_turn", "affinity", "servers")
+    __slots__ = ("_lock", "_turn", "affinity", "down", "names", "servers")
 
-    def __init__(self, servers: Sequence[LanguageModel], affinity: str = "prefix") -> None:
+    def __init__(self, servers: Sequence[LanguageModel], affinity: str = "agent",
+                 names: Sequence[str] | None = None) -> None:
         if not servers:
             raise ConfigError("a server pool needs at least one server")
         if affinity not in AFFINITIES:
             raise ConfigError(f"affinity must be one of {AFFINITIES}, got {affinity!r}")
         self.servers = tuple(servers)
         self.affinity = affinity
+        self.names = tuple(names) if names is not None else tuple(
+            f"server {i}" for i in range(len(self.servers)))
         self._turn = itertools.count()
+        self._lock = threading.Lock()
+        #: The servers found unusable (by index), with the error that said so.
+        self.down: dict[int, ProviderUnavailable] = {}
 
     def pick(self, request: CompletionRequest, site: CallSite | None) -> int:
-        """The index of the server that serves this call."""
+        """The index of the server this call is for (before skipping servers that are down)."""
         n = len(self.servers)
         if n == 1:
             return 0
@@ -117,14 +131,40 @@ class ServerPool:
         digest = hashlib.blake2b(text.encode("utf-8"), digest_size=8).digest()
         return int.from_bytes(digest, "big") % n
 
+    def _live(self, start: int) -> int:
+        """The first server from *start* on (in turn) that is not down, or raise."""
+        n = len(self.servers)
+        for k in range(n):
+            index = (start + k) % n
+            if index not in self.down:
+                return index
+        reasons = "; ".join(f"{self.names[i]}: {e}" for i, e in sorted(self.down.items()))
+        raise ProviderUnavailable(f"every server of the pool is down ({reasons})")
+
+    def _lost(self, index: int, error: ProviderUnavailable) -> None:
+        with self._lock:
+            self.down.setdefault(index, error)
+
     def complete(self, request: CompletionRequest, *, site: CallSite | None = None) -> Completion:
-        """The completion of *request*, from the server :meth:`pick` names."""
-        return self.servers[self.pick(request, site)].complete(request, site=site)
+        """The completion of *request*, from its server, or the next live one."""
+        index = self._live(self.pick(request, site))
+        while True:
+            try:
+                return self.servers[index].complete(request, site=site)
+            except ProviderUnavailable as exc:
+                self._lost(index, exc)
+                index = self._live(index)
 
     async def acomplete(self, request: CompletionRequest, *,
                         site: CallSite | None = None) -> Completion:
         """Like :meth:`complete`, on asyncio."""
-        return await self.servers[self.pick(request, site)].acomplete(request, site=site)
+        index = self._live(self.pick(request, site))
+        while True:
+            try:
+                return await self.servers[index].acomplete(request, site=site)
+            except ProviderUnavailable as exc:
+                self._lost(index, exc)
+                index = self._live(index)
 
     def close(self) -> None:
         """Close every server's model (its connections)."""
@@ -221,7 +261,13 @@ class Router:
     # -- where a call goes ----------------------------------------------------
 
     def _target(self, site: CallSite | None, request: CompletionRequest) -> str:
-        name = self.route(site, request)
+        try:
+            name = self.route(site, request)
+        except UnknownEndpoint:
+            raise
+        except Exception as exc:
+            raise UnknownEndpoint(f"the route of call {site} failed: {type(exc).__name__}: "
+                                  f"{exc}") from exc
         if name not in self.endpoints:
             raise UnknownEndpoint(f"the route of call {site} names endpoint {name!r}, which is "
                               f"not declared (endpoints: {', '.join(self.endpoints)})")
@@ -267,23 +313,26 @@ class Router:
         """The completion of *request*, from the endpoint its route names (or a fallback).
 
         Raises:
-            UnknownEndpoint: The route names an endpoint that is not declared.
+            UnknownEndpoint: The route names an endpoint that is not declared,
+                or the routing function raised.
             ProviderUnavailable: The endpoint is down and has no fallback left.
         """
         routed = self._target(site, request)
-        name = self._live(routed)
+        name = routed
         while True:
+            try:
+                name = self._live(name)
+            except ProviderUnavailable as exc:
+                _blame(exc, name, routed)
+                raise
             endpoint = self.endpoints[name]
             if endpoint.rate is not None:
                 endpoint.rate.wait_turn()
             try:
                 completion = endpoint.model.complete(request, site=site)
-            except ProviderUnavailable as exc:
-                name = self._live(self._next(name, exc))
-                continue
             except Exception as exc:
-                _blame(exc, name, routed)
-                raise
+                name = self._failed(name, routed, exc)
+                continue
             self._count_move(routed, name)
             return _annotated(completion, name, None if name == routed else routed)
 
@@ -291,21 +340,45 @@ class Router:
                         site: CallSite | None = None) -> Completion:
         """Like :meth:`complete`, on asyncio."""
         routed = self._target(site, request)
-        name = self._live(routed)
+        name = routed
         while True:
+            try:
+                name = self._live(name)
+            except ProviderUnavailable as exc:
+                _blame(exc, name, routed)
+                raise
             endpoint = self.endpoints[name]
             if endpoint.rate is not None:
                 await endpoint.rate.await_turn()
             try:
                 completion = await endpoint.model.acomplete(request, site=site)
-            except ProviderUnavailable as exc:
-                name = self._live(self._next(name, exc))
-                continue
             except Exception as exc:
-                _blame(exc, name, routed)
-                raise
+                name = self._failed(name, routed, exc)
+                continue
             self._count_move(routed, name)
             return _annotated(completion, name, None if name == routed else routed)
+
+    def _failed(self, name: str, routed: str, error: Exception) -> str:
+        """After *error* on endpoint *name*: the endpoint to try next, or raise *error*.
+
+        A :class:`~simulacra.ProviderUnavailable` makes the endpoint down. So
+        does any provider error once the endpoint is down (a call in flight
+        when another call found it down): such a call moves on too.
+        """
+        down = self.down.get(name)
+        if down is None:
+            tripped = getattr(self.endpoints[name].model, "tripped", None)
+            down = tripped if isinstance(tripped, ProviderUnavailable) else None
+        if isinstance(error, ProviderUnavailable):
+            down = error
+        elif down is None or not isinstance(error, ProviderError):
+            _blame(error, name, routed)
+            raise error
+        try:
+            return self._next(name, down)
+        except ProviderUnavailable as exc:
+            _blame(exc, name, routed)
+            raise exc from error
 
     def price(self, completion: Completion) -> float | None:
         """The cost of *completion* at its serving endpoint's pricing (None: not priced)."""

@@ -42,6 +42,7 @@ from ._rounds import ROUNDS_SCHEME as ROUNDS_SCHEME
 from ._rounds import RoundEngine as RoundEngine
 from ._rounds import RoundResult as RoundResult
 from ._rounds import StepReport as StepReport
+from ._run import RESUMABLE as RESUMABLE
 from ._run import ReplayReport as ReplayReport
 from ._run import RunControl as RunControl
 from ._run import SocietyRun as SocietyRun
@@ -66,7 +67,7 @@ __all__ = [
     "RoundEngine", "RoundResult", "StepReport", "MODES",
     "RESOLUTIONS", "ROUNDS_SCHEME", "RunConfig", "load_config", "parse_config",
     "apply_overrides", "DEFAULTS", "run_society", "resume_society", "replay_run",
-    "preflight_provider", "check_server",
+    "preflight_provider", "check_server", "RESUMABLE",
     "ProviderGuard", "SocietyRun", "ReplayReport", "RunControl",
     "build_model", "build_society", "load_factory", "register_step_engine", "step_engine_names",
     "StepEngine", "RunDirectory", "RUN_FILES", "default_run_dir", "Interview", "SCENARIO_FILE",

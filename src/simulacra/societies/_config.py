@@ -150,7 +150,7 @@ def _schema() -> Any:
         base_url: str | None = None
         #: A pool: several base URLs serving the same model (one is picked per call).
         servers: list[str] | None = Field(default=None, min_length=1)
-        affinity: Literal["prefix", "agent", "round_robin"] = "prefix"
+        affinity: Literal["prefix", "agent", "round_robin"] = "agent"
         model: str | None = None
         seed: int | str | None = None
         #: Unset: the preset's, else sim.llm.api_key_env; null: never send a key.
@@ -494,7 +494,7 @@ PRESETS: Final[Mapping[str, Mapping[str, Any]]] = {
     "scripted": {"provider": "scripted"},
 }
 
-_ENDPOINT_NAME: Final = re.compile(r"[A-Za-z0-9_.-]+")
+_ENDPOINT_NAME: Final = re.compile(r"[A-Za-z0-9_-]+")
 _AGENT_RANGE: Final = re.compile(r"(-?\d+)-(-?\d+)")
 
 
@@ -531,7 +531,8 @@ def _check_endpoints(llm: Any, label: str, given: set[str]) -> None:
     for name, endpoint in endpoints.items():
         key = f"sim.llm.endpoints.{name}"
         if not _ENDPOINT_NAME.fullmatch(name):
-            raise fail(key, f"the name {name!r} must be letters, digits, '_', '.' or '-'")
+            raise fail(key, f"the name {name!r} must be letters, digits, '_' or '-' (a '.' "
+                       "would split its dotted keys)")
         provider = endpoint_provider(endpoint)
         if provider is None:
             raise fail(key, "says neither a preset (openai, vllm, llamacpp, ollama, scripted) "
@@ -541,6 +542,9 @@ def _check_endpoints(llm: Any, label: str, given: set[str]) -> None:
                 raise fail(key, "is scripted (answered in process), so it takes no base_url "
                            "or servers")
             continue
+        if endpoint.seed is not None:
+            raise fail(key + ".seed", "is a scripted endpoint's seed; a server takes no seed "
+                       "(set sim.llm.seed for the requests' sampling seed)")
         if endpoint.base_url is not None and endpoint.servers is not None:
             raise fail(key, "gives both base_url and servers: one server, or a pool")
         if (endpoint.base_url is None and endpoint.servers is None
@@ -550,9 +554,12 @@ def _check_endpoints(llm: Any, label: str, given: set[str]) -> None:
         if not endpoint.model:
             raise fail(key + ".model", "is required for an openai_compatible endpoint: the "
                        "model's id as the server lists it at GET {base_url}/models")
+    for name, endpoint in endpoints.items():
+        if endpoint.fallback is not None and endpoint.fallback not in endpoints:
+            raise fail(f"sim.llm.endpoints.{name}.fallback", f"{endpoint.fallback!r} is not a "
+                       f"declared endpoint (declared: {declared})")
     try:
-        check_fallbacks({name: e.fallback for name, e in endpoints.items()},
-                        where="sim.llm.endpoints")
+        check_fallbacks({name: e.fallback for name, e in endpoints.items()})
     except ConfigError as exc:
         raise fail("sim.llm.endpoints", str(exc)) from None
     if routing.default is not None and routing.default not in endpoints:
@@ -570,6 +577,8 @@ def _check_endpoints(llm: Any, label: str, given: set[str]) -> None:
         if rule.agents is None and rule.request_model is None:
             raise fail(where, "matches every call: give agents or request_model (or make "
                        f"{rule.endpoint!r} the routing.default)")
+        if isinstance(rule.agents, list) and not rule.agents:
+            raise fail(where + ".agents", "is an empty list, which matches no agent")
         for item in rule.agents if isinstance(rule.agents, list) else [rule.agents]:
             match = None if not isinstance(item, str) else _AGENT_RANGE.fullmatch(item)
             if match is not None and int(match.group(1)) > int(match.group(2)):

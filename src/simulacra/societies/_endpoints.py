@@ -28,10 +28,13 @@ before step 0.
 from __future__ import annotations
 
 import fnmatch
+import ipaddress
+import os
 import re
 import sys
 from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
 
 from simulacra._util import install_hint
 from simulacra.errors import ConfigError, ProviderUnavailable
@@ -41,12 +44,12 @@ from ._config import PRESETS, endpoint_provider
 from ._provider import ProviderGuard, check_server, preflight
 
 if TYPE_CHECKING:
-    from simulacra.llm import CallSite, CompletionRequest, LanguageModel, Router
+    from simulacra.llm import CallSite, Completion, CompletionRequest, LanguageModel, Router
 
     from ._config import RunConfig
 
-__all__ = ["build_router", "endpoints_info", "preflight_endpoints", "preflight_run",
-           "uses_endpoints"]
+__all__ = ["build_router", "endpoint_pricer", "endpoints_info", "preflight_endpoints",
+           "preflight_run", "uses_endpoints"]
 
 _RANGE = re.compile(r"(-?\d+)-(-?\d+)")
 #: How ``sim.llm.routing.function`` is loaded (as ``sim.world.factory`` is).
@@ -133,23 +136,66 @@ def preflight_endpoints(config: RunConfig) -> dict[str, ProviderUnavailable]:
             raise ProviderUnavailable(
                 f"sim.llm.endpoints.{name} is openai_compatible, which needs the httpx "
                 f"package, and it is not installed: {install_hint('llm')}") from None
-        for url in setting["servers"]:
+        servers = setting["servers"]
+        pool = len(servers) > 1 or config.sim.llm.endpoints[name].servers is not None
+        lost: dict[int, ProviderUnavailable] = {}
+        for index, url in enumerate(servers):
+            where = (f"sim.llm.endpoints.{name}.servers[{index}]" if pool
+                     else f"sim.llm.endpoints.{name}.base_url")
+            _check_key(name, setting, url, where)
             try:
                 check_server(url, setting["model"], api_key_env=setting["api_key_env"] or "",
                              timeout=float(setting["timeout"]),
-                             names=(f"sim.llm.endpoints.{name}.base_url",
-                                    f"sim.llm.endpoints.{name}.model"))
+                             names=(where, f"sim.llm.endpoints.{name}.model"))
             except ProviderUnavailable as exc:
-                if setting["fallback"] is None:
-                    raise ProviderUnavailable(f"endpoint {name!r}: {exc}") from None
-                down[name] = exc
-                line = (f"simulacra: endpoint {name!r} is down ({exc}); its calls go to its "
-                        f"fallback {setting['fallback']!r}")
-                if line not in _SAID:  # the CLI's preflight, then the run's: said once
-                    _SAID.add(line)
-                    print(line, file=sys.stderr)
-                break
+                lost[index] = exc
+        if not lost:
+            continue
+        if len(lost) < len(servers):  # the pool serves on its other servers
+            for index, why in lost.items():
+                down[f"{name}#{index}"] = why
+                _say(f"simulacra: server {servers[index]} of endpoint {name!r} is down "
+                     f"({why}); the pool serves on its other servers")
+            continue
+        first = next(iter(lost.values()))
+        if setting["fallback"] is None:
+            raise ProviderUnavailable(f"endpoint {name!r}: {first}") from None
+        down[name] = first
+        _say(f"simulacra: endpoint {name!r} is down ({first}); its calls go to its "
+             f"fallback {setting['fallback']!r}")
     return down
+
+
+def _say(line: str) -> None:
+    """Print *line* on stderr once per process (the CLI's preflight, then the run's)."""
+    if line not in _SAID:
+        _SAID.add(line)
+        print(line, file=sys.stderr)
+
+
+def _check_key(name: str, setting: Mapping[str, Any], url: str, where: str) -> None:
+    """A server off loopback needs its key variable set, or ``api_key_env: ""`` (send none).
+
+    Raises:
+        ConfigError: One line naming the endpoint, the variable and the way out.
+    """
+    variable = setting["api_key_env"]
+    if not variable or os.environ.get(variable) or _on_loopback(url):
+        return
+    raise ConfigError(
+        f"sim.llm.endpoints.{name}.api_key_env: ${variable} is not set, and {where}={url!r} "
+        "is not on loopback, so every call would be refused before it is sent; set the "
+        "variable, or set api_key_env: \"\" to send no key")
+
+
+def _on_loopback(url: str) -> bool:
+    host = (urlsplit(url).hostname or "").lower()
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
 
 
 #: The lines :func:`preflight_endpoints` printed in this process.
@@ -178,7 +224,7 @@ def _server(config: RunConfig, setting: Mapping[str, Any], url: str) -> Language
                             schema_format=setting["schema_format"])
 
 
-def _endpoint_model(config: RunConfig, setting: Mapping[str, Any]) -> LanguageModel:
+def _endpoint_model(config: RunConfig, name: str, setting: Mapping[str, Any]) -> LanguageModel:
     from simulacra.llm import ScriptedModel, ServerPool  # noqa: PLC0415  (lazy)
 
     if setting["provider"] == "scripted":
@@ -186,10 +232,13 @@ def _endpoint_model(config: RunConfig, setting: Mapping[str, Any]) -> LanguageMo
         if seed is None:
             seed = config.seed if config.sim.llm.seed is None else config.sim.llm.seed
         return ScriptedModel(seed=seed)
-    servers = [_server(config, setting, url) for url in setting["servers"]]
-    if len(servers) == 1:
-        return servers[0]
-    return ServerPool(servers, affinity=setting["affinity"])
+    limit = config.run.max_consecutive_provider_failures
+    urls = list(setting["servers"])
+    if len(urls) == 1 and config.sim.llm.endpoints[name].servers is None:
+        return ProviderGuard(_server(config, setting, urls[0]), limit)
+    # A pool: each server guarded on its own, so that one dead server leaves the others.
+    return ServerPool([ProviderGuard(_server(config, setting, url), limit) for url in urls],
+                      affinity=setting["affinity"], names=urls)
 
 
 class _AgentMatch:
@@ -290,6 +339,29 @@ def _route(config: RunConfig, agent_ids: list[str]
     return route
 
 
+def endpoint_pricer(config: RunConfig) -> Callable[[Completion], float | None]:
+    """``price(completion)``: its cost at the pricing of the endpoint that served it.
+
+    From the endpoint named in the completion's metadata (a replay prices the
+    recorded replies so, with no endpoint built); None for a completion that
+    names no declared endpoint.
+    """
+    from simulacra.llm import endpoint_of  # noqa: PLC0415  (lazy)
+
+    prices = {name: (info["pricing"]["prompt_per_mtok"], info["pricing"]["completion_per_mtok"])
+              for name, info in endpoints_info(config).items()}
+
+    def price(completion: Completion) -> float | None:
+        name, _moved = endpoint_of(completion)
+        rates = None if name is None else prices.get(name)
+        if rates is None:
+            return None
+        return float(completion.prompt_tokens * rates[0]
+                     + completion.completion_tokens * rates[1]) / 1e6
+
+    return price
+
+
 def build_router(config: RunConfig, agent_ids: Iterable[object],
                  down: Mapping[str, ProviderUnavailable] | None = None) -> Router:
     """The :class:`~simulacra.llm.Router` of ``sim.llm.endpoints`` and ``sim.llm.routing``.
@@ -301,18 +373,15 @@ def build_router(config: RunConfig, agent_ids: Iterable[object],
         ConfigError: A rule names agents the society does not have, or the
             routing function cannot be loaded.
     """
-    from simulacra.llm import Endpoint, RateLimit, Router  # noqa: PLC0415  (lazy)
+    from simulacra.llm import Endpoint, RateLimit, Router, ServerPool  # noqa: PLC0415  (lazy)
 
     ids = [str(agent) for agent in agent_ids]
     route = _route(config, ids)
     info = endpoints_info(config)
-    limit = config.run.max_consecutive_provider_failures
     endpoints = []
     for name in config.sim.llm.endpoints:
         setting = _setting(config, name)
-        model = _endpoint_model(config, setting)
-        if setting["provider"] != "scripted":
-            model = ProviderGuard(model, limit)
+        model = _endpoint_model(config, name, setting)
         prompt, completion = setting["prompt_per_mtok"], setting["completion_per_mtok"]
 
         def price(p: int, c: int, prompt: float = prompt, completion: float = completion
@@ -324,6 +393,12 @@ def build_router(config: RunConfig, agent_ids: Iterable[object],
             rate=None if setting["rate_limit"] is None else RateLimit(setting["rate_limit"]),
             price=price, info=info[name]))
     router = Router(endpoints, route)
-    for name, error in (down or {}).items():
-        router.down[name] = error
+    for key, error in (down or {}).items():
+        name, _sep, server = key.partition("#")
+        if server:  # one server of a pool
+            pool = router.endpoints[name].model
+            if isinstance(pool, ServerPool):
+                pool.down[int(server)] = error
+        else:
+            router.down[name] = error
     return router

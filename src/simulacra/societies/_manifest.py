@@ -61,6 +61,8 @@ def config_sha256(data: Mapping[str, Any]) -> str:
 
 #: The engine keys that say where the turns run, not what is simulated.
 _WHERE_TURNS_RUN: Final = ("shards", "shard_mode", "partition")
+#: The model keys that say which endpoint answers a call, not what the call is.
+_WHO_ANSWERS: Final = ("endpoints", "routing")
 
 
 def simulation_sha256(data: Mapping[str, Any]) -> str:
@@ -72,13 +74,18 @@ def simulation_sha256(data: Mapping[str, Any]) -> str:
     checks the stored ``config.yaml`` against it.
     """
     simulated = {key: value for key, value in data.items() if key != "run"}
-    engine = (simulated.get("sim") or {}).get("engine")
-    if isinstance(engine, Mapping) and any(key in engine for key in _WHERE_TURNS_RUN):
-        # Where the turns run is not what is simulated: a run resumes, and replays, at
-        # any shard count (the keys are stored only when set, so older runs hash as before).
+    sim = simulated.get("sim") or {}
+    engine, llm = sim.get("engine"), sim.get("llm")
+    if ((isinstance(engine, Mapping) and any(key in engine for key in _WHERE_TURNS_RUN))
+            or (isinstance(llm, Mapping) and any(key in llm for key in _WHO_ANSWERS))):
+        # Where the turns run and which endpoint answers are not what is simulated: a run
+        # resumes, and replays, at any shard count and against moved servers (the keys are
+        # stored only when set, so older runs hash as they did).
         simulated = copy.deepcopy(simulated)
         for key in _WHERE_TURNS_RUN:
-            simulated["sim"]["engine"].pop(key, None)
+            simulated["sim"].get("engine", {}).pop(key, None)
+        for key in _WHO_ANSWERS:
+            simulated["sim"].get("llm", {}).pop(key, None)
     return config_sha256(simulated)
 
 

@@ -123,10 +123,11 @@ def check_server(base_url: str, model: str, *, api_key_env: str = "OPENAI_API_KE
             f"running at {url_name}={base_url!r}?") from None
     status = response.status_code
     if status in (401, 403):
+        sent = (f"the key is read from ${api_key_env}, which is {'set' if key else 'not set'}"
+                if api_key_env else "no key is sent: api_key_env is empty")
         raise ProviderUnavailable(
             f"preflight: GET {url} answered HTTP {status}: the server refused the credentials "
-            f"(the key is read from ${api_key_env}, which is "
-            f"{'set' if key else 'not set'})")
+            f"({sent})")
     not_openai = (f"preflight: GET {url} answered HTTP {status} without an OpenAI-style model "
                   f"list: is {url_name}={base_url!r} an OpenAI-compatible server (vLLM, "
                   "llama.cpp's server, Ollama)?")

@@ -44,7 +44,13 @@ from simulacra.rng import SeedTree, as_seed_tree
 
 from ._calls import CallLog, CallLogModel
 from ._config import RunConfig, parse_config
-from ._endpoints import build_router, endpoints_info, preflight_run, uses_endpoints
+from ._endpoints import (
+    build_router,
+    endpoint_pricer,
+    endpoints_info,
+    preflight_run,
+    uses_endpoints,
+)
 from ._manifest import (
     event_step_of,
     finish_manifest,
@@ -666,6 +672,12 @@ def _schedule(config: RunConfig, scenario: Scenario, world: World,
         raise ScenarioError(f"{exc}: {what}") from None
 
 
+#: The overrides a resume takes: how to run, where the turns run, who answers the calls.
+RESUMABLE: Final = ("run.", "sim.engine.shards=", "sim.engine.shard_mode=",
+                    "sim.engine.partition=", "sim.llm.endpoints.", "sim.llm.routing.")
+_RESUMABLE = RESUMABLE
+
+
 def resume_society(run_dir: str | os.PathLike[str], *,
                    model: LanguageModel | None = None,
                    on_step: Callable[[StepReport], None] | None = None,
@@ -717,12 +729,11 @@ def resume_society(run_dir: str | os.PathLike[str], *,
     probe = RunDirectory(run_dir)
     data = probe.read_config()
     outside = [item for item in overrides
-               if not item.startswith(("run.", "sim.engine.shards=", "sim.engine.shard_mode=",
-                                       "sim.engine.partition="))]
+               if not item.startswith(_RESUMABLE)]
     if outside:
-        raise ConfigError(f"a resumed run continues the stored simulation: only run.* settings "
-                          "and sim.engine.shards and shard_mode can be overridden, got "
-                          f"{outside[0]!r}")
+        raise ConfigError(f"a resumed run continues the stored simulation: only run.*, "
+                          "sim.engine.shards, shard_mode and partition, and sim.llm.endpoints "
+                          f"and routing can be overridden, got {outside[0]!r}")
     config = parse_config(data, str(probe.file("config")), overrides)
     moved = portable_factory(probe.path, config.sim.world.factory)
     if moved is not None:
@@ -1230,13 +1241,16 @@ def _execute(config: RunConfig, rundir: RunDirectory | None, model: LanguageMode
                      else model)
         used: LanguageModel = inner
         guard: ProviderGuard | None = None
+        # Each call at its endpoint's pricing (a run over endpoints, its replay too).
+        pricer = (router.price if router is not None
+                  else endpoint_pricer(config) if uses_endpoints(config) else None)
         if model is None and router is None and shard_calls is None:
             used = guard = ProviderGuard(inner, config.run.max_consecutive_provider_failures)
         if rundir is not None:
             # Inside the recordings: a call a resumed run serves from them is not logged again.
             calllog = CallLog(rundir.file("calls"), session=len(before),
                               price=lambda p, c: _price(config, p, c),
-                              priced=None if router is None else router.price)
+                              priced=pricer)
             used = CallLogModel(used, calllog)
         tracer = _start_tracing(config, rundir)
         if tracer is not None:
@@ -1253,7 +1267,7 @@ def _execute(config: RunConfig, rundir: RunDirectory | None, model: LanguageMode
         def reached(prompt: int, completion: int) -> str | None:
             budget = config.run.budget
             tokens = earlier.tokens + prompt + completion
-            cost = earlier.cost + (_price(config, prompt, completion) if router is None
+            cost = earlier.cost + (_price(config, prompt, completion) if pricer is None
                                    else meter.cost)
             if budget.tokens is not None and tokens >= budget.tokens:
                 return f"the run's tokens reached run.budget.tokens={budget.tokens}"
@@ -1263,7 +1277,7 @@ def _execute(config: RunConfig, rundir: RunDirectory | None, model: LanguageMode
 
         budget = config.run.budget
         meter = _AgentMeter(used, None if budget.tokens is None and budget.cost is None
-                            else reached, price=None if router is None else router.price)
+                            else reached, price=pricer)
 
         def step_done(report: StepReport) -> None:
             # The step's calls go to the store's writer thread (SQLite writes them
@@ -1278,7 +1292,7 @@ def _execute(config: RunConfig, rundir: RunDirectory | None, model: LanguageMode
             if tracer is not None:
                 tracer.flush()
             cost = (_price(config, report.prompt_tokens, report.completion_tokens)
-                    if router is None else meter.step_cost())
+                    if pricer is None else meter.step_cost())
             # The step's turns that asked the model nothing: its turns less the
             # distinct agents that asked (one turn each a step on the round engine).
             callers = len(meter.callers)
@@ -1377,13 +1391,19 @@ def _execute(config: RunConfig, rundir: RunDirectory | None, model: LanguageMode
                           for agent, row in sorted(per_agent.items())},
             "sessions": [{k: v for k, v in session.items() if k != "per_agent"}
                          for session in sessions()]}
-        if router is not None:
+        if uses_endpoints(config):
             llm["provider"] = "endpoints"
             llm["model"] = None
             llm["endpoints"] = endpoints_info(config)
-            llm["endpoints_down"] = sorted(router.down)
+            # The whole run's (every session's), from calls.jsonl; this session's otherwise.
+            moved = dict(router.moved) if router is not None else {}
+            down_now = set(router.down) if router is not None else set()
+            if calllog is not None:
+                calllog.flush()
+                moved = _fallbacks(rundir.file("calls")) if rundir is not None else moved
+            llm["endpoints_down"] = sorted(down_now | {a for a, _b in moved})
             llm["fallbacks"] = [{"from": a, "to": b, "calls": n}
-                                for (a, b), n in sorted(router.moved.items())]
+                                for (a, b), n in sorted(moved.items())]
         usage = _usage(inner)
         if usage:
             # What the provider itself counted, this session (HTTP attempts, retries...).
@@ -1441,6 +1461,28 @@ def _execute(config: RunConfig, rundir: RunDirectory | None, model: LanguageMode
             control._end(first + tally.steps)
     return SocietyRun(config, result, world, summary, None if rundir is None else rundir.path,
                       llm, failures, scenario_summary)
+
+
+def _fallbacks(calls: Path) -> dict[tuple[str, str], int]:
+    """``(from, to) -> calls`` moved to a fallback, in ``calls.jsonl`` (every session)."""
+    import json  # noqa: PLC0415
+
+    moved: dict[tuple[str, str], int] = {}
+    try:
+        with calls.open(encoding="utf-8") as lines:
+            for line in lines:
+                if '"fallback_from"' not in line:
+                    continue
+                try:
+                    record = json.loads(line)
+                except ValueError:  # a line a kill cut short
+                    continue
+                if record.get("ok") and record.get("endpoint"):
+                    pair = (str(record["fallback_from"]), str(record["endpoint"]))
+                    moved[pair] = moved.get(pair, 0) + 1
+    except FileNotFoundError:
+        pass
+    return moved
 
 
 def _throughput(whole: _Tally, session_calls: int, served: int) -> dict[str, Any]:
