@@ -221,3 +221,46 @@ def test_the_live_view_of_a_run_without_endpoints_has_no_table(flaky_run: Path) 
     assert hub.files.calls.lines > 0
     assert "endpoints" not in hub.snapshot(charts=True)
     assert "endpoints" not in hub.at(10**9)
+
+
+def test_a_real_run_over_endpoints_with_a_fallback_gives_its_table(tmp_path: Path) -> None:
+    """Not a rewritten file: a society run over two loopback servers and a dead endpoint
+    whose calls its fallback takes, priced per endpoint; the table adds up its lines, and
+    the report embeds it."""
+    import socket  # noqa: PLC0415
+
+    import simulacra  # noqa: PLC0415
+    from simulacra.llm import ScriptedServer  # noqa: PLC0415
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        dead = f"http://127.0.0.1:{probe.getsockname()[1]}/v1"
+    config = Path(__file__).resolve().parents[2] / "examples" / "social" / "config.yaml"
+    with ScriptedServer(seed=0) as left, ScriptedServer(seed=0) as right:
+        def server(name: str, url: str, *extra: str) -> list[str]:
+            return [f"sim.llm.endpoints.{name}.provider=openai_compatible",
+                    f"sim.llm.endpoints.{name}.base_url={url}",
+                    f"sim.llm.endpoints.{name}.model=scripted",
+                    f"sim.llm.endpoints.{name}.max_retries=0", *extra]
+
+        simulacra.run_society(simulacra.load_config(config, [
+            "sim.agents=8", "sim.steps=3",
+            *server("left", left.base_url,
+                    "sim.llm.endpoints.left.pricing={prompt_per_mtok: 5, completion_per_mtok: 9}"),
+            *server("right", right.base_url), *server("gone", dead,
+                                                      "sim.llm.endpoints.gone.fallback=left"),
+            "sim.llm.routing.default=right",
+            "sim.llm.routing.rules=[{agents: '[a-c]*', endpoint: gone}]"]), out=tmp_path / "run")
+    lines = _lines(tmp_path / "run")
+    assert {c["endpoint"] for c in lines} == {"left", "right"}
+    assert any(c.get("fallback_from") == "gone" for c in lines)
+    run = report.load_society_run(tmp_path / "run")
+    rows = _data.endpoint_rows(run)
+    _check_table(_data.endpoint_table(rows), lines)
+    by_name = {r.endpoint: r for r in rows}
+    assert by_name["gone"].calls == 0
+    assert by_name["gone"].fallback_out == by_name["left"].fallback_in > 0
+    assert by_name["left"].cost > 0
+    assert by_name["right"].cost == 0
+    out = report.build_report(tmp_path / "run", tmp_path / "report.html")
+    assert "By endpoint" in Path(out).read_text(encoding="utf-8")
