@@ -227,10 +227,10 @@ def test_a_real_run_over_endpoints_with_a_fallback_gives_its_table(tmp_path: Pat
     """Not a rewritten file: a society run over two loopback servers and a dead endpoint
     whose calls its fallback takes, priced per endpoint; the table adds up its lines, and
     the report embeds it."""
-    import socket  # noqa: PLC0415
+    import socket
 
-    import simulacra  # noqa: PLC0415
-    from simulacra.llm import ScriptedServer  # noqa: PLC0415
+    import simulacra
+    from simulacra.llm import ScriptedServer
 
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
