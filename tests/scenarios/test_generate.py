@@ -380,6 +380,9 @@ def test_every_request_bounds_its_tokens_and_sends_the_reply_schema(tmp_path: Pa
         "lanes", "scanner"]
     assert schema["properties"]["citations"]["items"]["properties"]["passage"]["enum"] == [
         p.id for p in passages]
+    # Bounded lists: held to a schema, a small model otherwise repeats an item to max_tokens.
+    assert (schema["properties"]["interventions"]["maxItems"],
+            schema["properties"]["citations"]["maxItems"]) == (4, 3)
     # The reply form the prompt shows has the grounding fields, and says how to fill them.
     prompt = seen[0].messages[1].content
     assert '"grounding": {"value": <GROUND>, "at": <GROUND>, "duration": <GROUND, or null' \

@@ -135,12 +135,18 @@ def scenario_prompt(knobs: Knobs, passages: Sequence[Passage], *, index: int, co
     return "\n".join(lines)
 
 
+#: The most interventions and citations the reply schema lets a reply hold (a reply
+#: is only held to them by a server that honours the schema).
+MAX_INTERVENTIONS: Final = 4
+MAX_CITATIONS: Final = 3
+
+
 def _ground_schema() -> dict[str, Any]:
     return {"anyOf": [
         {"type": "object", "properties": {"citation": {"type": "integer", "minimum": 0},
-                                          "text": {"type": "string", "minLength": 1}},
+                                          "text": {"type": "string"}},
          "required": ["citation", "text"], "additionalProperties": False},
-        {"type": "object", "properties": {"assumption": {"type": "string", "minLength": 1}},
+        {"type": "object", "properties": {"assumption": {"type": "string"}},
          "required": ["assumption"], "additionalProperties": False},
     ]}
 
@@ -150,9 +156,12 @@ def reply_schema(knobs: Knobs, passages: Sequence[Passage]) -> dict[str, Any]:
 
     It names the knobs and the passage ids as enums, and requires every field
     of the reply form, a ground for ``value`` and ``at`` and one (or null) for
-    ``duration``, so that it also fits OpenAI's strict structured outputs. A
-    reply that follows it may still be rejected: a value out of range, a quote
-    not in its passage, a number its words do not state.
+    ``duration``; it uses only what OpenAI's strict structured outputs
+    support. It bounds the lists (at most :data:`MAX_INTERVENTIONS`
+    interventions and :data:`MAX_CITATIONS` citations): a small model held
+    to a schema otherwise repeats an item until it runs out of tokens. A reply
+    that follows it may still be rejected: a value out of range, a quote not
+    in its passage, a number its words do not state.
     """
     ground = _ground_schema()
     intervention = {
@@ -160,8 +169,9 @@ def reply_schema(knobs: Knobs, passages: Sequence[Passage]) -> dict[str, Any]:
         "properties": {
             "knob": {"type": "string", "enum": list(knobs)},
             "at": {"type": "number", "minimum": 0},
-            "value": {"type": ["number", "boolean", "string"]},
-            "duration": {"type": ["number", "null"]},
+            "value": {"anyOf": [{"type": "number"}, {"type": "boolean"}, {"type": "string"}]},
+            "duration": {"anyOf": [{"type": "number", "exclusiveMinimum": 0},
+                                   {"type": "null"}]},
             "note": {"type": "string"},
             "grounding": {
                 "type": "object",
@@ -186,8 +196,10 @@ def reply_schema(knobs: Knobs, passages: Sequence[Passage]) -> dict[str, Any]:
         "properties": {
             "name": {"type": "string"},
             "description": {"type": "string"},
-            "interventions": {"type": "array", "items": intervention, "minItems": 1},
-            "citations": {"type": "array", "items": citation, "minItems": 1},
+            "interventions": {"type": "array", "items": intervention, "minItems": 1,
+                              "maxItems": MAX_INTERVENTIONS},
+            "citations": {"type": "array", "items": citation, "minItems": 1,
+                          "maxItems": MAX_CITATIONS},
         },
         "required": ["name", "description", "interventions", "citations"],
         "additionalProperties": False,
