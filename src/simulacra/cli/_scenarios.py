@@ -1,8 +1,10 @@
 """``simulacra scenarios generate`` and ``simulacra scenarios check``: scenarios from documents.
 
 ``generate DOCS... --target MODULE:KNOBS --out DIR`` reads the documents,
-asks a language model for scenarios that fit the target's knobs, keeps those
-that validate and cite a passage verbatim, and writes each as
+asks a language model for scenarios that fit the target's knobs (each request
+bounded by ``--max-tokens`` and carrying the reply's JSON schema), keeps those
+that validate, cite a passage verbatim and ground every value and time, and
+writes each as
 ``DIR/<name>-<hash>.json``. ``--record FILE`` keeps the model's replies;
 ``--replay FILE`` serves every call from them (no model is called) and
 writes the same artifacts, byte for byte. ``check DIR [--docs DOCS...]``
@@ -90,10 +92,11 @@ def add_scenarios_command(commands: Any, *, load: Callable[[str], Any],
         description=(
             "Read text, Markdown or PDF documents, split them into passages with stable ids, "
             "and ask a language model for scenarios that fit the target's knobs. A scenario "
-            "is kept only when it validates and cites a passage with a verbatim quote; "
-            "otherwise the model is asked again, told why. Each is written as "
-            "DIR/<name>-<hash>.json with its provenance. Nothing is written unless all are "
-            "accepted."))
+            "is kept only when it validates, cites a passage with a verbatim quote and "
+            "grounds every value and time (in words of its quote that state it, or an "
+            "assumption with its reason); otherwise the model is asked again, told why. "
+            "Each is written as DIR/<name>-<hash>.json with its provenance. Nothing is "
+            "written unless all are accepted."))
     generate.add_argument("docs", nargs="+", metavar="DOCS",
                           help="documents (.md, .txt, .pdf with the [pdf] extra) or directories "
                                "of them")
@@ -107,9 +110,9 @@ def add_scenarios_command(commands: Any, *, load: Callable[[str], Any],
                           help="extract (default): read the numbers, times and on/off events "
                                "of the documents and ground every value in its quote (no "
                                "model, no server); scripted: a stand-in language model that "
-                               "invents values (a test double of the model loop); "
-                               "openai_compatible: a chat-completions server (--base-url, "
-                               "--model)")
+                               "invents values and states them as assumptions (a test double "
+                               "of the model loop); openai_compatible: a chat-completions "
+                               "server (--base-url, --model)")
     generate.add_argument("--time-unit", default="minute",
                           choices=("second", "minute", "hour", "day"),
                           help="extract: what one unit of the model's virtual time is; clock "
