@@ -553,8 +553,10 @@ def _rows(config: Any, run: Any) -> dict[str, Any]:
         rows["cost"] = (f"{llm['cost']:.4g}{whole} ({pricing.get('prompt_per_mtok', 0):g} / "
                         f"{pricing.get('completion_per_mtok', 0):g} per million prompt / "
                         "completion tokens)")
+    shards = (f", {sim.engine.shards} shards ({sim.engine.shard_mode})"
+              if sim.engine.shards > 1 else "")
     rows["wall clock"] = (f"{run.result.wall_s:.2f} s{whole}"
-                          f" ({sim.engine.mode}, concurrency {sim.engine.concurrency})")
+                          f" ({sim.engine.mode}, concurrency {sim.engine.concurrency}{shards})")
     return rows
 
 
