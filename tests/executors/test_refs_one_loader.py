@@ -195,3 +195,16 @@ def test_not_a_string(caller: Caller) -> None:
 def test_a_file_reference_is_refused_where_only_modules_are_taken(tmp_path: Path) -> None:
     ref = f"{tmp_path / 'model.py'}:run"
     assert CALLERS[2].message(ref) == f"cls must look like 'module:qualname', got {ref!r}"
+
+
+def test_a_file_that_does_not_parse_is_one_line_naming_the_file_and_line(tmp_path: Path) -> None:
+    broken = tmp_path / "broken_model.py"
+    broken.write_text("def build(**kw)\n    return 1\n")
+    with pytest.raises(ConfigError, match=r"broken_model\.py, line 1: SyntaxError: expected ':'"):
+        load_factory(f"{broken}:build")
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err):
+        code = main(["run", f"{broken}:build", "--no-progress"])
+    assert code == 2
+    assert err.getvalue().count("\n") == 1, err.getvalue()
+    assert "Traceback" not in err.getvalue()

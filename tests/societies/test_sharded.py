@@ -127,7 +127,7 @@ def test_a_killed_shard_stops_the_run_and_it_resumes_at_another_shard_count(
     os.environ["SIMULACRA_TEST_SHARD"] = "1"
     try:
         cut = _simulacra("run", str(config), "sim.world.kill_at=3", "--out",
-                         str(tmp_path / "cut"), "--no-progress")
+                         str(tmp_path / "cut"), "--no-progress", "run.recover_shards=0")
     finally:
         del os.environ["SIMULACRA_TEST_SHARD"]
     assert cut.returncode == 1, cut.stderr
@@ -145,6 +145,48 @@ def test_a_killed_shard_stops_the_run_and_it_resumes_at_another_shard_count(
                 == (tmp_path / "whole" / name).read_bytes()), name
     replayed = _simulacra("replay", str(tmp_path / "cut"), "sim.engine.shards=1")
     assert replayed.returncode == 0, replayed.stderr + replayed.stdout
+
+
+def test_a_shard_killed_once_is_recovered_within_the_run(tmp_path: Path) -> None:
+    """run.recover_shards (2 by default): the run resumes itself from its last checkpoint,
+    says so in a line, and ends with the uncut run's files, exit 0."""
+    folder = tmp_path / "model"
+    folder.mkdir()
+    once = tmp_path / "killed-once"
+    (folder / "killing.py").write_text(textwrap.dedent(f"""\
+        import os, signal, sys
+        sys.path.insert(0, {str(ROOT / 'examples' / 'social')!r})
+        import model as social
+
+        def build(kill_at=None, **kwargs):
+            world, agents = social.build(**kwargs)
+            first = agents[0]
+
+            class Killing(type(first)):
+                def act(self, spec):
+                    if (spec.step == kill_at and os.environ.get("SIMULACRA_TEST_SHARD") == "1"
+                            and not os.path.exists({str(once)!r})):
+                        open({str(once)!r}, "w").close()
+                        os.kill(os.getpid(), signal.SIGKILL)
+                    return super().act(spec)
+
+            first.__class__ = Killing
+            return world, agents
+        """))
+    config = _write_config(folder, "killing.py:build")
+    whole = _simulacra("run", str(config), "--out", str(tmp_path / "whole"), "--no-progress")
+    assert whole.returncode == 0, whole.stderr
+    os.environ["SIMULACRA_TEST_SHARD"] = "1"
+    try:
+        run = _simulacra("run", str(config), "sim.world.kill_at=3", "--out",
+                         str(tmp_path / "run"), "--no-progress")
+    finally:
+        del os.environ["SIMULACRA_TEST_SHARD"]
+    assert run.returncode == 0, run.stderr
+    assert once.exists()  # it was killed
+    assert "resuming the run from its last checkpoint" in run.stderr
+    for name in ("digest.txt", "action_events.jsonl"):
+        assert (tmp_path / "run" / name).read_bytes() == (tmp_path / "whole" / name).read_bytes()
 
 
 def test_a_crashed_coordinator_resumes_on_shards_to_the_uncut_digest(tmp_path: Path) -> None:

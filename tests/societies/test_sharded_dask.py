@@ -112,7 +112,7 @@ def test_a_killed_worker_stops_the_run_and_the_checkpoint_resumes_it(
     whole = simulacra_cli("run", str(config), "--out", str(tmp_path / "whole"), "--no-progress")
     assert whole.returncode == 0, whole.stderr
     cut = simulacra_cli("run", str(config), "--out", str(tmp_path / "cut"), "--no-progress",
-                        "sim.world.kill_at=2",
+                        "sim.world.kill_at=2", "run.recover_shards=0",
                         *_base(str(cluster.scheduler_address))[2:])
     assert cut.returncode == 1, cut.stderr
     assert "was lost" in cut.stderr
@@ -140,3 +140,34 @@ def test_an_unreachable_scheduler_is_one_line_and_exit_2(
     assert err.count("\n") == 1, err
     assert f"run.dask.scheduler_address='tcp://127.0.0.1:{port}'" in err
     assert not (tmp_path / "run").exists()
+
+
+def test_a_worker_killed_once_is_recovered_within_the_run(cluster: Any, tmp_path: Path) -> None:
+    """The default run.recover_shards: the run resumes itself from its last checkpoint on
+    the cluster's workers as they are now, and ends with the uncut run's files, exit 0."""
+    folder = tmp_path / "model"
+    folder.mkdir()
+    once = tmp_path / "killed-once"
+    (folder / "killing.py").write_text(KILLING.replace(
+        'os.environ.get("SIMULACRA_TEST_WORKER") == "1":',
+        f'os.environ.get("SIMULACRA_TEST_WORKER") == "1" '
+        f'and not os.path.exists({str(once)!r}):\n'
+        f'                open({str(once)!r}, "w").close()'))
+    config = folder / "config.yaml"
+    config.write_text("seed: 2\nsim:\n  agents: 10\n  steps: 5\n"
+                      "  world: {factory: killing.py:build}\nrun: {checkpoint_every: 1}\n")
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+    whole = subprocess.run([sys.executable, "-m", "simulacra", "run", str(config), "--out",
+                            str(tmp_path / "whole"), "--no-progress"], capture_output=True,
+                           text=True, timeout=240, check=False, env=env)
+    assert whole.returncode == 0, whole.stderr
+    run = subprocess.run([sys.executable, "-m", "simulacra", "run", str(config), "--out",
+                          str(tmp_path / "run"), "--no-progress", "sim.world.kill_at=2",
+                          *_base(str(cluster.scheduler_address))[2:]],
+                         capture_output=True, text=True, timeout=240, check=False, env=env)
+    assert run.returncode == 0, run.stderr
+    assert once.exists()
+    assert "resuming the run from its last checkpoint" in run.stderr
+    for name in ("digest.txt", "action_events.jsonl"):
+        assert (tmp_path / "run" / name).read_bytes() == (tmp_path / "whole" / name).read_bytes()
+    cluster.wait_for_workers(2, timeout=60)

@@ -414,6 +414,9 @@ def _exec_file(name: str, path: Path) -> ModuleType:
     sys.modules[name] = module
     try:
         loader.exec_module(module)
+    except SyntaxError as exc:  # the user's file does not parse: one line that says where
+        sys.modules.pop(name, None)
+        raise ConfigError(f"{key}, line {exc.lineno}: {type(exc).__name__}: {exc.msg}") from None
     except BaseException:
         sys.modules.pop(name, None)
         raise

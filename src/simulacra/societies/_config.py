@@ -77,7 +77,7 @@ DEFAULTS: Final[Mapping[str, Any]] = {
             "checkpoint_every_time": None, "max_consecutive_provider_failures": 3,
             "max_failed_fraction": 0.5, "preflight": True, "memory_limit_gb": None,
             "budget": {"tokens": None, "cost": None}, "trace": {"otel": "off"},
-            "dask": {"scheduler_address": None}},
+            "dask": {"scheduler_address": None}, "recover_shards": 2},
 }
 
 
@@ -255,6 +255,9 @@ def _schema() -> Any:
         budget: Budget = Field(default_factory=Budget)
         trace: Trace = Field(default_factory=Trace)
         dask: Dask = Field(default_factory=Dask)
+        #: Times a run whose shard was lost (a killed process, a Dask worker gone)
+        #: resumes itself from its last checkpoint before it stops (exit 1).
+        recover_shards: int = Field(default=2, ge=0)
 
     class Document(_Strict):
         name: str = "run"
@@ -448,6 +451,8 @@ def parse_config(data: object, source: str | None = None,
     _agents_memory_to_factory(dumped)
     if dumped["run"]["dask"]["scheduler_address"] is None:
         dumped["run"].pop("dask")  # a run without a cluster stores the config it always did
+    if dumped["run"]["recover_shards"] == 2:
+        dumped["run"].pop("recover_shards")
     if dumped["run"]["trace"]["otel"] == "off":
         dumped["run"].pop("trace")  # a run without tracing stores the config it always did
     return RunConfig(doc, dumped, source)

@@ -20,6 +20,7 @@ import dataclasses
 import functools
 import gc
 import inspect
+import sys
 import threading
 import time as _time
 from collections.abc import Callable, Iterator, Mapping
@@ -37,6 +38,7 @@ from simulacra.errors import (
     ProviderUnavailable,
     RunStopped,
     ScenarioError,
+    ShardCrashed,
     UnknownEndpoint,
 )
 from simulacra.executors import RefLoader
@@ -599,8 +601,41 @@ def run_society(config: RunConfig | Mapping[str, Any], *,
             entry = manifest_entry(artifact, source)
         start_manifest(rundir.file("manifest"), config, completions=completions,
                        scenario=entry, event_step=_EVENT_STEP.get())
-    return _execute(config, rundir, model, on_step, on_turn, fatal=fatal, resume=None,
-                    control=control, prepared=prepared, routed=routed)
+    try:
+        return _execute(config, rundir, model, on_step, on_turn, fatal=fatal, resume=None,
+                        control=control, prepared=prepared, routed=routed)
+    except ShardCrashed as exc:
+        return _recover(exc, rundir, config.run.recover_shards, model=model, on_step=on_step,
+                        on_turn=on_turn, control=control)
+
+
+def _recover(error: ShardCrashed, rundir: RunDirectory | None, tries: int, *,
+             model: LanguageModel | None, on_step: Callable[[StepReport], None] | None,
+             on_turn: Callable[[], None] | None, control: RunControl | None,
+             overrides: tuple[str, ...] = ()) -> SocietyRun:
+    """A shard was lost: resume the run from its last checkpoint, *tries* times at most.
+
+    What a user would do by hand (``simulacra run --resume``), done at once: the
+    run directory is cut back to its last checkpoint, the shards are started
+    again (on the cluster's workers as they are now), and the result is the
+    uncut run's. Without a run directory, a checkpoint or a try left, *error*
+    is raised again.
+    """
+    from ._checkpoint import checkpoint_files  # noqa: PLC0415
+
+    if (tries <= 0 or rundir is None or not checkpoint_files(rundir.checkpoints)
+            or (control is not None and control.reason is not None)):
+        raise error
+    if control is not None:
+        control._again()
+    print(f"simulacra: {error}; resuming the run from its last checkpoint "
+          f"(run.recover_shards: {tries} left)", file=sys.stderr, flush=True)
+    try:
+        return resume_society(rundir.path, model=model, on_step=on_step, on_turn=on_turn,
+                              control=control, overrides=overrides,
+                              _recover_tries=tries - 1)
+    except ShardCrashed as again:
+        raise again from error
 
 
 def check_tracing(config: RunConfig, *, has_run_dir: bool) -> None:
@@ -685,7 +720,8 @@ def resume_society(run_dir: str | os.PathLike[str], *,
                    from_checkpoint: int | None = None,
                    re_record: bool = False,
                    overrides: tuple[str, ...] = (),
-                   control: RunControl | None = None) -> SocietyRun:
+                   control: RunControl | None = None,
+                   _recover_tries: int | None = None) -> SocietyRun:
     """Continue an unfinished run directory from its last checkpoint.
 
     The world, the agents and the engine are rebuilt from the stored config
@@ -785,6 +821,10 @@ def resume_society(run_dir: str | os.PathLike[str], *,
         return _execute(config, rundir, model, on_step, on_turn, fatal=(),
                         resume=(step, engine_state, sessions), control=control,
                         scenario=scenario, down=down)
+    except ShardCrashed as exc:
+        tries = config.run.recover_shards if _recover_tries is None else _recover_tries
+        return _recover(exc, rundir, tries, model=model, on_step=on_step, on_turn=on_turn,
+                        control=control, overrides=overrides)
     finally:
         _EVENT_STEP.reset(token)
 
@@ -1103,6 +1143,11 @@ class RunControl:
     def _held(self) -> bool:
         """Whether a waiting run must go on waiting (read afresh: other threads change it)."""
         return self._paused and not self._credits and self.reason is None
+
+    def _again(self) -> None:
+        """The run goes on after all (a lost shard's run, resumed at once)."""
+        with self._cond:
+            self._ended = False
 
     def _end(self, step: int | None) -> None:
         """The run returned (finished, stopped or failed) after *step* steps."""
