@@ -18,6 +18,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from simulacra import AgentMemory, ConfigError, SeedTree
+from simulacra.llm import SOCIAL_SCHEMA, canonical_json
 from simulacra.scenarios import Knob, Knobs
 
 try:
@@ -76,6 +77,8 @@ def build(*, agents: int, seed: SeedTree, llm: dict[str, Any], feed_size: int = 
     people: list[SocialAgent] = []
     graph: dict[str, list[str]] = {}
     settings = dict(llm)  # one dict for all: nobody changes it (a million agents, one copy)
+    if settings.pop("response_schema", False):  # sim.llm.response_schema: the reply's shape
+        settings["response_schema_json"] = canonical_json(SOCIAL_SCHEMA)
     # seed.child("agent", i).stream("persona") for each i, the shared part hashed once
     streams = seed.child_streams("agent", range(agents), "persona")
     for i, (name, rng) in enumerate(zip(handles, streams, strict=True)):

@@ -216,16 +216,24 @@ def test_scenarios_generate_against_the_local_model(
            if kinds else "") + f"; exit {done.returncode}"))
 
 
+SCHEMAS = {
+    "no schema": [],
+    # the reply's JSON schema in llama.cpp's form: the server constrains the decoding to it
+    "schema": ["sim.llm.response_schema=true", "sim.llm.schema_format=json_object"],
+}
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(900)
+@pytest.mark.parametrize("schema", sorted(SCHEMAS))
 def test_a_short_social_run_against_the_local_model(
-        server: Server, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+        server: Server, tmp_path: Path, capsys: pytest.CaptureFixture[str], schema: str) -> None:
     run_dir = tmp_path / "social"
     started = time.monotonic()
     done = simulacra("run", "examples/social/config.yaml", "sim.agents=4", "sim.steps=1",
                      "sim.llm.provider=openai_compatible", f"sim.llm.base_url={server.base_url}",
                      f"sim.llm.model={MODEL}", "sim.llm.concurrency=1",
-                     "sim.engine.concurrency=1", "sim.llm.timeout=300",
+                     "sim.engine.concurrency=1", "sim.llm.timeout=300", *SCHEMAS[schema],
                      "--out", str(run_dir), "--no-progress", timeout=800)
     took = time.monotonic() - started
     assert done.returncode in (0, 1), done.stderr
@@ -246,6 +254,12 @@ def test_a_short_social_run_against_the_local_model(
     else:
         assert done.returncode == 0, done.stderr
 
+    if schema == "schema":  # held to the schema, every reply parses: no turn fails on JSON
+        failed = [json.loads(line) for line in
+                  (run_dir / "action_events.jsonl").read_text(encoding="utf-8").splitlines()
+                  if '"turn_failed"' in line]
+        assert not [e for e in failed if "JSON" in json.dumps(e)], failed
+
     # The run directory is complete: replayed with no server, the same digest.
     replay = simulacra("replay", str(run_dir), "--no-progress", timeout=300)
     assert replay.returncode == 0, replay.stderr
@@ -253,7 +267,8 @@ def test_a_short_social_run_against_the_local_model(
     assert f"digest matches: {summary['digest']}" in replay.stdout
 
     _report(capsys, (
-        f"local model: social run (4 agents, 1 step), {MODEL}: {4 - failures['failed']} of 4 "
+        f"local model: social run (4 agents, 1 step, {schema}), {MODEL}: "
+        f"{4 - failures['failed']} of 4 "
         f"turns acted, {failures['failed']} failed ("
         + ", ".join(f"{kind} {n}" for kind, n in failures["by_kind"].items())
         + f") in {took:.0f} s; exit {done.returncode}; replay matches"))

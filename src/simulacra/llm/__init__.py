@@ -47,6 +47,7 @@ from ._router import ServerPool as ServerPool
 from ._router import check_fallbacks as check_fallbacks
 from ._router import endpoint_of as endpoint_of
 from ._scripted import SOCIAL_ACTIONS as SOCIAL_ACTIONS
+from ._scripted import SOCIAL_SCHEMA as SOCIAL_SCHEMA
 from ._scripted import SOCIAL_TASK as SOCIAL_TASK
 from ._scripted import ScriptedModel as ScriptedModel
 from ._scripted import ScriptedRule as ScriptedRule
@@ -90,6 +91,7 @@ __all__ = [
     "parse_social_action",
     "example_for_schema",
     "SOCIAL_ACTIONS",
+    "SOCIAL_SCHEMA",
     "SOCIAL_TASK",
     "OpenAICompatible",
     "UsageStats",

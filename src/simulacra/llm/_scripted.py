@@ -39,6 +39,7 @@ from ._types import (
 
 __all__ = [
     "SOCIAL_ACTIONS",
+    "SOCIAL_SCHEMA",
     "SOCIAL_TASK",
     "ScriptedModel",
     "ScriptedRule",
@@ -59,6 +60,17 @@ SOCIAL_TASK = (
     '"text": str, "target": int|null}'
 )
 """The last line of a social prompt; :func:`social_rules` matches ``TASK: choose one action``."""
+
+#: The JSON schema of a social reply (``sim.llm.response_schema: true`` sends it), the
+#: shape :data:`SOCIAL_TASK` asks for and :func:`parse_social_action` reads.
+SOCIAL_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {"action": {"type": "string", "enum": list(SOCIAL_ACTIONS)},
+                   "text": {"type": "string", "maxLength": 200},
+                   "target": {"type": ["integer", "null"]}},
+    "required": ["action", "text", "target"],
+    "additionalProperties": False,
+}
 
 _SOCIAL_MARKER = "TASK: choose one action"
 

@@ -68,6 +68,8 @@ DEFAULTS: Final[Mapping[str, Any]] = {
             "latency": {"base": 0.2, "prefill_per_token": 0.0002, "decode_per_token": 0.02,
                         "noise_sigma": 0.1, "min_duration": 0.1},
             "pricing": {"prompt_per_mtok": 0.0, "completion_per_mtok": 0.0},
+            "response_schema": False,
+            "schema_format": "json_schema",
             "endpoints": {},
             "routing": {"default": None, "rules": [], "function": None},
         },
@@ -193,6 +195,11 @@ def _schema() -> Any:
         concurrency: int = Field(default=64, ge=1)
         latency: Latency = Field(default_factory=Latency)
         pricing: Pricing = Field(default_factory=Pricing)
+        #: Send each structured request's JSON schema (the factory's agents add it:
+        #: the social demo's reply shape), so that a small local model's replies parse.
+        response_schema: bool = False
+        #: How a schema is sent: OpenAI's json_schema, or json_object (llama.cpp's form).
+        schema_format: Literal["json_schema", "json_object"] = "json_schema"
         #: Named model endpoints (docs/howto/endpoints.md); empty: sim.llm alone.
         endpoints: dict[str, EndpointConfig] = Field(default_factory=dict)
         #: Which endpoint serves each call.
@@ -443,6 +450,8 @@ def parse_config(data: object, source: str | None = None,
     if engine["shards"] == 1 and engine["shard_mode"] == "processes":
         del engine["shards"], engine["shard_mode"]  # an unsharded run stores what it always did
     llm = dumped["sim"]["llm"]
+    if not llm["response_schema"] and llm["schema_format"] == "json_schema":
+        del llm["response_schema"], llm["schema_format"]  # stored as it always was
     if not llm["endpoints"] and llm["routing"] == {"default": None, "rules": [],
                                                    "function": None}:
         del llm["endpoints"], llm["routing"]  # a run without them stores what it always did

@@ -269,7 +269,8 @@ def build_model(config: RunConfig) -> LanguageModel:
                           "'openai_compatible' (e.g. http://localhost:8000/v1)")
     return OpenAICompatible(base_url=llm.base_url, model=llm.model, api_key_env=llm.api_key_env,
                             timeout=llm.timeout, max_retries=llm.max_retries,
-                            backoff_base=llm.backoff_base, concurrency=llm.concurrency)
+                            backoff_base=llm.backoff_base, concurrency=llm.concurrency,
+                            schema_format=llm.schema_format)
 
 
 # -- the world -------------------------------------------------------------------
@@ -309,6 +310,8 @@ def build_society(config: RunConfig) -> tuple[World, list[Actor]]:
     params = {k: v for k, v in config.data["sim"]["world"].items() if k != "factory"}
     llm = {"model": sim.llm.model, "temperature": sim.llm.temperature,
            "max_tokens": sim.llm.max_tokens}
+    if sim.llm.response_schema:  # the factory's agents send their replies' schema
+        llm["response_schema"] = True
     kwargs = {"agents": sim.agents, "seed": as_seed_tree(config.seed).child("world"), "llm": llm,
               **params}
     memory = sim.agents_memory
