@@ -1525,6 +1525,47 @@ class Sim:
             raise _copy_exception(event._value)
         return True
 
+    def _run_keyed(self) -> None:
+        """``while self._step(): pass`` for keyed ordering, with the step inlined.
+
+        Line for line the keyed branch of :meth:`_step` (a sharded model's
+        message handlers run here: one call less per event is a tenth of their cost).
+        """
+        heap = self._heap
+        on_pop = self._on_pop
+        while heap:
+            self.now, key, event = heappop(heap)
+            if on_pop is not None and getattr(event, "_owner", None) is not _UNTIL:
+                on_pop(self.now, key, event)
+            if event._value is PENDING:  # a process waiting to start
+                self._cur_key = key  # its start key (URGENT, ident, 0)
+                _resume(self, cast("Process[Any]", event), _START)
+                continue
+            waiter = event._waiter
+            cbs = event._cbs
+            event._cbs = _DONE
+            self._cur_key = key
+            # [identity, events scheduled, processes spawned] of the callbacks.
+            self._origin = [f"e:{key[1]}@{key[2]}", 0, 0]
+            try:
+                if waiter is not None:
+                    if type(cbs) is tuple:  # an owner's callbacks: subscribed before the waiter
+                        for callback in cbs:
+                            callback(event)
+                        cbs = None
+                    _resume(self, waiter, event)
+                if cbs is not None:
+                    try:
+                        for callback in cbs:
+                            callback(event)
+                    except _StopRun:
+                        self._requeue_stopped(event, cbs, callback)
+                        raise
+            finally:
+                self._origin = None
+            if event._ok is False:  # failed and nobody handled it
+                raise _copy_exception(event._value)
+
     def run(self, until: float | Event[Any] | None = None) -> Any:
         """Advance the simulation.
 
@@ -1549,7 +1590,9 @@ class Sim:
         try:
             if until is not None:
                 stop_event = self._until_event(until)
-            if self._keyed or self._tracer is not None:
+            if self._keyed:
+                self._run_keyed()
+            elif self._tracer is not None:
                 while self._step():
                     pass
             else:

@@ -61,7 +61,13 @@ Partition: TypeAlias = Mapping[str, int] | Callable[[str], int] | str | None
 #: process identities (``n:cell-3/2``, ``e:n:cell-3@5``) that map back to entities.
 _RESERVED = "/#@:"
 
-#: A cross-shard message: (destination shard, time, key, channel id, sequence, payload).
+#: The end of a wildcard channel: ``ctx.channel(ANY, ANY, lookahead)`` lets any entity
+#: send to any other.
+ANY = "*"
+
+#: A cross-shard message: (destination shard, time, key, route, sequence, payload). The
+#: route is the channel's id, or for a pair that a wildcard channel (``"*"``) serves,
+#: an id of the pair past the channels' (see :meth:`ShardRuntime.send_wild`).
 Message: TypeAlias = tuple[int, float, tuple[Any, ...], int, int, Any]
 
 #: A tagged trace record: (time, kind, who, canonical payload, tag). The tag orders
@@ -84,6 +90,10 @@ def check_entity_name(name: object) -> str:
     """Return *name* if it is a valid entity name, else raise ConfigError."""
     if not isinstance(name, str) or not name:
         raise ConfigError(f"entity name: expected a non-empty str, got {name!r}")
+    if name == ANY:
+        raise ConfigError(
+            f"entity name {name!r}: it means 'any entity' in ctx.channel(); choose another name"
+        )
     bad = [c for c in _RESERVED if c in name]
     if bad:
         raise ConfigError(
@@ -238,18 +248,18 @@ class _ModelStreams(Streams):
 class _Delivery:
     """The callback of a message event: put the payload into the destination's inbox."""
 
-    __slots__ = ("channel", "entity", "record")
+    __slots__ = ("entity", "record", "src")
 
-    def __init__(self, entity: Entity, channel: _Channel, record: bool) -> None:
+    def __init__(self, entity: Entity, src: str, record: bool) -> None:
         self.entity = entity
-        self.channel = channel
+        self.src = src
         self.record = record
 
     def __call__(self, event: Event[Any]) -> None:
         entity = self.entity
         payload = event._value
         if self.record:
-            entity.sim.record("recv", entity.name, {"from": self.channel.src, "payload": payload})
+            entity.sim.record("recv", entity.name, {"from": self.src, "payload": payload})
         handler = entity._on_message
         if handler is None:
             entity.inbox.put(payload)
@@ -260,11 +270,31 @@ class _Delivery:
         # spawns is the entity's (`job#n:<entity>/e:<message key>/1`) and may send.
         sim = entity.sim
         origin = sim._origin  # set: a delivery runs as the callback of its message event
-        sim._origin = [f"n:{entity.name}/{origin[0]}", 0, 0]
+        sim._origin = ["n:" + entity.name + "/" + origin[0], 0, 0]
         try:
             handler(entity, payload)
         finally:
             sim._origin = origin
+
+
+def _checked_delay(src: str, dst: str, lookahead: float, delay: object) -> float:
+    """A send's *delay* as a float, or the error that says what is wrong with it."""
+    if not isinstance(delay, int | float) or isinstance(delay, bool):
+        raise InvalidDelay(
+            f"send on channel {src!r} -> {dst!r}: delay must be a number, got {delay!r}"
+        )
+    if not math.isfinite(delay):
+        raise InvalidDelay(
+            f"send on channel {src!r} -> {dst!r}: delay must be finite, got "
+            f"{delay!r} (a message that never arrives is not sent)"
+        )
+    if not delay >= lookahead:
+        raise LookaheadViolation(
+            f"send on channel {src!r} -> {dst!r} with delay {delay!r}: "
+            f"below the channel's lookahead {lookahead!r} (a cross-shard message "
+            "must take at least the lookahead, so that the shards can run ahead safely)"
+        )
+    return float(delay)
 
 
 class Entity:
@@ -279,7 +309,8 @@ class Entity:
     Made by :meth:`ShardContext.spawn_entity` or :meth:`ShardContext.add_entity`.
     """
 
-    __slots__ = ("_ctx", "_inbox", "_on_message", "_start", "index", "name", "process", "shard")
+    __slots__ = ("_ctx", "_inbox", "_on_message", "_rngs", "_start", "index", "name", "process",
+                 "shard")
 
     #: The entity's name (unique in the model).
     name: str
@@ -301,6 +332,8 @@ class Entity:
         self._start = start
         self._on_message = on_message
         self._inbox: Store[Any] | None = None
+        #: The streams rng() has returned, by name (the Sim's streams hold them too).
+        self._rngs: dict[str, random.Random] = {}
 
     def __repr__(self) -> str:
         where = "unassigned" if self.shard < 0 else f"shard {self.shard}"
@@ -336,7 +369,13 @@ class Entity:
         Streams are per entity, so the draws of an entity do not depend on which
         other entities share its shard.
         """
-        return self._ctx._streams.entity_rng(f"{self.name}/{name}")
+        try:
+            return self._rngs[name]
+        except (KeyError, TypeError):
+            pass
+        stream = self._ctx._streams.entity_rng(f"{self.name}/{name}")
+        self._rngs[name] = stream
+        return stream
 
     def np_rng(self, name: str) -> Generator:
         """This entity's numpy stream *name* (needs the ``numpy`` extra); see :meth:`rng`."""
@@ -424,42 +463,32 @@ class Entity:
             InvalidDelay: *delay* is not a number.
         """
         ctx = self._ctx
+        name = self.name
         target = dst.name if isinstance(dst, Entity) else dst
-        channel = ctx._channels.get((self.name, target))
-        if channel is None:
-            raise ctx._no_channel(self.name, target)
+        exact = ctx._channels.get((name, target))
+        wild = exact is None
+        channel = ctx._wild_channel(name, target) if exact is None else exact
         if ctx._building:
             raise PartitionError(
-                f"send from {self.name!r} during build(): send from the entity's processes"
+                f"send from {name!r} during build(): send from the entity's processes"
             )
         proc = ctx.sim.active_process
-        if proc is not None and entity_of(proc.who) != self.name:
+        if proc is not None and proc.who != name and entity_of(proc.who) != name:
             raise PartitionError(
-                f"process {proc.who!r} sent on behalf of entity {self.name!r}: only the "
+                f"process {proc.who!r} sent on behalf of entity {name!r}: only the "
                 "entity's own processes (and its on_message handler) may send from it, or "
                 "the message would escape its shard's lookahead (name an entity's extra "
                 "processes with entity.spawn(fn, name=...), whose names start with it)"
             )
-        raw: object = delay
+        lookahead = channel.lookahead
         if delay is None:
-            delay = channel.lookahead
-        elif not isinstance(raw, int | float) or isinstance(raw, bool):
-            raise InvalidDelay(
-                f"send on channel {channel.src!r} -> {channel.dst!r}: delay must be a number, "
-                f"got {delay!r}"
-            )
-        elif not math.isfinite(delay):
-            raise InvalidDelay(
-                f"send on channel {channel.src!r} -> {channel.dst!r}: delay must be finite, got "
-                f"{delay!r} (a message that never arrives is not sent)"
-            )
-        elif not delay >= channel.lookahead:
-            raise LookaheadViolation(
-                f"send on channel {channel.src!r} -> {channel.dst!r} with delay {delay!r}: "
-                f"below the channel's lookahead {channel.lookahead!r} (a cross-shard message "
-                "must take at least the lookahead, so that the shards can run ahead safely)"
-            )
-        ctx._runtime.send(channel, payload, float(delay))
+            delay = lookahead
+        elif not (type(delay) is float and lookahead <= delay < math.inf):
+            delay = _checked_delay(name, target, lookahead, delay)
+        if wild:
+            ctx._runtime.send_wild(channel, self, ctx._by_name[target], payload, delay)
+        else:
+            ctx._runtime.send(channel, payload, delay)
 
     def _check_owned(self, what: str) -> None:
         if not self.owned:
@@ -485,8 +514,8 @@ class ShardContext:
     """
 
     __slots__ = (
-        "_building", "_by_name", "_channels", "_entities", "_runtime", "_spawned", "_streams",
-        "config", "shard", "shards", "sim",
+        "_any_any", "_building", "_by_name", "_channels", "_entities", "_runtime", "_spawned",
+        "_streams", "config", "shard", "shards", "sim",
     )
 
     #: The Sim of this shard (the only Sim, unpartitioned), in keyed ordering.
@@ -508,6 +537,9 @@ class ShardContext:
         self._entities: list[Entity] = []
         self._by_name: dict[str, Entity] = {}
         self._channels: dict[tuple[str, str], _Channel] = {}
+        #: The channel ("*", "*") when it is the only wildcard: every pair without a
+        #: channel of its own uses it.
+        self._any_any: _Channel | None = None
         #: The names each entity has spawned processes under (unique per entity).
         self._spawned: dict[str, set[str]] = {}
         self._building = True
@@ -577,6 +609,12 @@ class ShardContext:
         The lookahead of the channels that cross shards bounds how far the
         shards run ahead of one another: the larger, the fewer barriers.
 
+        Either end may be ``"*"``, any entity: ``channel("*", "*", 1.0)`` lets
+        every entity send to every other (PHOLD's random destinations, a
+        market where anyone may trade with anyone) without declaring each of
+        the pairs. A send uses the most specific channel declared for its
+        pair: ``(src, dst)``, then ``(src, "*")``, ``("*", dst)``, ``("*", "*")``.
+
         Raises:
             ConfigError: *lookahead* is not a finite number > 0, the channel is
                 declared twice, or called after build().
@@ -629,6 +667,18 @@ class ShardContext:
         self._by_name[name] = entity
         return entity
 
+    def _wild_channel(self, src: str, dst: object) -> _Channel:
+        """The wildcard channel that serves ``src -> dst``, or the error that says there is none."""
+        channels = self._channels
+        if isinstance(dst, str) and dst in self._by_name:
+            if self._any_any is not None:
+                return self._any_any
+            for pair in ((src, ANY), (ANY, dst), (ANY, ANY)):
+                channel = channels.get(pair)
+                if channel is not None:
+                    return channel
+        raise self._no_channel(src, dst)
+
     def _no_channel(self, src: str, dst: object) -> PartitionError:
         if not isinstance(dst, str) or dst not in self._by_name:
             return UnknownEntity(
@@ -637,7 +687,7 @@ class ShardContext:
             )
         return PartitionError(
             f"send from {src!r} to {dst!r}: no such channel; declare it in build() with "
-            f"ctx.channel({src!r}, {dst!r}, lookahead)"
+            f"ctx.channel({src!r}, {dst!r}, lookahead) (or with '*' for any entity at an end)"
         )
 
 
@@ -704,7 +754,7 @@ def _owners(entities: list[Entity], partition: Partition, shards: int) -> list[i
 _ATOMIC = frozenset({int, float, str, bytes, bool, type(None), complex})
 
 
-def _check_data(channel: _Channel, payload: object) -> None:
+def _check_data(src: str, dst: str, payload: object) -> None:
     """Refuse a payload that does not pickle, in every mode, as processes would.
 
     A payload crosses a process boundary only between shards of
@@ -718,7 +768,7 @@ def _check_data(channel: _Channel, payload: object) -> None:
         kind = type(payload)
         why = (str(exc).splitlines() or [""])[0]
         raise PayloadNotData(
-            f"send from {channel.src!r} to {channel.dst!r}: the payload is a "
+            f"send from {src!r} to {dst!r}: the payload is a "
             f"{kind.__module__}.{kind.__qualname__}, which does not pickle "
             f"({type(exc).__name__}: {why}); "
             "payloads must be data (numbers, strings, tuples, lists, dicts, instances of "
@@ -752,6 +802,8 @@ class ShardRuntime:
         ctx = self.ctx = ShardContext(self, self.sim, config, shard, shards)
         self.state = builder(ctx)
         ctx._building = False
+        wild = [pair for pair in ctx._channels if ANY in pair]
+        ctx._any_any = ctx._channels[wild[0]] if wild == [(ANY, ANY)] else None
         entities = ctx._entities
         owners = _owners(entities, partition, shards) if shard is not None else [0] * len(
             entities)
@@ -760,22 +812,34 @@ class ShardRuntime:
         self._owner = {entity.name: entity.shard for entity in entities}
         for (src, dst) in ctx._channels:
             for end in (src, dst):
-                if end not in self._owner:
+                if end != ANY and end not in self._owner:
                     raise UnknownEntity(
                         f"channel({src!r}, {dst!r}) names unknown entity {end!r}; entities are "
                         "declared with ctx.spawn_entity() or ctx.add_entity()"
                     )
         self._deliveries = {
-            ch.id: _Delivery(ctx._by_name[ch.dst], ch, trace) for ch in ctx._channels.values()
+            ch.id: _Delivery(ctx._by_name[ch.dst], ch.src, trace)
+            for ch in ctx._channels.values() if ANY not in (ch.src, ch.dst)
         }
+        #: A wildcard channel's deliveries, made as its pairs are used: one per
+        #: destination (per pair when traced: a "recv" record names the sender).
+        self._wild_deliveries: dict[int, _Delivery] = {}
         self._record_sends = trace
         self._sequence = [0] * len(ctx._channels)
+        #: The sequence numbers of the pairs that wildcard channels serve, by route.
+        self._wild_sequence: dict[int, int] = {}
+        self._routes_base = len(ctx._channels)
+        self._entity_count = len(entities)
         self._spawn_entities(entities)
         #: The smallest lookahead of a channel from this shard to another: how far
         #: past its next event another shard may safely run. inf if none leaves.
+        mine = self._mine
+        here = any(owner == mine for owner in owners)
+        away = any(owner != mine for owner in owners)
         self.lookahead_out = min(
             (ch.lookahead for ch in ctx._channels.values()
-             if self._owner[ch.src] == self._mine and self._owner[ch.dst] != self._mine),
+             if (here if ch.src == ANY else self._owner[ch.src] == mine)
+             and (away if ch.dst == ANY else self._owner[ch.dst] != mine)),
             default=math.inf,
         )
         #: What every shard must agree on: the entities, their owners and the channels.
@@ -829,23 +893,63 @@ class ShardRuntime:
     def send(self, channel: _Channel, payload: Any, delay: float) -> None:
         """Send a message on *channel*: a keyed event, local or shipped to another shard."""
         if type(payload) not in _ATOMIC:
-            _check_data(channel, payload)
+            _check_data(channel.src, channel.dst, payload)
         sim = self.sim
         when = sim.now + delay
-        key = sim._next_key()
+        key = sim._keyed_normal()  # sim._next_key(): this Sim is keyed
         if self._record_sends:
             sim.record("send", channel.src, {"to": channel.dst, "at": when, "payload": payload})
         # The channel's own count: its sender lives on one shard, so the
         # sequence number does not depend on the partition.
-        seq = self._sequence[channel.id]
-        self._sequence[channel.id] = seq + 1
+        route = channel.id
+        seq = self._sequence[route]
+        self._sequence[route] = seq + 1
         owner = self._owner[channel.dst]
         if owner == self._mine:
-            self._schedule(channel.id, when, key, payload)
+            self._schedule(self._deliveries[route], when, key, payload)
         else:
-            self.outbox.append((owner, when, key, channel.id, seq, payload))
+            self.outbox.append((owner, when, key, route, seq, payload))
 
-    def _schedule(self, channel: int, when: float, key: tuple[Any, ...], payload: Any) -> None:
+    def send_wild(self, channel: _Channel, src: Entity, dst: Entity, payload: Any,
+                  delay: float) -> None:
+        """Send a message from *src* to *dst* on a wildcard *channel*.
+
+        Its route is the pair's own id, ``channels + src.index * entities +
+        dst.index``: past every declared channel's, and fixed by the
+        declaration order alone, so the messages sort alike on every partition.
+        """
+        if type(payload) not in _ATOMIC:
+            _check_data(src.name, dst.name, payload)
+        sim = self.sim
+        when = sim.now + delay
+        key = sim._keyed_normal()  # sim._next_key(): this Sim is keyed
+        if self._record_sends:
+            sim.record("send", src.name, {"to": dst.name, "at": when, "payload": payload})
+        route = self._routes_base + src.index * self._entity_count + dst.index
+        sequence = self._wild_sequence
+        seq = sequence.get(route, 0)
+        sequence[route] = seq + 1
+        owner = dst.shard
+        if owner == self._mine:
+            self._schedule(self._wild_delivery(route), when, key, payload)
+        else:
+            self.outbox.append((owner, when, key, route, seq, payload))
+
+    def _wild_delivery(self, route: int) -> _Delivery:
+        """The delivery of the pair *route* that a wildcard channel serves."""
+        base = self._routes_base
+        count = self._entity_count
+        slot = route if self._record_sends else (route - base) % count
+        delivery = self._wild_deliveries.get(slot)
+        if delivery is None:
+            entities = self.ctx._entities
+            src, dst = divmod(route - base, count)
+            delivery = _Delivery(entities[dst], entities[src].name, self._record_sends)
+            self._wild_deliveries[slot] = delivery
+        return delivery
+
+    def _schedule(self, delivery: _Delivery, when: float, key: tuple[Any, ...],
+                  payload: Any) -> None:
         sim = self.sim
         event = sim.event()
         # Triggered without being scheduled now (succeed() would schedule it at
@@ -853,10 +957,8 @@ class ShardRuntime:
         # the sender reserved.
         event._ok = True
         event._value = payload
-        callbacks = event.callbacks
-        assert callbacks is not None  # noqa: S101
-        callbacks.append(self._deliveries[channel])
-        sim._schedule_keyed(event, when, key)
+        event._cbs = [delivery]
+        heapq.heappush(sim._heap, (when, key, event))  # sim._schedule_keyed, unchecked
 
     def deliver(self, inbound: list[Message]) -> None:
         """Schedule messages from other shards, in (time, channel, sequence) order."""
@@ -864,7 +966,10 @@ class ShardRuntime:
         for _, when, key, channel, _, payload in sorted(inbound, key=lambda m: (m[1], m[3], m[4])):
             if when < now:
                 raise KernelBug(f"a message for time {when} reached shard {self.shard} at {now}")
-            self._schedule(channel, when, key, payload)
+            if channel < self._routes_base:
+                self._schedule(self._deliveries[channel], when, key, payload)
+            else:
+                self._schedule(self._wild_delivery(channel), when, key, payload)
 
     # -- running ----------------------------------------------------------------
 
