@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import json
 import shutil
+import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -18,10 +20,16 @@ DATA = Path(__file__).parent / "data" / "runs_v1"
 
 
 @pytest.fixture
-def runs(tmp_path: Path) -> Path:
+def runs(tmp_path: Path) -> Iterator[Path]:
     copy = tmp_path / "runs_v1"
     shutil.copytree(DATA, copy)
-    return copy
+    yield copy
+    # Each test replays its own copy, whose world is the package `society` in it: the
+    # loader refuses a second `society.model` from another place in one process (as it
+    # should), so the copy's modules go when the test ends.
+    for name in [name for name in sys.modules if name == "society" or
+                 name.startswith("society.")]:
+        del sys.modules[name]
 
 
 @pytest.mark.parametrize("engine", ["round", "async_event", "event_scenario",
