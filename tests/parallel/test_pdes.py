@@ -307,7 +307,7 @@ def test_unnamed_processes_spawned_by_message_handlers_are_partition_invariant(
     # Named after the handler's entity and the message, not a per-Sim counter r/<n>.
     from simulacra.parallel._pdes_model import entity_of
 
-    assert all("/e:" in who and "#r/" not in who for who in spawned), spawned
+    assert all("/@" in who and "#r/" not in who for who in spawned), spawned
     assert {entity_of(who) for who in spawned} == {"b", "d"}
     with ShardedSim(models.build_handler_spawns, shards=2, mode=mode, trace=True, seed=3,
                     partition=partition) as sim:

@@ -202,3 +202,16 @@ def test_the_lookahead_between_shards_comes_from_the_wildcard() -> None:
                     mode="inline", seed=1, config=alone) as sharded:
         # Shard 0 holds only a, whose one channel goes to itself: nothing leaves it.
         assert sharded.lookahead == (float("inf"), 0.5)
+
+
+def test_a_long_chain_of_handlers_keeps_its_keys_short() -> None:
+    # Each message's key names the handler that sent it; were that named after the
+    # message it handled, keys would grow by a key a hop (4.5 kB after 400 hops).
+    model = wild.WildModel(entities=(("a", "hold"), ("b", "hold")),
+                           channels=(("*", "*", 0.5),), population=1, remote=0.5, hops=10**6)
+    ref = UnshardedSim(wild.build, seed=2, config=model)
+    lengths = []
+    for until in (50.0, 500.0, 2000.0):
+        ref.run(until=until)
+        lengths.append(max(len(key[1]) for _, key, _ in ref.sim._heap))
+    assert lengths[-1] <= lengths[0] + 3, lengths  # the hop count's digits, no more
