@@ -1481,30 +1481,22 @@ class Sim:
         (Not EmptySchedule: a process may raise that itself, and its failure
         must crash run() like any other.)
         """
-        key: Any = None
         if self._keyed:
-            if not self._heap:
+            return self._run_keyed(once=True)
+        while not (self._urgentq or self._timedq or self._nowq):
+            if not self._advance():
                 return False
-            self.now, key, event = heappop(self._heap)
-        else:
-            while not (self._urgentq or self._timedq or self._nowq):
-                if not self._advance():
-                    return False
-            event = (self._urgentq or self._timedq or self._nowq).popleft()
+        event = (self._urgentq or self._timedq or self._nowq).popleft()
         on_pop = self._on_pop
         if on_pop is not None and getattr(event, "_owner", None) is not _UNTIL:
-            on_pop(self.now, key, event)
+            on_pop(self.now, None, event)
         if event._value is PENDING:  # a process waiting to start
-            self._cur_key = key  # keyed: its start key (URGENT, ident, 0); None in fifo
+            self._cur_key = None
             _resume(self, cast("Process[Any]", event), _START)
             return True
         waiter = event._waiter
         cbs = event._cbs
         event._cbs = _DONE
-        if self._keyed:
-            self._cur_key = key
-            # [identity, events scheduled, processes spawned] of the callbacks.
-            self._origin = [f"e:{key[1]}@{key[2]}", 0, 0]
         try:
             if waiter is not None:
                 if type(cbs) is tuple:  # an owner's callbacks: they subscribed before the waiter
@@ -1525,11 +1517,12 @@ class Sim:
             raise _copy_exception(event._value)
         return True
 
-    def _run_keyed(self) -> None:
-        """``while self._step(): pass`` for keyed ordering, with the step inlined.
+    def _run_keyed(self, once: bool = False) -> bool:
+        """Process the keyed schedule's events (only the next one with *once*).
 
-        Line for line the keyed branch of :meth:`_step` (a sharded model's
-        message handlers run here: one call less per event is a tenth of their cost).
+        The keyed ordering's step and its run loop in one (a sharded model's
+        message handlers run here: a call less per event is a tenth of their
+        cost). False if there was no event.
         """
         heap = self._heap
         on_pop = self._on_pop
@@ -1540,6 +1533,8 @@ class Sim:
             if event._value is PENDING:  # a process waiting to start
                 self._cur_key = key  # its start key (URGENT, ident, 0)
                 _resume(self, cast("Process[Any]", event), _START)
+                if once:
+                    return True
                 continue
             waiter = event._waiter
             cbs = event._cbs
@@ -1565,6 +1560,9 @@ class Sim:
                 self._origin = None
             if event._ok is False:  # failed and nobody handled it
                 raise _copy_exception(event._value)
+            if once:
+                return True
+        return False
 
     def run(self, until: float | Event[Any] | None = None) -> Any:
         """Advance the simulation.
