@@ -51,17 +51,18 @@ KILLING = textwrap.dedent(f"""\
 
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[Any]:
-    """Two single-threaded worker processes on loopback, which know they are workers."""
-    os.environ["SIMULACRA_TEST_WORKER"] = "1"
-    try:
-        with distributed.LocalCluster(
-                n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1",
-                dashboard_address=None,
-                scheduler_kwargs={"dashboard_address": "127.0.0.1:0"}) as local:
-            os.environ.pop("SIMULACRA_TEST_WORKER", None)
-            yield local
-    finally:
-        os.environ.pop("SIMULACRA_TEST_WORKER", None)
+    """Two single-threaded worker processes on loopback, which know they are workers.
+
+    The variable goes to the nannies (env=), not to this process's environment: a
+    LocalCluster's nannies live in this process and start a killed worker again from
+    it, so a variable set here only while the cluster started was missing from every
+    restarted worker, and a later kill on one of them never happened.
+    """
+    with distributed.LocalCluster(
+            n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1",
+            dashboard_address=None, env={"SIMULACRA_TEST_WORKER": "1"},
+            scheduler_kwargs={"dashboard_address": "127.0.0.1:0"}) as local:
+        yield local
 
 
 def _base(address: str, *extra: str) -> list[str]:
@@ -166,7 +167,7 @@ def test_a_worker_killed_once_is_recovered_within_the_run(cluster: Any, tmp_path
                           *_base(str(cluster.scheduler_address))[2:]],
                          capture_output=True, text=True, timeout=240, check=False, env=env)
     assert run.returncode == 0, run.stderr
-    assert once.exists(), run.stderr  # the worker was killed: the run says how it went on
+    assert once.exists(), (run.stdout, run.stderr)  # the worker was killed: the run says so
     assert "resuming the run from its last checkpoint" in run.stderr
     for name in ("digest.txt", "action_events.jsonl"):
         assert (tmp_path / "run" / name).read_bytes() == (tmp_path / "whole" / name).read_bytes()
