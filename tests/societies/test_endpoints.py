@@ -528,3 +528,25 @@ def test_more_endpoint_mistakes_are_one_line(
     err = capsys.readouterr().err
     assert err.count("\n") == 1, err
     assert expected in err
+
+
+@pytest.mark.parametrize(("override", "key", "close"), [
+    ("sim.llm.endpoints.locl.model=m", "sim.llm.endpoints.locl", "local"),
+    ("sim.llm.endpoints.hostd.base_url=http://127.0.0.1:9/v1", "sim.llm.endpoints.hostd",
+     "hosted"),
+    ("sim.llm.routing.default=hostd", "sim.llm.routing.default", "hosted"),
+    ("sim.llm.endpoints.local.fallback=hostd", "sim.llm.endpoints.local.fallback", "hosted"),
+    ("sim.llm.routing.rules=[{agents: ['a*'], endpoint: lokal}]",
+     "sim.llm.routing.rules[0].endpoint", "local"),
+])
+def test_a_misspelt_endpoint_name_is_one_line_naming_the_close_one(
+        override: str, key: str, close: str) -> None:
+    # An override's dotted key makes a new endpoint of a typo: the error says which
+    # declared endpoint was meant, before anything runs.
+    example = Path(__file__).resolve().parents[2] / "examples" / "social" / "endpoints.yaml"
+    with pytest.raises(simulacra.ConfigError) as caught:
+        simulacra.load_config(example, [override])
+    line = str(caught.value)
+    assert "\n" not in line
+    assert line.startswith(key), line
+    assert f"did you mean {close!r}?" in line, line

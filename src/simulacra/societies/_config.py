@@ -18,7 +18,7 @@ from __future__ import annotations
 import copy
 import os
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from functools import cache
 from pathlib import Path
 from typing import Any, Final, final
@@ -529,11 +529,13 @@ def _check_endpoints(llm: Any, label: str, given: set[str]) -> None:
     """
     from simulacra.llm import check_fallbacks  # noqa: PLC0415  (lazy)
 
-    def fail(key: str, text: str) -> ConfigError:
-        if any(key == g or key.startswith(g + ".") or g.startswith(key) for g in given):
+    def plain_fail(key: str, text: str) -> ConfigError:
+        if any(key == g or key.startswith((g + ".", g + "[")) or g.startswith(key)
+               for g in given):
             return ConfigError(f"{key}: {text} (set on the command line)")
         return ConfigError(f"{label}: {key}: {text}")
 
+    fail: Callable[[str, str], ConfigError] = plain_fail
     endpoints: Mapping[str, Any] = llm.endpoints
     routing = llm.routing
     if not endpoints:
@@ -544,6 +546,9 @@ def _check_endpoints(llm: Any, label: str, given: set[str]) -> None:
     declared = ", ".join(endpoints)
     for name, endpoint in endpoints.items():
         key = f"sim.llm.endpoints.{name}"
+        # An endpoint that does not make sense is most often a misspelt name, made by an
+        # override's dotted key (sim.llm.endpoints.primry.model=...): say which one is close.
+        fail = _suggesting(plain_fail, _closest_name(name, [n for n in endpoints if n != name]))
         if not _ENDPOINT_NAME.fullmatch(name):
             raise fail(key, f"the name {name!r} must be letters, digits, '_' or '-' (a '.' "
                        "would split its dotted keys)")
@@ -568,17 +573,20 @@ def _check_endpoints(llm: Any, label: str, given: set[str]) -> None:
         if not endpoint.model:
             raise fail(key + ".model", "is required for an openai_compatible endpoint: the "
                        "model's id as the server lists it at GET {base_url}/models")
+    fail = plain_fail
     for name, endpoint in endpoints.items():
         if endpoint.fallback is not None and endpoint.fallback not in endpoints:
             raise fail(f"sim.llm.endpoints.{name}.fallback", f"{endpoint.fallback!r} is not a "
-                       f"declared endpoint (declared: {declared})")
+                       f"declared endpoint (declared: {declared})"
+                       f"{_closest_name(endpoint.fallback, endpoints)}")
     try:
         check_fallbacks({name: e.fallback for name, e in endpoints.items()})
     except ConfigError as exc:
         raise fail("sim.llm.endpoints", str(exc)) from None
     if routing.default is not None and routing.default not in endpoints:
         raise fail("sim.llm.routing.default",
-                   f"{routing.default!r} is not a declared endpoint (declared: {declared})")
+                   f"{routing.default!r} is not a declared endpoint (declared: {declared})"
+                   f"{_closest_name(routing.default, endpoints)}")
     if routing.default is None and len(endpoints) > 1:
         raise fail("sim.llm.routing.default",
                    f"is required with {len(endpoints)} endpoints: it serves the calls no rule "
@@ -587,7 +595,7 @@ def _check_endpoints(llm: Any, label: str, given: set[str]) -> None:
         where = f"sim.llm.routing.rules[{i}]"
         if rule.endpoint not in endpoints:
             raise fail(where + ".endpoint", f"{rule.endpoint!r} is not a declared endpoint "
-                       f"(declared: {declared})")
+                       f"(declared: {declared}){_closest_name(rule.endpoint, endpoints)}")
         if rule.agents is None and rule.request_model is None:
             raise fail(where, "matches every call: give agents or request_model (or make "
                        f"{rule.endpoint!r} the routing.default)")
@@ -597,6 +605,22 @@ def _check_endpoints(llm: Any, label: str, given: set[str]) -> None:
             match = None if not isinstance(item, str) else _AGENT_RANGE.fullmatch(item)
             if match is not None and int(match.group(1)) > int(match.group(2)):
                 raise fail(where + ".agents", f"the range {item!r} is empty (from > to)")
+
+
+def _suggesting(fail: Callable[[str, str], ConfigError],
+                suffix: str) -> Callable[[str, str], ConfigError]:
+    """*fail* with *suffix* added to its text (nothing added for an empty suffix)."""
+    if not suffix:
+        return fail
+    return lambda key, text: fail(key, text + suffix)
+
+
+def _closest_name(name: str, names: Iterable[str]) -> str:
+    """``"; did you mean 'x'?"`` for the declared name closest to *name*, else ``""``."""
+    import difflib  # noqa: PLC0415
+
+    close = difflib.get_close_matches(name, list(names), n=1, cutoff=0.6)
+    return f"; did you mean {close[0]!r}?" if close else ""
 
 
 def _agents_memory_to_factory(dumped: dict[str, Any]) -> None:
