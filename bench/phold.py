@@ -13,8 +13,10 @@ Three ways to run it, timed against each other in one round:
 * **kernel**: the same handler loop on a plain ``Sim`` (fifo ordering, the
   compiled kernel when it is built: ``simulacra.core.KERNEL``), each LP's
   event a timeout with the handler as its callback. No entities, channels or
-  keys: what the kernel itself costs per event. Its draws are in another
-  order, so its event count differs a little from the others'.
+  keys: what the kernel itself costs per event, with one core's LPs
+  (``--lps-per-core``), in a fresh interpreter each round (so that no other
+  run's objects are left for the garbage collector to walk). Its draws are in
+  another order, so its event count differs a little from the others'.
 * **one Sim**: ``UnshardedSim``, the sharded model on one keyed Sim: the
   sequential reference of the sharded runs.
 * **N shards**: ``ShardedSim(mode="processes")``, the LPs in blocks. Two
@@ -134,6 +136,15 @@ def kernel_phold(config: dict[str, Any], until: float) -> tuple[float, int]:
     return time.perf_counter() - began, count[0]
 
 
+def kernel_in_subprocess(config: dict[str, Any], until: float) -> float:
+    """:func:`kernel_phold` in a fresh interpreter: its events per second."""
+    code = (f"import sys; sys.path.insert(0, {str(Path(__file__).parent)!r}); import phold; "
+            f"took, n = phold.kernel_phold({config!r}, {until!r}); print(n / took)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True)
+    return float(out.stdout.split()[-1])
+
+
 def one_sim(config: dict[str, Any], until: float) -> tuple[float, dict[int, tuple[int, float]]]:
     from simulacra import UnshardedSim
 
@@ -206,6 +217,7 @@ def main() -> int:
     else:
         counts = sorted({n for n in (2, 4, 8, 16, cpus) if 2 <= n <= cpus} or {2})
     lps = 1024 if args.quick else args.lps_per_core * max(counts)
+    kernel_lps = 1024 if args.quick else args.lps_per_core
     events = 50_000 if args.quick else args.events
     print(f"PHOLD: {lps:,} LPs, about {events:,.0f} events a run, shards {counts}, "
           f"{args.rounds} round(s); kernel {core.KERNEL}; Python {platform.python_version()} "
@@ -220,8 +232,8 @@ def main() -> int:
             kernel_rates, one_rates = [], []
             shard_rates: dict[int, list[tuple[float, float, float]]] = {n: [] for n in counts}
             for _ in range(args.rounds):
-                took, n = kernel_phold(config, until)
-                kernel_rates.append(n / took)
+                kernel_rates.append(kernel_in_subprocess(
+                    dict(config, lps=kernel_lps), events * mean / kernel_lps))
                 took, reference = one_sim(config, until)
                 total = sum(count for count, _ in reference.values())
                 one_rates.append(total / took)
@@ -239,7 +251,8 @@ def main() -> int:
             med = statistics.median
             print(f"\nremote {remote}, lookahead {lookahead}, mean {mean}: {total:,} events "
                   f"(until {until:.2f})")
-            print(f"  kernel (fifo Sim, callbacks): {med(kernel_rates):>12,.0f} events/s")
+            print(f"  kernel (fifo Sim, callbacks, {kernel_lps:,} LPs): "
+                  f"{med(kernel_rates):>12,.0f} events/s")
             print(f"  one Sim (UnshardedSim, keyed): {med(one_rates):>11,.0f} events/s")
             for shards in counts:
                 rates = shard_rates[shards]

@@ -1109,6 +1109,11 @@ class Sim:
         return self._root_ident, self._nroot
 
     def _keyed_normal(self) -> tuple[Any, ...]:
+        if self.active_process is None:
+            origin = self._origin
+            if origin is not None:  # an event's callbacks (a message handler): inlined
+                n = origin[1] = origin[1] + 1
+                return (NORMAL, origin[0], n)
         ident, n = self._origin_key()
         return (NORMAL, ident, n)
 
@@ -1183,6 +1188,21 @@ class Sim:
             raise KernelBug("_schedule_keyed() needs a triggered event")
         if when < self.now:
             raise KernelBug(f"_schedule_keyed() at {when}, before now ({self.now})")
+        heappush(self._heap, (when, key, event))
+
+    def _post_keyed(self, when: float, key: tuple[Any, ...], value: Any,
+                    callback: Callable[[Event[Any]], object]) -> None:
+        """Schedule a triggered event carrying *value*, its one callback *callback*.
+
+        At *when* (not before now), with a key reserved by :meth:`_next_key`: a
+        sharded model's message, the cheap form of :meth:`_schedule_keyed`.
+        """
+        event: Event[Any] = _new(Event)
+        event.sim = self
+        event._value = value
+        event._ok = True
+        event._waiter = None
+        event._cbs = [callback]
         heappush(self._heap, (when, key, event))
 
     # -- making events --------------------------------------------------------

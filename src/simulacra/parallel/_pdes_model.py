@@ -474,7 +474,12 @@ class Entity:
         target = dst.name if isinstance(dst, Entity) else dst
         exact = ctx._channels.get((name, target))
         wild = exact is None
-        channel = ctx._wild_channel(name, target) if exact is None else exact
+        if exact is None:
+            channel = ctx._any_any  # ("*", "*") alone: every pair without its own channel
+            if channel is None or target not in ctx._by_name:
+                channel = ctx._wild_channel(name, target)
+        else:
+            channel = exact
         if ctx._building:
             raise PartitionError(
                 f"send from {name!r} during build(): send from the entity's processes"
@@ -913,7 +918,7 @@ class ShardRuntime:
         self._sequence[route] = seq + 1
         owner = self._owner[channel.dst]
         if owner == self._mine:
-            self._schedule(self._deliveries[route], when, key, payload)
+            sim._post_keyed(when, key, payload, self._deliveries[route])
         else:
             self.outbox.append((owner, when, key, route, seq, payload))
 
@@ -938,7 +943,10 @@ class ShardRuntime:
         sequence[route] = seq + 1
         owner = dst.shard
         if owner == self._mine:
-            self._schedule(self._wild_delivery(route), when, key, payload)
+            delivery = self._wild_deliveries.get(route if self._record_sends else dst.index)
+            if delivery is None:
+                delivery = self._wild_delivery(route)
+            sim._post_keyed(when, key, payload, delivery)
         else:
             self.outbox.append((owner, when, key, route, seq, payload))
 
@@ -955,28 +963,15 @@ class ShardRuntime:
             self._wild_deliveries[slot] = delivery
         return delivery
 
-    def _schedule(self, delivery: _Delivery, when: float, key: tuple[Any, ...],
-                  payload: Any) -> None:
-        sim = self.sim
-        event = sim.event()
-        # Triggered without being scheduled now (succeed() would schedule it at
-        # `now` with a key of its own): it is scheduled at `when` with the key
-        # the sender reserved.
-        event._ok = True
-        event._value = payload
-        event._cbs = [delivery]
-        heapq.heappush(sim._heap, (when, key, event))  # sim._schedule_keyed, unchecked
-
     def deliver(self, inbound: list[Message]) -> None:
         """Schedule messages from other shards, in (time, channel, sequence) order."""
         now = self.sim.now
         for _, when, key, channel, _, payload in sorted(inbound, key=lambda m: (m[1], m[3], m[4])):
             if when < now:
                 raise KernelBug(f"a message for time {when} reached shard {self.shard} at {now}")
-            if channel < self._routes_base:
-                self._schedule(self._deliveries[channel], when, key, payload)
-            else:
-                self._schedule(self._wild_delivery(channel), when, key, payload)
+            delivery = (self._deliveries[channel] if channel < self._routes_base
+                        else self._wild_delivery(channel))
+            self.sim._post_keyed(when, key, payload, delivery)
 
     # -- running ----------------------------------------------------------------
 
