@@ -16,10 +16,11 @@ from typing import Any
 
 import _pdes_generated as gen
 import pytest
-from hypothesis import HealthCheck, given, settings
+from _pdes_check import SETTINGS, run_both
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from simulacra import ShardedSim, UnshardedSim, first_divergence
+from simulacra import ShardedSim, UnshardedSim
 
 NAMES = ("a", "b", "Z", "Y", "m1", "n", "Q", "cell-2", "x", "k")
 DELAYS = st.sampled_from([0.0, 0.0, 0.5, 1.0, 2.0, 3.0])
@@ -89,27 +90,7 @@ def check_run(run: tuple[gen.ModelSpec, int, dict[str, int], list[float | None],
     ref = UnshardedSim(gen.build, seed=seed, config=model, trace=True)
     with ShardedSim("_pdes_generated:build", shards=shards, partition=partition, mode=mode,
                     seed=seed, config=model, trace=True) as sharded:
-        for index, until in enumerate(segments):
-            ref.run(until=until)
-            sharded.run(until=until)
-            where = f"after segment {index} (run(until={until!r}))"
-            expected, got = ref.trace(), sharded.trace()
-            divergence = first_divergence(expected, got)
-            assert divergence is None, f"{where}: the merged trace differs: {divergence}"
-            assert sharded.now == ref.now, where
-            assert sharded.peek() == ref.peek(), where
-            assert got.ties is not None
-            assert expected.ties is not None
-            assert (got.ties.events, got.ties.ties) == (expected.ties.events,
-                                                        expected.ties.ties), where
-            assert expected.ties.across_shards == 0
-            assert got.ties.across_shards <= got.ties.ties
-
-
-SETTINGS: dict[str, Any] = {
-    "deadline": None,
-    "suppress_health_check": [HealthCheck.too_slow, HealthCheck.data_too_large],
-}
+        run_both(ref, sharded, segments)
 
 
 @settings(max_examples=150, **SETTINGS)

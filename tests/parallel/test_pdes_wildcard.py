@@ -14,7 +14,8 @@ from typing import Any
 
 import _wildcard_models as wild
 import pytest
-from hypothesis import HealthCheck, given, settings
+from _pdes_check import SETTINGS, run_both
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from simulacra import (
@@ -24,7 +25,6 @@ from simulacra import (
     ShardedSim,
     UnknownEntity,
     UnshardedSim,
-    first_divergence,
 )
 
 NAMES = ("lp0", "lp1", "Kx", "m-2", "q", "r7", "s", "T")
@@ -69,29 +69,12 @@ def check_run(run: tuple[wild.WildModel, int, dict[str, int], list[float | None]
     ref = UnshardedSim(wild.build, seed=seed, config=model, trace=True)
     with ShardedSim("_wildcard_models:build", shards=shards, partition=partition, mode=mode,
                     seed=seed, config=model, trace=True) as sharded:
-        for index, until in enumerate(segments):
-            ref.run(until=until)
-            sharded.run(until=until)
-            where = f"after segment {index} (run(until={until!r}))"
-            expected, got = ref.trace(), sharded.trace()
-            divergence = first_divergence(expected, got)
-            assert divergence is None, f"{where}: the merged trace differs: {divergence}"
-            assert (sharded.now, sharded.peek()) == (ref.now, ref.peek()), where
-            assert got.ties is not None
-            assert expected.ties is not None
-            assert (got.ties.events, got.ties.ties) == (expected.ties.events,
-                                                        expected.ties.ties), where
+        run_both(ref, sharded, segments)
         merged: dict[str, float] = {}
         for part in sharded.call("_wildcard_models:last_hops"):
             assert not merged.keys() & part.keys()  # each entity's state is on one shard
             merged.update(part)
         assert merged == ref.call("_wildcard_models:last_hops")[0]
-
-
-SETTINGS: dict[str, Any] = {
-    "deadline": None,
-    "suppress_health_check": [HealthCheck.too_slow, HealthCheck.data_too_large],
-}
 
 
 @settings(max_examples=120, **SETTINGS)
