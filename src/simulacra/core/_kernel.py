@@ -1517,24 +1517,7 @@ class Sim:
         waiter = event._waiter
         cbs = event._cbs
         event._cbs = _DONE
-        try:
-            if waiter is not None:
-                if type(cbs) is tuple:  # an owner's callbacks: they subscribed before the waiter
-                    for callback in cbs:
-                        callback(event)
-                    cbs = None
-                _resume(self, waiter, event)
-            if cbs is not None:
-                try:
-                    for callback in cbs:
-                        callback(event)
-                except _StopRun:
-                    self._requeue_stopped(event, cbs, callback)
-                    raise
-        finally:
-            self._origin = None
-        if event._ok is False:  # failed and nobody handled it
-            raise _copy_exception(event._value)
+        self._dispatch(event, waiter, cbs)
         return True
 
     def _run_keyed(self, once: bool = False) -> bool:
@@ -1562,24 +1545,7 @@ class Sim:
             self._cur_key = key
             # [identity, events scheduled, processes spawned] of the callbacks.
             self._origin = [f"e:{key[1]}@{key[2]}", 0, 0]
-            try:
-                if waiter is not None:
-                    if type(cbs) is tuple:  # an owner's callbacks: subscribed before the waiter
-                        for callback in cbs:
-                            callback(event)
-                        cbs = None
-                    _resume(self, waiter, event)
-                if cbs is not None:
-                    try:
-                        for callback in cbs:
-                            callback(event)
-                    except _StopRun:
-                        self._requeue_stopped(event, cbs, callback)
-                        raise
-            finally:
-                self._origin = None
-            if event._ok is False:  # failed and nobody handled it
-                raise _copy_exception(event._value)
+            self._dispatch(event, waiter, cbs)
             if once:
                 return True
         return False
@@ -1676,19 +1642,35 @@ class Sim:
         _subscribe(stop_event, _stop)
         return stop_event
 
-    def _process_failed(self, event: Event[Any], waiter: Process[Any] | None, cbs: Any) -> None:
-        """Process a failed event popped by the run loop: resume, call back, crash if unhandled."""
-        if waiter is not None:
-            if type(cbs) is tuple:  # an owner's callbacks: they subscribed before the waiter
-                for callback in cbs:
-                    callback(event)
-                cbs = None
-            _resume(self, waiter, event)
-        if cbs is not None:
-            for callback in cbs:
-                callback(event)
+    def _dispatch(self, event: Event[Any], waiter: Process[Any] | None, cbs: Any) -> None:
+        """Process an event popped by a run loop: resume its waiter, run its callbacks.
+
+        Crashes the run with a failure nobody handled. A stop of
+        ``run(until=...)`` hands the callbacks after it to the next step. The
+        callbacks' origin (keyed ordering) is cleared when they are done.
+        """
+        try:
+            if waiter is not None:
+                if type(cbs) is tuple:  # an owner's callbacks: they subscribed before the waiter
+                    for callback in cbs:
+                        callback(event)
+                    cbs = None
+                _resume(self, waiter, event)
+            if cbs is not None:
+                try:
+                    for callback in cbs:
+                        callback(event)
+                except _StopRun:
+                    self._requeue_stopped(event, cbs, callback)
+                    raise
+        finally:
+            self._origin = None
         if event._ok is False:  # failed and nobody handled it
             raise _copy_exception(event._value)
+
+    #: A failed event popped by the fifo loop (the compiled one calls it by this name):
+    #: its stop hand-over does nothing (a failed until-event raises) and no origin is set.
+    _process_failed = _dispatch
 
     def _run_fifo(self) -> None:
         """The run loop of the default ordering.
