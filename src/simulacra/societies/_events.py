@@ -1489,11 +1489,13 @@ def check_step_options(given: Mapping[str, Any]) -> dict[str, Any]:
     return options
 
 
-def _step_factory(world: World, agents: list[Actor], *, model: LanguageModel | None,
-                  seed: SeedTree, config: Any, on_step: Callable[[Any], None] | None,
-                  on_turn: Callable[[], None] | None,
-                  fatal: tuple[type[BaseException], ...] = ()) -> EventSteps:
-    """Build the engine a run config asks for (``sim.engine.step.built_in: async_event``)."""
+def engine_options(config: Any) -> tuple[dict[str, Any], float, int | None]:
+    """What a run config gives the event engine: ``(its keyword arguments, window, max_turns)``.
+
+    The keyword arguments are the latency model, mode, concurrency, fail_fast,
+    window and the checked ``sim.engine.step.options``; the seed, the world and
+    its agents, the model and the callbacks are the caller's.
+    """
     from simulacra.llm import LatencyModel  # noqa: PLC0415  (lazy: layer-1 import)
 
     settings = config.sim.engine
@@ -1501,12 +1503,22 @@ def _step_factory(world: World, agents: list[Actor], *, model: LanguageModel | N
     latency = config.sim.llm.latency
     max_turns = options.pop("max_turns", None)
     width = options.pop("window", 1.0)
-    engine = EventEngine(
-        world, agents, model=model,
+    kwargs = dict(
         latency=LatencyModel(base=latency.base, prefill_per_token=latency.prefill_per_token,
                              decode_per_token=latency.decode_per_token,
                              noise_sigma=latency.noise_sigma,
                              min_duration=latency.min_duration),
-        seed=seed, mode=settings.mode, concurrency=settings.concurrency,
-        fail_fast=settings.fail_fast, window=width, fatal=fatal, on_turn=on_turn, **options)
+        mode=settings.mode, concurrency=settings.concurrency, fail_fast=settings.fail_fast,
+        window=width, **options)
+    return kwargs, width, max_turns
+
+
+def _step_factory(world: World, agents: list[Actor], *, model: LanguageModel | None,
+                  seed: SeedTree, config: Any, on_step: Callable[[Any], None] | None,
+                  on_turn: Callable[[], None] | None,
+                  fatal: tuple[type[BaseException], ...] = ()) -> EventSteps:
+    """Build the engine a run config asks for (``sim.engine.step.built_in: async_event``)."""
+    kwargs, width, max_turns = engine_options(config)
+    engine = EventEngine(world, agents, model=model, seed=seed, fatal=fatal, on_turn=on_turn,
+                         **kwargs)
     return EventSteps(engine, width=width, max_turns=max_turns, on_step=on_step)

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 from simulacra.errors import ConfigError
 
-from ._events import EventEngine, EventSteps, check_step_options
+from ._events import EventEngine, EventSteps, engine_options
 from ._sharded import ServedCalls, ShardSet, ShardSpec, pass_through
 
 if TYPE_CHECKING:
@@ -128,20 +128,10 @@ def sharded_event_steps(world: World, agents: list[Actor], *, model: LanguageMod
                         fatal: tuple[type[BaseException], ...], specs: Sequence[ShardSpec],
                         served: ServedCalls) -> tuple[EventSteps, ShardedEventEngine]:
     """The event engine a run config asks for, on shards: ``(its steps, the engine)``."""
-    from simulacra.llm import LatencyModel  # noqa: PLC0415  (lazy: layer-1 import)
-
     settings = config.sim.engine
-    options = check_step_options(settings.step.options)
-    latency = config.sim.llm.latency
-    max_turns = options.pop("max_turns", None)
-    width = options.pop("window", 1.0)
+    kwargs, width, max_turns = engine_options(config)
     engine = ShardedEventEngine(
         world, agents, specs=specs, shard_mode=settings.shard_mode, served=served,
-        dask=config.run.dask.scheduler_address, model=model,
-        latency=LatencyModel(base=latency.base, prefill_per_token=latency.prefill_per_token,
-                             decode_per_token=latency.decode_per_token,
-                             noise_sigma=latency.noise_sigma,
-                             min_duration=latency.min_duration),
-        seed=seed, mode=settings.mode, concurrency=settings.concurrency,
-        fail_fast=settings.fail_fast, window=width, fatal=fatal, on_turn=on_turn, **options)
+        dask=config.run.dask.scheduler_address, model=model, seed=seed, fatal=fatal,
+        on_turn=on_turn, **kwargs)
     return EventSteps(engine, width=width, max_turns=max_turns, on_step=on_step), engine
