@@ -19,6 +19,7 @@ import time
 from pathlib import Path
 
 import pytest
+from _killing import killing_model
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -101,26 +102,7 @@ def test_a_killed_shard_stops_the_run_and_it_resumes_at_another_shard_count(
     resumes on 2 shards, then on 1, to the digest and events of the uncut run."""
     folder = tmp_path / "model"
     folder.mkdir()
-    (folder / "killing.py").write_text(textwrap.dedent(f"""\
-        import os, signal, sys
-        sys.path.insert(0, {str(ROOT / 'examples' / 'social')!r})
-        import model as social
-
-        def build(kill_at=None, **kwargs):
-            world, agents = social.build(**kwargs)
-            first = agents[0]
-
-            class Killing(type(first)):
-                def act(self, spec):
-                    # only in a shard's process: the run's own process never acts
-                    if (spec.step == kill_at
-                            and os.environ.get("SIMULACRA_TEST_SHARD") == "1"):
-                        os.kill(os.getpid(), signal.SIGKILL)
-                    return super().act(spec)
-
-            first.__class__ = Killing
-            return world, agents
-        """))
+    (folder / "killing.py").write_text(killing_model("SIMULACRA_TEST_SHARD"))
     config = _write_config(folder, "killing.py:build")
     whole = _simulacra("run", str(config), "--out", str(tmp_path / "whole"), "--no-progress")
     assert whole.returncode == 0, whole.stderr
@@ -153,26 +135,7 @@ def test_a_shard_killed_once_is_recovered_within_the_run(tmp_path: Path) -> None
     folder = tmp_path / "model"
     folder.mkdir()
     once = tmp_path / "killed-once"
-    (folder / "killing.py").write_text(textwrap.dedent(f"""\
-        import os, signal, sys
-        sys.path.insert(0, {str(ROOT / 'examples' / 'social')!r})
-        import model as social
-
-        def build(kill_at=None, **kwargs):
-            world, agents = social.build(**kwargs)
-            first = agents[0]
-
-            class Killing(type(first)):
-                def act(self, spec):
-                    if (spec.step == kill_at and os.environ.get("SIMULACRA_TEST_SHARD") == "1"
-                            and not os.path.exists({str(once)!r})):
-                        open({str(once)!r}, "w").close()
-                        os.kill(os.getpid(), signal.SIGKILL)
-                    return super().act(spec)
-
-            first.__class__ = Killing
-            return world, agents
-        """))
+    (folder / "killing.py").write_text(killing_model("SIMULACRA_TEST_SHARD", once))
     config = _write_config(folder, "killing.py:build")
     whole = _simulacra("run", str(config), "--out", str(tmp_path / "whole"), "--no-progress")
     assert whole.returncode == 0, whole.stderr

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from _killing import killing_model
 
 import simulacra
 from simulacra.cli import main
@@ -28,25 +29,8 @@ CONFIG = ROOT / "examples" / "social" / "config.yaml"
 
 pytestmark = pytest.mark.timeout(300)
 
-KILLING = textwrap.dedent(f"""\
-    import os, signal, sys
-    sys.path.insert(0, {str(ROOT / 'examples' / 'social')!r})
-    import model as social
-
-    def build(kill_at=None, **kwargs):
-        world, agents = social.build(**kwargs)
-        first = agents[0]
-
-        class Killing(type(first)):
-            def act(self, spec):
-                # only on a Dask worker: the run's own process never acts
-                if spec.step == kill_at and os.environ.get("SIMULACRA_TEST_WORKER") == "1":
-                    os.kill(os.getpid(), signal.SIGKILL)
-                return super().act(spec)
-
-        first.__class__ = Killing
-        return world, agents
-    """)
+#: Kills its process at step kill_at on a Dask worker (the run's own process never acts).
+KILLING = killing_model("SIMULACRA_TEST_WORKER")
 
 
 @pytest.fixture(scope="module")
@@ -149,11 +133,7 @@ def test_a_worker_killed_once_is_recovered_within_the_run(cluster: Any, tmp_path
     folder = tmp_path / "model"
     folder.mkdir()
     once = tmp_path / "killed-once"
-    (folder / "killing.py").write_text(KILLING.replace(
-        'os.environ.get("SIMULACRA_TEST_WORKER") == "1":',
-        f'os.environ.get("SIMULACRA_TEST_WORKER") == "1" '
-        f'and not os.path.exists({str(once)!r}):\n'
-        f'                open({str(once)!r}, "w").close()'))
+    (folder / "killing.py").write_text(killing_model("SIMULACRA_TEST_WORKER", once))
     config = folder / "config.yaml"
     config.write_text("seed: 2\nsim:\n  agents: 10\n  steps: 5\n"
                       "  world: {factory: killing.py:build}\nrun: {checkpoint_every: 1}\n")
