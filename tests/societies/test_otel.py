@@ -42,6 +42,18 @@ def _run(tmp: Path, *overrides: str, name: str = "run") -> simulacra.societies.S
     return simulacra.run_society(config, out=tmp / name)
 
 
+def _chat_is_its_call(chat: dict[str, Any], line: dict[str, Any]) -> None:
+    """A chat span says what its line of calls.jsonl says: a scripted call, its tokens, key."""
+    attributes = chat["attributes"]
+    assert chat["name"] == "chat scripted"
+    assert chat["kind"] == "CLIENT"
+    assert attributes["gen_ai.operation.name"] == "chat"
+    assert attributes["gen_ai.provider.name"] == "scripted"
+    assert attributes["gen_ai.usage.input_tokens"] == line["prompt_tokens"]
+    assert attributes["gen_ai.usage.output_tokens"] == line["completion_tokens"]
+    assert attributes["simulacra.request.key"] == line["key"]
+
+
 @pytest.mark.parametrize("mode", ["sequential", "threads", "asyncio"])
 def test_spans_match_calls_jsonl(tmp_path: Path, mode: str) -> None:
     run = _run(tmp_path, "run.trace.otel=jsonl", f"sim.engine.mode={mode}")
@@ -81,14 +93,8 @@ def test_spans_match_calls_jsonl(tmp_path: Path, mode: str) -> None:
     for chat in chats:
         attributes = chat["attributes"]
         line = lines.pop((attributes["simulacra.agent"], attributes["simulacra.call.n"]))
-        assert chat["name"] == "chat scripted"
-        assert chat["kind"] == "CLIENT"
-        assert attributes["gen_ai.operation.name"] == "chat"
-        assert attributes["gen_ai.provider.name"] == "scripted"
+        _chat_is_its_call(chat, line)
         assert attributes["gen_ai.request.model"] == "scripted"
-        assert attributes["gen_ai.usage.input_tokens"] == line["prompt_tokens"]
-        assert attributes["gen_ai.usage.output_tokens"] == line["completion_tokens"]
-        assert attributes["simulacra.request.key"] == line["key"]
         assert attributes["simulacra.step"] == line["step"]
         assert attributes["simulacra.time"] == line["t"]
         assert attributes["simulacra.seed"] == 0
@@ -326,13 +332,7 @@ def _event_spans(run: simulacra.societies.SocietyRun, *, width: float = 1.0
     for chat in chats:
         attributes = chat["attributes"]
         line = lines.pop((attributes["simulacra.agent"], attributes["simulacra.call.n"]))
-        assert chat["name"] == "chat scripted"
-        assert chat["kind"] == "CLIENT"
-        assert attributes["gen_ai.operation.name"] == "chat"
-        assert attributes["gen_ai.provider.name"] == "scripted"
-        assert attributes["gen_ai.usage.input_tokens"] == line["prompt_tokens"]
-        assert attributes["gen_ai.usage.output_tokens"] == line["completion_tokens"]
-        assert attributes["simulacra.request.key"] == line["key"]
+        _chat_is_its_call(chat, line)
         assert attributes["simulacra.step"] == attributes["simulacra.window"] == line["step"]
         parent = by_id[chat["parent_span_id"]]
         assert parent["trace_id"] == chat["trace_id"]
