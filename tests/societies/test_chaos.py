@@ -101,6 +101,22 @@ def _asked_sites(server: ScriptedServer) -> set[str]:
     return {str(r["site"]) for r in server.requests if r.get("site")}
 
 
+def _kill_after_steps(process: subprocess.Popen[str], run_dir: Path,
+                      rng: random.Random) -> None:
+    """SIGKILL the run once it has finished 1 to 3 steps (a random one), at a random moment."""
+    telemetry = run_dir / "telemetry.jsonl"
+    deadline = time.monotonic() + 120
+    target = rng.randint(1, 3)
+    while not (telemetry.is_file() and len(telemetry.read_text().splitlines()) >= target):
+        assert process.poll() is None, process.communicate()
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    time.sleep(rng.random() * 0.05)
+    assert process.poll() is None, "the run finished before it could be killed"
+    process.send_signal(signal.SIGKILL)
+    process.communicate(timeout=60)
+
+
 @pytest.mark.parametrize("engine", ["round", "async_event"])
 @pytest.mark.parametrize("society", ["social", "bazaar"])
 def test_killed_or_stopped_and_resumed_under_faults_equals_the_clean_run(
@@ -121,17 +137,7 @@ def test_killed_or_stopped_and_resumed_under_faults_equals_the_clean_run(
         killed = tmp_path / "killed"
         process = _simulacra("run", str(config), "--out", str(killed), wait=False)
         assert isinstance(process, subprocess.Popen)
-        telemetry = killed / "telemetry.jsonl"
-        deadline = time.monotonic() + 120
-        target = rng.randint(1, 3)
-        while not (telemetry.is_file() and len(telemetry.read_text().splitlines()) >= target):
-            assert process.poll() is None, process.communicate()
-            assert time.monotonic() < deadline
-            time.sleep(0.01)
-        time.sleep(rng.random() * 0.05)
-        assert process.poll() is None, "the run finished before it could be killed"
-        process.send_signal(signal.SIGKILL)
-        process.communicate(timeout=60)
+        _kill_after_steps(process, killed, rng)
         paid = _recorded_sites(killed)
         assert paid
         server.reset()
@@ -195,18 +201,7 @@ def test_a_sharded_society_killed_under_faults_resumes_on_other_shards_to_the_cl
                                  "sim.engine.shards=2", f"sim.engine.shard_mode={shard_mode}",
                                  *extra, wait=False)
             assert isinstance(process, subprocess.Popen)
-            telemetry = killed / "telemetry.jsonl"
-            deadline = time.monotonic() + 120
-            target = rng.randint(1, 3)
-            while not (telemetry.is_file()
-                       and len(telemetry.read_text().splitlines()) >= target):
-                assert process.poll() is None, process.communicate()
-                assert time.monotonic() < deadline
-                time.sleep(0.01)
-            time.sleep(rng.random() * 0.05)
-            assert process.poll() is None, "the run finished before it could be killed"
-            process.send_signal(signal.SIGKILL)
-            process.communicate(timeout=60)
+            _kill_after_steps(process, killed, rng)
             paid = _recorded_sites(killed)
             assert paid
             server.reset()
