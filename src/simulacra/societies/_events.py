@@ -754,11 +754,14 @@ class EventEngine(SocietyEngine):
         return ok, action, self._turn_duration(agent_id)
 
     def _turn_traced(self, agent_id: AgentId, ok: bool, outcome: Any) -> None:
-        """The turn's act() returned (*ok*) or raised *outcome*: its span ends (on the worker)."""
+        """The turn's act() returned (*ok*) or raised *outcome*: its span ends (on the worker).
+
+        Called only with a tracer (its callers check, so an untraced turn makes no call).
+        """
         tracer = self.tracer
-        if tracer is not None:
-            tracer.turn_ended(self._book[agent_id].key, ok,
-                              None if ok or not isinstance(outcome, BaseException) else outcome)
+        assert tracer is not None  # noqa: S101
+        tracer.turn_ended(self._book[agent_id].key, ok,
+                          None if ok or not isinstance(outcome, BaseException) else outcome)
 
     def _turn_duration(self, agent_id: AgentId) -> float:
         turn_model = self._turn_models.get(agent_id)
