@@ -5,8 +5,11 @@ event. An event's handler schedules exactly one new event: to a random LP
 (uniform over all of them, itself included) with probability ``remote``, else
 to itself, at ``now + lookahead + Exp(mean - lookahead)``. Here each LP is an
 entity with an ``on_message`` handler (no inbox process), its draws come from
-its own stream (``entity.rng``), and a wildcard channel ``("*", "*",
-lookahead)`` lets any LP send to any other.
+its own stream, and a wildcard channel ``("*", "*", lookahead)`` lets any LP
+send to any other. The stream is ``entity.small_rng`` (a ``SmallRandom``,
+xoshiro256++, 32 bytes of state) unless ``--stream mt`` asks for
+``entity.rng`` (a ``random.Random``, a Mersenne Twister of 2.5 kB): at 16,384
+LPs a core, the Twisters are 40 MB and miss the cache on every event.
 
 Three ways to run it, timed against each other in one round:
 
@@ -16,7 +19,9 @@ Three ways to run it, timed against each other in one round:
   keys: what the kernel itself costs per event, with one core's LPs
   (``--lps-per-core``), in a fresh interpreter each round (so that no other
   run's objects are left for the garbage collector to walk). Its draws are in
-  another order, so its event count differs a little from the others'.
+  another order, so its event count differs a little from the others'. It
+  runs twice a round, alternately: with ``SmallRandom`` streams and with
+  ``random.Random`` ones, so the two are compared at the same moment.
 * **one Sim**: ``UnshardedSim``, the sharded model on one keyed Sim: the
   sequential reference of the sharded runs.
 * **N shards**: ``ShardedSim(mode="processes")``, the LPs in blocks. Two
@@ -76,6 +81,7 @@ def build(ctx: Any) -> dict[int, list[float]]:
     lookahead: float = config["lookahead"]
     rate = 1.0 / (config["mean"] - lookahead)
     names = [f"lp{i}" for i in range(lps)]
+    small = config.get("stream", "small") == "small"
     #: Per LP of this shard: [events, sum of their times].
     state: dict[int, list[float]] = {}
 
@@ -83,13 +89,14 @@ def build(ctx: Any) -> dict[int, list[float]]:
         mine = state[me.index]
         mine[0] += 1
         mine[1] += me.sim.now
-        rng = me.rng("phold")
+        rng = me.small_rng("phold") if small else me.rng("phold")
         dst = names[rng.randrange(lps)] if rng.random() < remote else me.name
         me.send(dst, payload, lookahead + rng.expovariate(rate))
 
     def start(sim: Any, me: Any) -> Any:
         state[me.index] = [0, 0.0]
-        me.send(me.name, None, lookahead + me.rng("phold").expovariate(rate))
+        rng = me.small_rng("phold") if small else me.rng("phold")
+        me.send(me.name, None, lookahead + rng.expovariate(rate))
         return
         yield  # a generator: the entity's process
 
@@ -115,7 +122,11 @@ def kernel_phold(config: dict[str, Any], until: float) -> tuple[float, int]:
     lookahead: float = config["lookahead"]
     rate = 1.0 / (config["mean"] - lookahead)
     sim = Sim(seed=SEED)
-    rngs = [random.Random(f"{SEED}/{i}") for i in range(lps)]
+    rngs: list[Any]
+    if config.get("stream", "small") == "small":
+        rngs = [sim.small_rng(f"lp{i}") for i in range(lps)]
+    else:
+        rngs = [random.Random(f"{SEED}/{i}") for i in range(lps)]
     count = [0]
 
     def handler(lp: int) -> Any:
@@ -207,6 +218,8 @@ def main() -> int:
     parser.add_argument("--check-trace", action="store_true",
                         help="also compare a short traced run record for record")
     parser.add_argument("--quick", action="store_true", help="1,024 LPs, 50,000 events")
+    parser.add_argument("--stream", choices=("small", "mt"), default="small",
+                        help="each LP's stream: SmallRandom (small) or random.Random (mt)")
     args = parser.parse_args()
 
     from simulacra import core
@@ -227,13 +240,17 @@ def main() -> int:
     for remote in (float(x) for x in args.remote.split(",")):
         for lookahead in (float(x) for x in args.lookahead.split(",")):
             mean = args.mean if args.mean is not None else lookahead + 1.0
-            config = {"lps": lps, "remote": remote, "lookahead": lookahead, "mean": mean}
+            config = {"lps": lps, "remote": remote, "lookahead": lookahead, "mean": mean,
+                      "stream": args.stream}
             until = events * mean / lps
-            kernel_rates, one_rates = [], []
+            kernel_rates, kernel_mt_rates, one_rates = [], [], []
             shard_rates: dict[int, list[tuple[float, float, float]]] = {n: [] for n in counts}
             for _ in range(args.rounds):
+                kernel_until = events * mean / kernel_lps
                 kernel_rates.append(kernel_in_subprocess(
-                    dict(config, lps=kernel_lps), events * mean / kernel_lps))
+                    dict(config, lps=kernel_lps, stream="small"), kernel_until))
+                kernel_mt_rates.append(kernel_in_subprocess(
+                    dict(config, lps=kernel_lps, stream="mt"), kernel_until))
                 took, reference = one_sim(config, until)
                 total = sum(count for count, _ in reference.values())
                 one_rates.append(total / took)
@@ -252,8 +269,12 @@ def main() -> int:
             print(f"\nremote {remote}, lookahead {lookahead}, mean {mean}: {total:,} events "
                   f"(until {until:.2f})")
             print(f"  kernel (fifo Sim, callbacks, {kernel_lps:,} LPs): "
-                  f"{med(kernel_rates):>12,.0f} events/s")
-            print(f"  one Sim (UnshardedSim, keyed): {med(one_rates):>11,.0f} events/s")
+                  f"{med(kernel_rates):>12,.0f} events/s with SmallRandom streams, "
+                  f"{med(kernel_mt_rates):,.0f} with random.Random "
+                  f"({med(a / b for a, b in zip(kernel_rates, kernel_mt_rates, strict=True)):.2f}x;"
+                  f" rounds: {', '.join(f'{r:,.0f}' for r in kernel_rates)})")
+            print(f"  one Sim (UnshardedSim, keyed, {args.stream} streams): "
+                  f"{med(one_rates):>11,.0f} events/s")
             for shards in counts:
                 rates = shard_rates[shards]
                 rate = med(r[0] for r in rates)

@@ -117,6 +117,7 @@ if TYPE_CHECKING:  # the type checker sees every name; at run time they load laz
     from .backends import load_settings as load_settings
     from .backends import run_pregel as run_pregel
     from .backends import run_vectorized as run_vectorized
+    from .core import SmallRandom as SmallRandom
     from .distributed import DaskBackend as DaskBackend
     from .distributed import EmulatorBackend as EmulatorBackend
     from .distributed import MCPBackend as MCPBackend
@@ -244,7 +245,7 @@ __all__ = [
     "Knob", "Knobs", "KnobBoard", "Intervention", "Scenario", "apply_scenario", "load_scenario",
     "load_scenarios",
     # random streams
-    "SeedTree", "Streams", "derive_seed",
+    "SeedTree", "SmallRandom", "Streams", "derive_seed",
     # trace
     "Trace", "Divergence", "digest", "first_divergence", "assert_equivalent", "JsonlTracer",
     "MemoryTracer",
@@ -309,6 +310,8 @@ __all__ = [
 # imports this package first) stays fast and light: the kernel must not pay for
 # pydantic, polars, json or the process pools of the layers above it.
 _LAZY: dict[str, str] = {
+    # From simulacra.core, which installs the compiled class into simulacra.rng first.
+    "SmallRandom": ".core",
     "ActionEvent": ".agents",
     "ActionSpec": ".agents",
     "LLMAgent": ".agents",

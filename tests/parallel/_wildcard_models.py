@@ -35,6 +35,8 @@ class WildModel:
     remote: float
     #: How many hops a message makes before it stops.
     hops: int
+    #: Hold entities draw from ``small_rng`` (a SmallRandom) rather than ``rng``.
+    small: bool = False
 
     def lookahead(self, src: str, dst: str) -> float | None:
         table = {(a, b): la for a, b, la in self.channels}
@@ -56,7 +58,7 @@ def _forward(model: WildModel, me: Entity, payload: tuple[int, int], tally: dict
     me.sim.record("hop", me.name, [origin, hop])
     if hop >= model.hops:
         return
-    rng = me.rng("hold")
+    rng = me.small_rng("hold") if model.small else me.rng("hold")
     targets = model.targets(me.name)
     if not targets:
         return

@@ -48,6 +48,7 @@ def models(draw: st.DrawFn) -> wild.WildModel:
         population=draw(st.integers(1, 3)),
         remote=draw(st.sampled_from([0.1, 0.5, 1.0])),
         hops=draw(st.integers(1, 12)),
+        small=draw(st.booleans()),
     )
 
 

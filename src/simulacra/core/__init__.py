@@ -109,6 +109,12 @@ def _select_kernel() -> tuple[str, _Callable[[_ModuleType], None] | None]:
         if choice == "compiled":
             raise
         return "python", None
+    from simulacra.rng import install_small_random  # noqa: PLC0415
+
+    from . import _ckernel  # noqa: PLC0415
+
+    # The compiled SmallRandom: the same draws as the pure one (simulacra.rng._small).
+    install_small_random(_ckernel.SmallRandom)
     import copyreg  # noqa: PLC0415
 
     # A Sim (and all that reaches one) deep-copies and pickles as under the pure kernel.
@@ -122,6 +128,8 @@ _KERNEL, _COMPILED = _select_kernel()
 #: ``simulacra.core._ckernel`` are installed) or ``"python"``.
 KERNEL: str = _KERNEL
 
+#: The per-entity stream of 32 bytes (``simulacra.rng``'s), compiled where the kernel is.
+from simulacra.rng import SmallRandom as SmallRandom  # noqa: E402
 
 #: A fresh copy of a failed event's exception whose ``__cause__`` is the original
 #: (SimPy's failure copy; the exception itself where its type will not copy): what
@@ -150,6 +158,7 @@ __all__ = [
     "Process",
     "ProcessGenerator",
     "Sim",
+    "SmallRandom",
     "TieStats",
     "Tracer",
 ]

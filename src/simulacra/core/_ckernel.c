@@ -22,6 +22,9 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <structmember.h>
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
 
 #define SLOT(o, off) (*(PyObject **)((char *)(o) + (off)))
 
@@ -925,7 +928,7 @@ static inline PyObject *num_sub(PyObject *a, PyObject *b) {
     return PyNumber_InPlaceSubtract(a, b);
 }
 
-static PyObject *one, *zero_f;
+static PyObject *one, *zero_f, *zero_long;
 
 static inline PyObject *int_inc(PyObject *a) {
     if (PyLong_CheckExact(a)) {
@@ -2543,6 +2546,326 @@ error:
     return NULL;
 }
 
+
+/* ------------------------------------------------------------ SmallRandom
+ *
+ * simulacra.rng._small.SmallRandom (xoshiro256++) in C: the same draws, bit
+ * for bit, from 32 bytes of state. random(), uniform(), expovariate(),
+ * getrandbits(), randrange() and randint() on 64-bit ints, choice() on a list
+ * or tuple, shuffle() on a list, getstate() and setstate() are C; anything
+ * else (a keyword, a step, a subclass of int, an error) runs the pure class's
+ * own method on a copy of the state, which is then copied back, so every rare
+ * path and every message is the pure class's.
+ */
+
+typedef struct {
+    PyObject_HEAD
+    uint64_t s[4];
+} SmallObject;
+
+static PyTypeObject SmallType;
+static PyObject *py_small = NULL; /* simulacra.rng._small.PySmallRandom */
+static PyObject *py_rebuild = NULL; /* simulacra.rng._small._rebuild */
+
+static inline uint64_t small_rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
+
+static inline uint64_t small_next(SmallObject *r) {
+    uint64_t *s = r->s;
+    const uint64_t result = small_rotl(s[0] + s[3], 23) + s[0];
+    const uint64_t t = s[1] << 17;
+    s[2] ^= s[0];
+    s[3] ^= s[1];
+    s[1] ^= s[2];
+    s[0] ^= s[3];
+    s[2] ^= t;
+    s[3] = small_rotl(s[3], 45);
+    return result;
+}
+
+static inline double small_random(SmallObject *r) {
+    return (double)(small_next(r) >> 11) * (1.0 / 9007199254740992.0);
+}
+
+/* An index below n (n >= 1): next() >> (64 - bit_length(n)) until one is below n. */
+static inline uint64_t small_below(SmallObject *r, uint64_t n) {
+    int bits = 64 - __builtin_clzll(n);
+    int shift = 64 - bits;
+    uint64_t v = small_next(r) >> shift;
+    while (v >= n) v = small_next(r) >> shift;
+    return v;
+}
+
+static int small_import(void) {
+    if (py_small != NULL) return 0;
+    PyObject *mod = PyImport_ImportModule("simulacra.rng._small");
+    if (mod == NULL) return -1;
+    py_small = PyObject_GetAttrString(mod, "PySmallRandom");
+    py_rebuild = py_small ? PyObject_GetAttrString(mod, "_rebuild") : NULL;
+    Py_DECREF(mod);
+    if (py_rebuild == NULL) {
+        Py_CLEAR(py_small);
+        return -1;
+    }
+    return 0;
+}
+
+static PyObject *small_getstate(SmallObject *r, PyObject *Py_UNUSED(ignored)) {
+    return Py_BuildValue("(KKKK)", (unsigned long long)r->s[0], (unsigned long long)r->s[1],
+                         (unsigned long long)r->s[2], (unsigned long long)r->s[3]);
+}
+
+/* The pure class's setstate checks the state; then the words are read here. */
+static int small_set_words(SmallObject *r, PyObject *state) {
+    if (small_import() < 0) return -1;
+    PyObject *pure = PyObject_CallOneArg(py_small, zero_long);
+    if (pure == NULL) return -1;
+    PyObject *res = PyObject_CallMethod(pure, "setstate", "(O)", state);
+    Py_DECREF(pure);
+    if (res == NULL) return -1;
+    Py_DECREF(res);
+    uint64_t w[4];
+    for (int i = 0; i < 4; i++) {
+        PyObject *item = PySequence_GetItem(state, i);
+        if (item == NULL) return -1;
+        w[i] = (uint64_t)PyLong_AsUnsignedLongLong(item);
+        Py_DECREF(item);
+        if (PyErr_Occurred()) return -1;
+    }
+    memcpy(r->s, w, sizeof w);
+    return 0;
+}
+
+static PyObject *small_setstate(SmallObject *r, PyObject *state) {
+    if (small_set_words(r, state) < 0) return NULL;
+    Py_RETURN_NONE;
+}
+
+/* The pure class's method *name* on a copy of the state, the state copied back. */
+static PyObject *small_pure(SmallObject *r, const char *name, PyObject *args, PyObject *kwargs) {
+    if (small_import() < 0) return NULL;
+    PyObject *pure = PyObject_CallOneArg(py_small, zero_long);
+    if (pure == NULL) return NULL;
+    PyObject *state = small_getstate(r, NULL);
+    PyObject *res = NULL, *after = NULL, *method = NULL;
+    if (state == NULL) goto done;
+    PyObject *ok = PyObject_CallMethod(pure, "setstate", "(O)", state);
+    if (ok == NULL) goto done;
+    Py_DECREF(ok);
+    method = PyObject_GetAttrString(pure, name);
+    if (method == NULL) goto done;
+    res = PyObject_Call(method, args, kwargs);
+    {
+        /* The state is copied back even when the method raised (its error kept). */
+        PyObject *type, *value, *tb;
+        PyErr_Fetch(&type, &value, &tb);
+        after = PyObject_CallMethod(pure, "getstate", NULL);
+        if (after == NULL || small_set_words(r, after) < 0) {
+            Py_CLEAR(res);
+            Py_XDECREF(type);
+            Py_XDECREF(value);
+            Py_XDECREF(tb);
+        } else {
+            PyErr_Restore(type, value, tb);
+        }
+    }
+done:
+    Py_XDECREF(method);
+    Py_XDECREF(after);
+    Py_XDECREF(state);
+    Py_DECREF(pure);
+    return res;
+}
+
+static PyObject *small_pure_fast(SmallObject *r, const char *name, PyObject *const *args,
+                                 Py_ssize_t nargs, PyObject *kwnames) {
+    PyObject *tuple = PyTuple_New(nargs);
+    if (tuple == NULL) return NULL;
+    for (Py_ssize_t i = 0; i < nargs; i++) {
+        Py_INCREF(args[i]);
+        PyTuple_SET_ITEM(tuple, i, args[i]);
+    }
+    PyObject *kwargs = NULL;
+    if (kwnames != NULL && PyTuple_GET_SIZE(kwnames)) {
+        Py_ssize_t nk = PyTuple_GET_SIZE(kwnames);
+        kwargs = PyDict_New();
+        if (kwargs == NULL) {
+            Py_DECREF(tuple);
+            return NULL;
+        }
+        for (Py_ssize_t i = 0; i < nk; i++) {
+            if (PyDict_SetItem(kwargs, PyTuple_GET_ITEM(kwnames, i), args[nargs + i]) < 0) {
+                Py_DECREF(tuple);
+                Py_DECREF(kwargs);
+                return NULL;
+            }
+        }
+    }
+    PyObject *res = small_pure(r, name, tuple, kwargs);
+    Py_DECREF(tuple);
+    Py_XDECREF(kwargs);
+    return res;
+}
+
+static int small_init(SmallObject *r, PyObject *args, PyObject *kwargs) {
+    if (small_import() < 0) return -1;
+    PyObject *pure = PyObject_Call(py_small, args, kwargs); /* checks and seeds */
+    if (pure == NULL) return -1;
+    PyObject *state = PyObject_CallMethod(pure, "getstate", NULL);
+    Py_DECREF(pure);
+    if (state == NULL) return -1;
+    int err = small_set_words(r, state);
+    Py_DECREF(state);
+    return err;
+}
+
+static PyObject *small_m_random(SmallObject *r, PyObject *Py_UNUSED(ignored)) {
+    return PyFloat_FromDouble(small_random(r));
+}
+
+static PyObject *small_m_uniform(SmallObject *r, PyObject *const *args, Py_ssize_t nargs,
+                                 PyObject *kwnames) {
+    if (nargs == 2 && kwnames == NULL && PyFloat_CheckExact(args[0]) &&
+        PyFloat_CheckExact(args[1])) {
+        double a = PyFloat_AS_DOUBLE(args[0]), b = PyFloat_AS_DOUBLE(args[1]);
+        return PyFloat_FromDouble(a + (b - a) * small_random(r));
+    }
+    return small_pure_fast(r, "uniform", args, nargs, kwnames);
+}
+
+static PyObject *small_m_expovariate(SmallObject *r, PyObject *const *args, Py_ssize_t nargs,
+                                     PyObject *kwnames) {
+    if (kwnames == NULL && nargs <= 1) {
+        double lambd = 1.0;
+        if (nargs == 1) {
+            if (!PyFloat_CheckExact(args[0]))
+                return small_pure_fast(r, "expovariate", args, nargs, kwnames);
+            lambd = PyFloat_AS_DOUBLE(args[0]);
+        }
+        if (lambd != 0.0) return PyFloat_FromDouble(-log(1.0 - small_random(r)) / lambd);
+    }
+    return small_pure_fast(r, "expovariate", args, nargs, kwnames);
+}
+
+static PyObject *small_m_getrandbits(SmallObject *r, PyObject *arg) {
+    if (PyLong_CheckExact(arg)) {
+        long k = PyLong_AsLong(arg);
+        if (k >= 1 && k <= 64) return PyLong_FromUnsignedLongLong(small_next(r) >> (64 - k));
+        PyErr_Clear();
+    }
+    PyObject *args[1] = {arg};
+    return small_pure_fast(r, "getrandbits", args, 1, NULL);
+}
+
+/* An exact int of 64 bits into *out; 0 when it is not one (no error set). */
+static inline int small_int64(PyObject *o, long long *out) {
+    if (!PyLong_CheckExact(o)) return 0;
+    int overflow = 0;
+    long long v = PyLong_AsLongLongAndOverflow(o, &overflow);
+    if (overflow || (v == -1 && PyErr_Occurred())) {
+        PyErr_Clear();
+        return 0;
+    }
+    *out = v;
+    return 1;
+}
+
+static PyObject *small_range(SmallObject *r, long long start, long long stop) {
+    uint64_t n = (uint64_t)stop - (uint64_t)start;
+    return PyLong_FromLongLong((long long)((uint64_t)start + small_below(r, n)));
+}
+
+static PyObject *small_m_randrange(SmallObject *r, PyObject *const *args, Py_ssize_t nargs,
+                                   PyObject *kwnames) {
+    long long a, b;
+    if (kwnames == NULL) {
+        if (nargs == 1 && small_int64(args[0], &b) && b > 0) return small_range(r, 0, b);
+        if (nargs == 2 && small_int64(args[0], &a) && small_int64(args[1], &b) && b > a)
+            return small_range(r, a, b);
+    }
+    return small_pure_fast(r, "randrange", args, nargs, kwnames);
+}
+
+static PyObject *small_m_randint(SmallObject *r, PyObject *const *args, Py_ssize_t nargs,
+                                 PyObject *kwnames) {
+    long long a, b;
+    if (kwnames == NULL && nargs == 2 && small_int64(args[0], &a) && small_int64(args[1], &b) &&
+        b >= a && b < LLONG_MAX)
+        return small_range(r, a, b + 1);
+    return small_pure_fast(r, "randint", args, nargs, kwnames);
+}
+
+static PyObject *small_m_choice(SmallObject *r, PyObject *seq) {
+    if (PyList_CheckExact(seq) && PyList_GET_SIZE(seq) > 0) {
+        PyObject *item = PyList_GET_ITEM(seq, small_below(r, (uint64_t)PyList_GET_SIZE(seq)));
+        Py_INCREF(item);
+        return item;
+    }
+    if (PyTuple_CheckExact(seq) && PyTuple_GET_SIZE(seq) > 0) {
+        PyObject *item = PyTuple_GET_ITEM(seq, small_below(r, (uint64_t)PyTuple_GET_SIZE(seq)));
+        Py_INCREF(item);
+        return item;
+    }
+    PyObject *args[1] = {seq};
+    return small_pure_fast(r, "choice", args, 1, NULL);
+}
+
+static PyObject *small_m_shuffle(SmallObject *r, PyObject *x) {
+    if (PyList_CheckExact(x)) {
+        for (Py_ssize_t i = PyList_GET_SIZE(x) - 1; i > 0; i--) {
+            if (i >= PyList_GET_SIZE(x)) continue; /* never: nothing here runs Python code */
+            Py_ssize_t j = (Py_ssize_t)small_below(r, (uint64_t)i + 1);
+            PyObject *tmp = PyList_GET_ITEM(x, i);
+            PyList_SET_ITEM(x, i, PyList_GET_ITEM(x, j));
+            PyList_SET_ITEM(x, j, tmp);
+        }
+        Py_RETURN_NONE;
+    }
+    PyObject *args[1] = {x};
+    return small_pure_fast(r, "shuffle", args, 1, NULL);
+}
+
+static PyObject *small_reduce(SmallObject *r, PyObject *Py_UNUSED(ignored)) {
+    if (small_import() < 0) return NULL;
+    PyObject *state = small_getstate(r, NULL);
+    if (state == NULL) return NULL;
+    return Py_BuildValue("(O(N))", py_rebuild, state);
+}
+
+static PyObject *small_repr(PyObject *Py_UNUSED(self)) {
+    return PyUnicode_FromString("SmallRandom(<xoshiro256++>)");
+}
+
+static PyMethodDef small_methods[] = {
+    {"random", (PyCFunction)small_m_random, METH_NOARGS, "A float in [0, 1)."},
+    {"uniform", (PyCFunction)(void (*)(void))small_m_uniform, METH_FASTCALL | METH_KEYWORDS,
+     "a + (b - a) * random()."},
+    {"expovariate", (PyCFunction)(void (*)(void))small_m_expovariate,
+     METH_FASTCALL | METH_KEYWORDS, "-log(1.0 - random()) / lambd."},
+    {"getrandbits", (PyCFunction)small_m_getrandbits, METH_O, "An int of k random bits."},
+    {"randrange", (PyCFunction)(void (*)(void))small_m_randrange, METH_FASTCALL | METH_KEYWORDS,
+     "A random int of range(start, stop, step)."},
+    {"randint", (PyCFunction)(void (*)(void))small_m_randint, METH_FASTCALL | METH_KEYWORDS,
+     "A random int of [a, b]."},
+    {"choice", (PyCFunction)small_m_choice, METH_O, "A random element of seq."},
+    {"shuffle", (PyCFunction)small_m_shuffle, METH_O, "Shuffle x in place."},
+    {"getstate", (PyCFunction)small_getstate, METH_NOARGS, "The four state words."},
+    {"setstate", (PyCFunction)small_setstate, METH_O, "Continue from state."},
+    {"__reduce__", (PyCFunction)small_reduce, METH_NOARGS, NULL},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyTypeObject SmallType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "simulacra.SmallRandom",
+    .tp_basicsize = sizeof(SmallObject),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "A random stream of 32 bytes of state (xoshiro256++); see "
+              "simulacra.rng._small.",
+    .tp_new = PyType_GenericNew,
+    .tp_init = (initproc)small_init,
+    .tp_methods = small_methods,
+    .tp_repr = small_repr,
+};
+
 static PyMethodDef module_methods[] = {
     {"install", (PyCFunction)install, METH_O,
      "install(kernel_module)\n--\n\nPut the compiled fast paths into simulacra.core._kernel's "
@@ -2598,5 +2921,15 @@ PyMODINIT_FUNC PyInit__ckernel(void) {
     INTERN(s_throw, "throw");
     if (!(one = PyLong_FromLong(1))) return NULL;
     if (!(zero_f = PyFloat_FromDouble(0.0))) return NULL;
-    return PyModule_Create(&ckernel_module);
+    if (!(zero_long = PyLong_FromLong(0))) return NULL;
+    if (PyType_Ready(&SmallType) < 0) return NULL;
+    PyObject *module = PyModule_Create(&ckernel_module);
+    if (module == NULL) return NULL;
+    Py_INCREF(&SmallType);
+    if (PyModule_AddObject(module, "SmallRandom", (PyObject *)&SmallType) < 0) {
+        Py_DECREF(&SmallType);
+        Py_DECREF(module);
+        return NULL;
+    }
+    return module;
 }

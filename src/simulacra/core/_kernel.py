@@ -1059,6 +1059,14 @@ class Sim:
         """The numpy ``Generator`` stream called *name* (needs the ``[numpy]`` extra)."""
         return self._streams.np_rng(name)
 
+    def small_rng(self, name: str) -> Any:
+        """The :class:`~simulacra.rng.SmallRandom` stream called *name* (32 bytes of state).
+
+        For one stream per member of a large population, where a
+        ``random.Random`` each (2.5 kB) would not fit in the cache.
+        """
+        return self._streams.small_rng(name)
+
     # -- tracing --------------------------------------------------------------
 
     @property

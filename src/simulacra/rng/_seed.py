@@ -42,6 +42,8 @@ from simulacra.errors import ConfigError
 if TYPE_CHECKING:
     from numpy.random import Generator
 
+    from ._small import SmallRandom
+
 __all__ = ["SEED_SCHEME", "SeedTree", "as_seed_tree", "derive_seed"]
 
 SEED_SCHEME = "simulacra.seed.v1"
@@ -49,6 +51,7 @@ SEED_SCHEME = "simulacra.seed.v1"
 
 _STREAM_TAG = "stream"  # SeedTree.stream(name) is seeded by path + ("stream", name)
 _NP_STREAM_TAG = "np_stream"  # SeedTree.np_rng(name) is seeded by path + ("np_stream", name)
+_SMALL_STREAM_TAG = "small_stream"  # SeedTree.small_rng(name): path + ("small_stream", name)
 
 _LEN = 8  # bytes in the big-endian length prefix of every item
 
@@ -308,6 +311,22 @@ class SeedTree:
         seed = self._stream_seed(_NP_STREAM_TAG, name)
         generator: Generator = np_random.Generator(np_random.PCG64(seed))
         return generator
+
+    def small_rng(self, name: str) -> SmallRandom:
+        """Return a NEW :class:`~simulacra.rng.SmallRandom` for the stream *name*.
+
+        32 bytes of state (xoshiro256++) where ``stream`` holds 2.5 kB: one per
+        entity of a large population. Seeded with ``derive_seed(master_seed,
+        *path, "small_stream", name)``, a tag of its own, so its draws are
+        independent of ``stream(name)``'s.
+
+        Raises:
+            ConfigError: *name* is not a non-empty str.
+        """
+        from . import _small  # noqa: PLC0415  (the class installed now: compiled or pure)
+
+        stream: SmallRandom = _small.SmallRandom(self._stream_seed(_SMALL_STREAM_TAG, name))
+        return stream
 
     def _stream_seed(self, tag: str, name: str) -> int:
         return _derive(self._master_seed, (*self._path, tag, _check_name(name)))

@@ -13,17 +13,22 @@ from ._seed import SeedTree, _check_name
 if TYPE_CHECKING:
     from numpy.random import Generator
 
+    from ._small import SmallRandom
+
 __all__ = ["Streams"]
 
 _PY_KEY = "random:"  # getstate() key prefix of a random.Random stream
 _NP_KEY = "numpy:"  # getstate() key prefix of a numpy Generator stream
+_SMALL_KEY = "small:"  # getstate() key prefix of a SmallRandom stream
 
 
 class Streams:
     """Named random streams owned by one simulation, created on first use.
 
     ``rng(name)`` is a ``random.Random`` seeded by ``root.stream(name)``;
-    ``np_rng(name)`` is a numpy ``Generator`` seeded by ``root.np_rng(name)``.
+    ``np_rng(name)`` is a numpy ``Generator`` seeded by ``root.np_rng(name)``;
+    ``small_rng(name)`` is a :class:`SmallRandom` (32 bytes of state) seeded
+    by ``root.small_rng(name)``.
     Each stream is derived from its path, so creating streams in a different
     order, or adding a new one, never changes the draws of another.
 
@@ -36,11 +41,12 @@ class Streams:
         ConfigError: *root* is not a :class:`SeedTree`.
     """
 
-    __slots__ = ("_np", "_py", "_root")
+    __slots__ = ("_np", "_py", "_root", "_small")
 
     _root: SeedTree
     _py: dict[str, random.Random]
     _np: dict[str, Generator]
+    _small: dict[str, SmallRandom]
 
     def __init__(self, root: SeedTree) -> None:
         if not isinstance(root, SeedTree):
@@ -51,6 +57,7 @@ class Streams:
         self._root = root
         self._py = {}
         self._np = {}
+        self._small = {}
 
     @property
     def root(self) -> SeedTree:
@@ -90,16 +97,34 @@ class Streams:
         self._np[name] = generator
         return generator
 
+    def small_rng(self, name: str) -> SmallRandom:
+        """Return the :class:`SmallRandom` stream *name*, creating it on first use.
+
+        The same object is returned on every call with the same name. Its
+        seed is tagged apart from ``rng(name)``'s (see ``SeedTree.small_rng``).
+
+        Raises:
+            ConfigError: *name* is not a non-empty str.
+        """
+        try:
+            return self._small[name]
+        except (KeyError, TypeError):  # TypeError: an unhashable name, rejected below
+            pass
+        stream = self._root.small_rng(name)
+        self._small[name] = stream
+        return stream
+
     def names(self) -> list[str]:
-        """Return the sorted names of every stream created so far (both kinds)."""
-        return sorted(self._py.keys() | self._np.keys())
+        """Return the sorted names of every stream created so far (all kinds)."""
+        return sorted(self._py.keys() | self._np.keys() | self._small.keys())
 
     def getstate(self) -> dict[str, object]:
         """Return the state of every stream created so far, for a checkpoint.
 
-        Keys are ``"random:<name>"`` (value: ``random.Random.getstate()``) and
-        ``"numpy:<name>"`` (value: ``Generator.bit_generator.state``), so the
-        two kinds never clash. The result is plain, picklable data and shares
+        Keys are ``"random:<name>"`` (value: ``random.Random.getstate()``),
+        ``"numpy:<name>"`` (value: ``Generator.bit_generator.state``) and
+        ``"small:<name>"`` (value: ``SmallRandom.getstate()``), so the kinds
+        never clash. The result is plain, picklable data and shares
         nothing mutable with the live streams.
         """
         state: dict[str, object] = {}
@@ -107,6 +132,8 @@ class Streams:
             state[_PY_KEY + name] = self._py[name].getstate()
         for name in sorted(self._np):
             state[_NP_KEY + name] = self._np[name].bit_generator.state
+        for name in sorted(self._small):
+            state[_SMALL_KEY + name] = self._small[name].getstate()
         return state
 
     def setstate(self, state: Mapping[str, object]) -> None:
@@ -121,7 +148,7 @@ class Streams:
 
         Raises:
             ConfigError: *state* is not a mapping, a key is not
-                ``"random:<name>"`` / ``"numpy:<name>"``, or a value is not a
+                ``"random:<name>"`` / ``"numpy:<name>"`` / ``"small:<name>"``, or a value is not a
                 valid state for its kind of stream.
         """
         if not isinstance(state, Mapping):
@@ -131,6 +158,7 @@ class Streams:
         # Validate everything on scratch generators first, so a bad entry changes nothing.
         py_states: dict[str, Any] = {}
         np_states: dict[str, Any] = {}
+        small_states: dict[str, Any] = {}
         entries: Iterable[tuple[object, object]] = state.items()  # keys unchecked until here
         for key, value in entries:
             if isinstance(key, str) and key.startswith(_PY_KEY) and len(key) > len(_PY_KEY):
@@ -159,10 +187,20 @@ class Streams:
                 finally:
                     scratch_np.bit_generator.state = saved
                 np_states[name] = value
+            elif (isinstance(key, str) and key.startswith(_SMALL_KEY)
+                  and len(key) > len(_SMALL_KEY)):
+                try:
+                    self._root.small_rng(key[len(_SMALL_KEY):]).setstate(value)  # type: ignore[arg-type]
+                except (TypeError, ValueError) as exc:
+                    raise ConfigError(
+                        f"state[{key!r}] must be a SmallRandom state, got"
+                        f" {type(value).__name__} ({exc})"
+                    ) from None
+                small_states[key[len(_SMALL_KEY):]] = value
             else:
                 raise ConfigError(
-                    f"state key {key!r} must be 'random:<name>' or 'numpy:<name>'"
-                    " as produced by Streams.getstate()"
+                    f"state key {key!r} must be 'random:<name>', 'numpy:<name>' or"
+                    " 'small:<name>' as produced by Streams.getstate()"
                 )
         for name, py_stream in self._py.items():
             if name not in py_states:
@@ -174,6 +212,11 @@ class Streams:
                 generator.bit_generator.state = self._root.np_rng(name).bit_generator.state
         for name, value in np_states.items():
             self.np_rng(name).bit_generator.state = value
+        for name, small in self._small.items():
+            if name not in small_states:
+                small.setstate(self._root.small_rng(name).getstate())
+        for name, value in small_states.items():
+            self.small_rng(name).setstate(value)
 
     def __repr__(self) -> str:
         return f"Streams({self._root!r}, names={self.names()!r})"
