@@ -66,8 +66,16 @@ def handle(i: int, agents: int) -> str:
 
 def build(*, agents: int, seed: SeedTree, llm: dict[str, Any], feed_size: int = 8,
           follows: int = 5, agents_memory: Mapping[str, Any] | None = None,
-          ) -> tuple[SocialWorld, list[SocialAgent]]:
-    """The social world and its agents."""
+          local: bool = False) -> tuple[SocialWorld, list[SocialAgent]]:
+    """The social world and its agents.
+
+    ``local=True`` (``sim.world.local=true``) makes a street: agent i follows
+    the *follows* agents nearest to it on a ring (i+1, i-1, i+2, ...), and sees
+    and reaches only its neighbours (:class:`world.SocialWorld`, ``local``).
+    """
+    if not isinstance(local, bool):
+        raise ConfigError(f"sim.world.local must be true or false, got "
+                          f"{type(local).__name__} {local!r}")
     if agents < 2:
         raise ConfigError(f"sim.agents must be >= 2 for a social network, got {agents}")
     if feed_size < 1 or follows < 0:
@@ -85,6 +93,11 @@ def build(*, agents: int, seed: SeedTree, llm: dict[str, Any], feed_size: int = 
         persona = f"{rng.choice(ADJECTIVES)} {rng.choice(ROLES)}"
         interests = tuple(rng.sample(INTERESTS, 2 + rng.randrange(2)))
         chosen: set[int] = set()
+        if local:  # the nearest on the ring, alternately right and left
+            k = 1
+            while len(chosen) < min(follows, agents - 1):
+                chosen.add((i + (k + 1) // 2 * (1 if k % 2 else -1)) % agents)
+                k += 1
         while len(chosen) < min(follows, agents - 1):
             j = rng.randrange(agents)
             if j != i:
@@ -93,4 +106,4 @@ def build(*, agents: int, seed: SeedTree, llm: dict[str, Any], feed_size: int = 
         memory = None if agents_memory is None else AgentMemory(**agents_memory)
         people.append(SocialAgent(name, persona=persona, interests=interests, llm=settings,
                                   memory=memory))
-    return SocialWorld(handles, graph, feed_size=feed_size), people
+    return SocialWorld(handles, graph, feed_size=feed_size, local=local), people

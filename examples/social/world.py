@@ -67,10 +67,16 @@ class SocialWorld(World):
         handles: Every agent's handle (its id).
         follows: ``{handle: [handles it follows]}`` at the start.
         feed_size: Posts in each agent's feed.
+        local: A neighbourhood network: each agent's neighbours are those it
+            follows at the start and those who follow it, and it sees, mentions,
+            answers, likes and follows only them (and the system account's posts);
+            its feed has no "newest posts of all". The world then says so
+            (:meth:`affected_by`), and the event-driven engine starts turns early
+            while turns far away are still in flight.
     """
 
     def __init__(self, handles: Sequence[str], follows: Mapping[str, Sequence[str]],
-                 feed_size: int = 8) -> None:
+                 feed_size: int = 8, local: bool = False) -> None:
         super().__init__()
         self.handles = sorted(handles)
         self.feed_size = feed_size
@@ -87,8 +93,17 @@ class SocialWorld(World):
         #: Per agent: [likes received, replies received, mentions received].
         self.received: dict[str, list[int]] = {h: [0, 0, 0] for h in self.handles}
         self._known = frozenset(self.handles)
+        self._local = local
+        #: Each agent's neighbours (local networks only): it follows them or they follow it.
+        self._near: dict[str, frozenset[str]] = {}
+        if local:
+            near: dict[str, set[str]] = {h: set(self.follows[h]) for h in self.handles}
+            for handle, followed in self.follows.items():
+                for other in followed:
+                    near[other].add(handle)
+            self._near = {h: frozenset(others - {h}) for h, others in near.items()}
 
-    _NOT_STATE = World._NOT_STATE | {"_known"}
+    _NOT_STATE = World._NOT_STATE | {"_known", "_local", "_near"}
     #: The state is plain JSON (str keys only): the digest skips the canonical walk.
     PLAIN_STATE = True
 
@@ -121,7 +136,8 @@ class SocialWorld(World):
             for other in follows:
                 picked.update(i for i in by_author[other][-2:] if i < limit)
             picked.update(i for i in by_author.get(SYSTEM, ())[-2:] if i < limit)
-        picked.update(range(max(0, limit - 3), limit))
+        if not self._local:  # the newest posts of all: everyone's
+            picked.update(range(max(0, limit - 3), limit))
         done = self.answered[me]
         mentions = [i for i in inbox if i not in done]
         shown = sorted(picked)[-self.feed_size:]
@@ -137,18 +153,29 @@ class SocialWorld(World):
             mentions = [m for m in mentions if m in ids]
         return SocialObservation(me, agents, feed, tuple(mentions))
 
+    def affected_by(self, agent_id: AgentId) -> frozenset[str] | None:
+        """A local network's neighbours of *agent_id*: all it can see or be woken by."""
+        return self._near[str(agent_id)] if self._local else None
+
     def snapshot(self) -> int:
         """The number of posts now."""
         return len(self.posts)
 
     # -- resolving -----------------------------------------------------------------
 
-    def _mentions(self, author: str, text: str) -> list[str]:
+    def _mentions(self, author: str, text: str, *, reach: bool = True) -> list[str]:
+        """The agents ``@named`` in *text*; on a street, only *author*'s neighbours (*reach*)."""
+        known = (self._near.get(author, self._known) if self._local and reach
+                 else self._known)
         seen: list[str] = []
         for name in _MENTION.findall(text):
-            if name in self._known and name != author and name not in seen:
+            if name in known and name != author and name not in seen:
                 seen.append(name)
         return seen
+
+    def _far(self, who: str, other: str) -> bool:
+        """Whether *other* is out of *who*'s reach (a local network's non-neighbour)."""
+        return self._local and other not in (who, SYSTEM) and other not in self._near[who]
 
     def _target(self, action: SocialAction, who: str) -> list[Any]:
         target = action.target
@@ -172,18 +199,24 @@ class SocialWorld(World):
             triggers = list(mentions)
             if kind == "reply":
                 parent = self._target(action, who)
+                if self._far(who, parent[0]):
+                    return [("idle", {"reason": f"#{action.target} is not a neighbour's"}, ())]
                 data["reply_to"] = action.target
                 if parent[0] != who and parent[0] not in triggers:
                     triggers.append(parent[0])
             return [(kind, data, tuple(triggers))]
         if kind == "like":
             post = self._target(action, who)
+            if self._far(who, post[0]):
+                return [("idle", {"reason": f"#{action.target} is not a neighbour's"}, ())]
             if post[0] == who or who in post[5]:
                 return [("idle", {"reason": f"cannot like #{action.target} again"}, ())]
             return [("like", {"post": action.target, "author": post[0]}, ())]
         if kind == "follow":
-            names = self._mentions(who, action.text)
+            names = self._mentions(who, action.text, reach=False)
             whom = names[0] if names else self._target(action, who)[0]
+            if self._far(who, whom) or whom == SYSTEM:
+                return [("idle", {"reason": f"@{whom} is not a neighbour"}, ())]
             if whom == who or whom in self.follows[who]:
                 return [("idle", {"reason": f"already follows @{whom}"}, ())]
             return [("follow", {"whom": whom}, ())]

@@ -22,7 +22,7 @@ from __future__ import annotations
 import hashlib
 import json
 import threading
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar, Final, Protocol, final, runtime_checkable
 
@@ -337,6 +337,24 @@ class World:
     def observation_for(self, agent_id: AgentId, snapshot: Any = None) -> Any:
         """What *agent_id* sees, from *snapshot* (or the live state when it is ``None``)."""
         raise NotImplementedError(f"{type(self).__qualname__} must define observation_for()")
+
+    def affected_by(self, agent_id: AgentId) -> Collection[AgentId] | None:
+        """The agents whose actions can change what *agent_id* observes, or wake it.
+
+        ``None`` (the default): any agent can. A world with locality (a
+        street, a map with a radius of sight, a follow graph that cannot grow
+        beyond a neighbourhood) names them, and the event-driven engine then
+        starts a turn *early*, in wall-clock time, while turns of agents far
+        away are still in flight: see ``docs/events.md``, "Early starts".
+        The answer must hold for the whole run (name every agent that could
+        ever affect *agent_id*: a superset is safe), must cover every agent
+        whose events can trigger *agent_id*, and *agent_id*'s observation must
+        depend on nothing else (no global counts, no "newest posts of all").
+        The engine checks it: a turn started early is observed again at its
+        own time, and an observation that changed, or a wake-up from an agent
+        not named, stops the run with an error naming the two agents.
+        """
+        return None
 
     # -- writing (under self.lock) ---------------------------------------------
 

@@ -40,6 +40,7 @@ import concurrent.futures as cf
 import dataclasses
 import functools
 import hashlib
+import heapq
 import inspect
 import json
 import math
@@ -95,6 +96,8 @@ _CHANGE: Final = 0
 _TWO_POW_53: Final = 2.0 ** -53
 #: Distinct 64-bit constants separating the counter-based draws by purpose.
 _PURPOSES: Final = {"first": 0x9E3779B97F4A7C15, "wake": 0xD1B54A32D192ED03}
+#: Per agent, whom it is affected by and whom it affects (World.affected_by).
+_Graph = tuple[dict[AgentId, tuple[AgentId, ...]], dict[AgentId, tuple[AgentId, ...]]]
 #: Event kinds that do not lengthen a causal chain.
 _NON_ACTIONS: Final = frozenset({"idle", "turn_failed"})
 
@@ -314,10 +317,16 @@ class EventEngine(SocietyEngine):
         on_turn: Called with no arguments after each turn resolves (progress bars).
         fatal: Exception types that stop the run when a turn raises them
             (a replay's ``ReplayMiss``), instead of failing that turn.
+        dependencies: Where the world names who affects whom
+            (:meth:`World.affected_by <simulacra.World.affected_by>`), start a
+            turn early, while calls far away are in flight (threads or asyncio,
+            with *lookahead*; the same results). ``docs/events.md``, "Early starts".
 
     Raises:
         ConfigError: A bad option, duplicate or mixed-type agent ids, or a
-            latency model without a positive ``min_duration``.
+            latency model without a positive ``min_duration``; during a run, a
+            world whose ``affected_by`` left out an agent that affected a turn
+            started early.
     """
 
     def __init__(self, world: World, agents: Iterable[Actor], *,
@@ -328,7 +337,8 @@ class EventEngine(SocietyEngine):
                  on_event: Callable[[ActionEvent], None] | None = None,
                  on_window: Callable[[WindowReport], None] | None = None,
                  on_turn: Callable[[], None] | None = None,
-                 fatal: tuple[type[BaseException], ...] = ()) -> None:
+                 fatal: tuple[type[BaseException], ...] = (),
+                 dependencies: bool = True) -> None:
         if not isinstance(world, World):
             raise ConfigError(f"world must be a simulacra World, got {type(world).__name__}")
         mode = canonical_mode(mode)  # type: ignore[assignment]
@@ -345,12 +355,18 @@ class EventEngine(SocietyEngine):
         self._latency, self._min = check_latency(latency)
         self._world = world
         self._mode = mode
-        for name, flag in (("lookahead", lookahead), ("fail_fast", fail_fast)):
+        for name, flag in (("lookahead", lookahead), ("fail_fast", fail_fast),
+                           ("dependencies", dependencies)):
             if not isinstance(flag, bool):
                 raise ConfigError(
                     f"{name} must be true or false, got {type(flag).__name__} {flag!r}")
         self._lookahead = lookahead
         self._fail_fast = fail_fast
+        #: Start turns early where the world names who affects whom (affected_by).
+        self._dependencies = dependencies
+        #: Turns started early so far (telemetry, not state: the run is the same without).
+        self.early_starts = 0
+        self._graph: _Graph | bool | None = False
         self._on_event = on_event
         self._on_window = on_window
         self._on_turn = on_turn
@@ -369,6 +385,7 @@ class EventEngine(SocietyEngine):
         self._salts: dict[str, int] = {}
         self._model = model
         self._observed: Any = None
+        self._last_observation: Any = None
         self._blocking: dict[AgentId, BlockingAgent] = {
             agent_id: agent for agent_id, agent in self._agents.items()
             if isinstance(agent, BlockingAgent)}
@@ -557,6 +574,10 @@ class EventEngine(SocietyEngine):
         window = self._window(when)
         self._note_queue(window)
         reason, chain = payload
+        runner = self._runner
+        if runner is not None and runner.early and agent_id in runner.early:
+            runner.adopt(agent_id, entry, window, chain + 1)
+            return
         book = self._book[agent_id]
         if book.busy:  # coalesce: it wakes again when its turn resolves
             if book.pending is None or chain > book.pending[1]:
@@ -701,6 +722,55 @@ class EventEngine(SocietyEngine):
         self._flush_windows(final=True)
         return self._result(_time.perf_counter() - start, self._calls - calls_before)
 
+    # -- early starts (World.affected_by) ---------------------------------------------
+
+    def _dependency_graph(self) -> _Graph | None:
+        """``(affected_by, affects)`` per agent, from the world; None where it names none.
+
+        Asked once, at the first run that could start turns early. None when
+        early starts are off (``dependencies=False``, ``lookahead=False``, the
+        sequential mode) or the world leaves any agent's answer at None.
+
+        Raises:
+            ConfigError: ``affected_by`` returned something other than None or
+                a collection of the engine's agent ids.
+        """
+        graph = self._graph
+        if graph is not False:
+            return graph  # type: ignore[return-value]
+        self._graph = None
+        if not (self._dependencies and self._lookahead and self._mode != "sequential"):
+            return None
+        world = self._world
+        if type(world).affected_by is World.affected_by:
+            return None
+        known = self._book
+        affected: dict[AgentId, tuple[AgentId, ...]] = {}
+        for agent_id in self._ids:
+            named = world.affected_by(agent_id)
+            if named is None:
+                return None
+            if isinstance(named, (str, bytes)) or not hasattr(named, "__iter__"):
+                raise ConfigError(
+                    f"{type(world).__name__}.affected_by({agent_id!r}) must return None or a "
+                    f"collection of agent ids, got {type(named).__name__} {named!r}"[:300])
+            others = []
+            for other in named:
+                if other not in known:
+                    raise ConfigError(
+                        f"{type(world).__name__}.affected_by({agent_id!r}) names {other!r}, "
+                        f"which is not an agent of this run"
+                        f"{did_you_mean(str(other), [str(a) for a in self._ids])}")
+                if other != agent_id:
+                    others.append(other)
+            affected[agent_id] = tuple(sorted(set(others), key=str))
+        affects: dict[AgentId, list[AgentId]] = {agent_id: [] for agent_id in self._ids}
+        for agent_id, sources in affected.items():
+            for source in sources:
+                affects[source].append(agent_id)
+        self._graph = (affected, {a: tuple(e) for a, e in affects.items()})
+        return self._graph
+
     # -- turns -------------------------------------------------------------------------
 
     def _start_turn(self, agent_id: AgentId, when: float, reason: str) -> ActionSpec:
@@ -719,6 +789,7 @@ class EventEngine(SocietyEngine):
             self._open_window(index)
             tracer.turn_started(book.key, index, when, spec.step)
         observation = self._world.observation_for(agent_id, None)
+        self._last_observation = observation  # kept by an early start, checked at its time
         if agent_id in self._blocking:
             self._observed = observation
         else:
@@ -835,6 +906,9 @@ class EventEngine(SocietyEngine):
             for target in event.triggers:
                 target_id = self._by_key.get(target)
                 if target_id is not None and target_id != agent_id:
+                    runner = self._runner
+                    if runner is not None and target_id in runner.early:
+                        runner.check_trigger(agent_id, target_id, when + self._reaction)
                     self._trigger(target_id, when + self._reaction, event.kind, chain)
         if self._on_turn is not None:
             self._on_turn()
@@ -1088,6 +1162,20 @@ class _Flight:
         self.op: Any = None         # a blocking agent's last op: ("call", ...), ("act", ...)
 
 
+class _Early:
+    """A turn started early (World.affected_by): its wake entry, not yet reached by the kernel."""
+
+    __slots__ = ("entry", "future", "observation", "spec", "when")
+
+    def __init__(self, entry: tuple[Any, ...], spec: ActionSpec, observation: Any,
+                 future: cf.Future[Any]) -> None:
+        self.entry = entry
+        self.when: float = entry[0]
+        self.spec = spec
+        self.observation = observation
+        self.future: cf.Future[Any] | None = future
+
+
 class _Runner:
     """One call of :meth:`EventEngine.run`: the kernel's run loop and the calls in flight.
 
@@ -1104,6 +1192,16 @@ class _Runner:
         self.limit = limit
         self.until = until
         self.flight: dict[AgentId, _Flight] = {}
+        #: Turns started early (World.affected_by), by agent, until the kernel reaches them.
+        self.early: dict[AgentId, _Early] = {}
+        graph = engine._dependency_graph() if engine.tracer is None else None
+        self.graph: tuple[list[tuple[int, ...]], list[tuple[int, ...]]] | None = None
+        self.index: dict[AgentId, int] = {}
+        if graph is not None:
+            self.index = {agent_id: i for i, agent_id in enumerate(engine._ids)}
+            affected, affects = graph
+            self.graph = ([tuple(self.index[a] for a in affected[x]) for x in engine._ids],
+                          [tuple(self.index[a] for a in affects[x]) for x in engine._ids])
         self.pool: cf.ThreadPoolExecutor | None = None
         self.loop_thread: threading.Thread | None = None
         self.aloop: asyncio.AbstractEventLoop | None = None
@@ -1118,7 +1216,8 @@ class _Runner:
             self.loop_thread.start()
 
     def close(self) -> None:
-        for flight in self.flight.values():
+        pending: list[_Flight | _Early] = [*self.flight.values(), *self.early.values()]
+        for flight in pending:
             if flight.future is not None:
                 flight.future.cancel()
         if self.pool is not None:
@@ -1172,6 +1271,149 @@ class _Runner:
             engine._schedule_harvest(when + engine._min, functools.partial(
                 self._harvest, agent_id, flight))
 
+    def adopt(self, agent_id: AgentId, entry: tuple[Any, ...], window: _Window,
+              chain: int) -> None:
+        """The kernel reached the wake-up of a turn started early: it is in flight from now.
+
+        Raises:
+            ConfigError: the agent was woken by another entry first, or its
+                observation now differs from the one its turn started with:
+                ``World.affected_by`` left out an agent that affects it.
+        """
+        engine = self.engine
+        early = self.early.pop(agent_id)
+        world = engine._world
+        if entry[2:5] != early.entry[2:5]:
+            raise ConfigError(
+                f"agent {agent_id!r} was woken at t={entry[0]:.6g} ({entry[5][0]}) before its "
+                f"turn started early for t={early.when:.6g}: {type(world).__name__}.affected_by"
+                f"({agent_id!r}) leaves out an agent that can wake it")
+        if world.observation_for(agent_id, None) != early.observation:
+            raise ConfigError(
+                f"agent {agent_id!r} sees another world at t={early.when:.6g} than when its turn "
+                f"started early: {type(world).__name__}.affected_by({agent_id!r}) leaves out "
+                f"an agent whose actions it observes (or its observation reads state that "
+                f"no agent's action changes, such as the number of all posts)")
+        window.wakes += 1
+        flights = self.flight
+        while len(flights) >= engine._concurrency:  # as start() does at the cap
+            oldest = next(iter(flights))
+            self.finish(oldest, flights[oldest])
+        act = engine._sim.event()
+        engine._sim.spawn(engine._turn(act), name=f"turn {engine._book[agent_id].key} "
+                                                     f"{early.spec.step}")
+        flight = flights[agent_id] = _Flight(agent_id, early.when, early.spec, chain, act)
+        flight.future = early.future
+        engine._peak = max(engine._peak, len(flights))
+        window.in_flight_max = max(window.in_flight_max, len(flights))
+        engine._schedule_harvest(early.when + engine._min, functools.partial(
+            self._harvest, agent_id, flight))
+
+    def check_trigger(self, source: AgentId, target: AgentId, when: float) -> None:
+        """*source*'s event wakes *target*, whose turn started early: refused unless later.
+
+        Raises:
+            ConfigError: the wake-up comes at or before the early turn's time.
+        """
+        early = self.early[target]
+        if when <= early.when:
+            world = self.engine._world
+            raise ConfigError(
+                f"agent {source!r} woke agent {target!r} at t={when:.6g}, at or before the "
+                f"turn {target!r} started early for t={early.when:.6g}: "
+                f"{type(world).__name__}.affected_by({target!r}) does not name {source!r}")
+
+    def prestart(self) -> None:
+        """Start early the turns whose wake-ups no turn still to resolve can reach.
+
+        A turn of agent ``a`` waking at ``t`` may start now, before the kernel
+        reaches ``t``, when no agent ``a`` is affected by can resolve at or
+        before ``t``. Each agent's earliest possible resolution is its turn in
+        flight's (known once its call returned, else its start plus
+        ``min_duration``), or its next wake-up plus ``min_duration``, or, when
+        an agent that affects it can wake it first, that one's plus the
+        reaction delay and ``min_duration``: shortest paths over the world's
+        ``affects`` graph from every agent's own bound. Resolutions still go in
+        timestamp order on the kernel, so the run is the one without early
+        starts; only the calls begin sooner in wall-clock time.
+        """
+        graph = self.graph
+        if graph is None:
+            return
+        engine = self.engine
+        room = engine._concurrency - len(self.flight) - len(self.early)
+        if room <= 0:
+            return
+        affected, affects = graph
+        index = self.index
+        by_key = engine._by_key
+        m = engine._min
+        inf = math.inf
+        limit = self.until
+        scenario = engine._scenario
+        if scenario is not None:
+            limit = min(limit, math.nextafter(scenario.next_time(), -inf))
+        dist = [inf] * len(affected)
+        first: dict[int, tuple[Any, ...]] = {}
+        for entry in engine._entries.values():
+            when, _, kind, key, _, _ = entry
+            i = index[by_key[key]]
+            bound = when if kind == _RESOLVE else when + m
+            dist[i] = min(dist[i], bound)
+            if kind == _WAKE:
+                best = first.get(i)
+                if best is None or entry[:2] < best[:2]:
+                    first[i] = entry
+        blocking = engine._blocking
+        running: list[tuple[AgentId, _Flight | _Early]] = [*self.flight.items(),
+                                                           *self.early.items()]
+        for agent_id, flight in running:
+            bound = flight.when + m
+            future = flight.future
+            if (future is not None and future.done() and not future.cancelled()
+                    and future.exception() is None and agent_id not in blocking):
+                bound = flight.when + future.result()[2]
+            i = index[agent_id]
+            dist[i] = min(dist[i], bound)
+        candidates = sorted(
+            (entry[:2], i, entry) for i, entry in first.items() if entry[0] <= limit)
+        if not candidates:
+            return
+        horizon = candidates[-1][0][0]
+        step = engine._reaction + m
+        heap = [(t, i) for i, t in enumerate(dist) if t <= horizon]
+        heapq.heapify(heap)
+        while heap:
+            t, i = heapq.heappop(heap)
+            if t > dist[i]:
+                continue
+            reach = t + step
+            if reach > horizon:
+                continue
+            for j in affects[i]:
+                if reach < dist[j]:
+                    dist[j] = reach
+                    heapq.heappush(heap, (reach, j))
+        book = engine._book
+        ids = engine._ids
+        for (when, _), i, entry in candidates:
+            agent_id = ids[i]
+            if (book[agent_id].busy or agent_id in blocking or not self.admissible(agent_id)
+                    or any(dist[c] <= when for c in affected[i])):
+                continue
+            spec = engine._start_turn(agent_id, when, entry[5][0])
+            if self.pool is not None:
+                future = self.pool.submit(engine._act, agent_id, spec)
+            else:
+                assert self.aloop is not None  # noqa: S101  (no graph in sequential mode)
+                future = asyncio.run_coroutine_threadsafe(self._gated(agent_id, spec),
+                                                          self.aloop)
+            self.early[agent_id] = _Early(entry, spec, engine._last_observation, future)
+            engine.early_starts += 1
+            room -= 1
+            if room <= 0:
+                return
+
     def _harvest(self, agent_id: AgentId, flight: _Flight, _: object = None) -> None:
         if self.flight.get(agent_id) is flight:
             self.finish(agent_id, flight)
@@ -1215,11 +1457,21 @@ class _Runner:
         for agent_id in sorted(self.flight, key=lambda a: self.engine._book[a].key):
             self.finish(agent_id, self.flight[agent_id])
 
-    @staticmethod
-    def _wait(flight: _Flight) -> Any:
+    def _wait(self, flight: _Flight) -> Any:
+        """The outcome of *flight*'s call; while it is out, start turns early (prestart)."""
         future, flight.future = flight.future, None
         if future is None:
             return flight.outcome
+        if self.graph is not None and not future.done():
+            self.prestart()
+            while not future.done():
+                # Any call that returns may tighten a bound: look again after each.
+                pending: list[_Flight | _Early] = [*self.flight.values(), *self.early.values()]
+                others = [f.future for f in pending
+                          if f.future is not None and not f.future.done()]
+                cf.wait([future, *others], return_when=cf.FIRST_COMPLETED)
+                if not future.done():
+                    self.prestart()
         return future.result()
 
     async def _gated(self, agent_id: AgentId, spec: ActionSpec) -> tuple[bool, Any, float]:
@@ -1304,7 +1556,7 @@ def _accepts(method: Callable[..., Any], name: str) -> bool:
 
 #: The options ``sim.engine.step.options`` takes for this engine.
 STEP_OPTIONS: Final = frozenset({"wake_interval", "reaction_delay", "window", "lookahead",
-                                 "max_turns"})
+                                 "max_turns", "dependencies"})
 
 
 class EventSteps:
@@ -1485,10 +1737,11 @@ def check_step_options(given: Mapping[str, Any]) -> dict[str, Any]:
                            ("reaction_delay", False)):
         if name in options:
             options[name] = _check_float(f"{prefix}.{name}", options[name], positive=positive)
-    if "lookahead" in options and not isinstance(options["lookahead"], bool):
-        value = options["lookahead"]
-        raise ConfigError(f"{prefix}.lookahead must be true or false, got "
-                          f"{type(value).__name__} {value!r}")
+    for name in ("lookahead", "dependencies"):
+        if name in options and not isinstance(options[name], bool):
+            value = options[name]
+            raise ConfigError(f"{prefix}.{name} must be true or false, got "
+                              f"{type(value).__name__} {value!r}")
     return options
 
 

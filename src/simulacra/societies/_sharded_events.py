@@ -56,6 +56,8 @@ class ShardedEventEngine(EventEngine):
                  **kwargs: Any) -> None:
         shards = ShardSet(specs, shard_mode, dask)
         super().__init__(world, agents, **kwargs)
+        # Observations go to the shards where the agents act: no turn starts early there.
+        self._dependencies = False
         if self._blocking:
             first = next(iter(self._blocking))
             raise ConfigError(f"sim.engine.shards: agent {str(first)!r} is a blocking agent, "
