@@ -2,15 +2,28 @@
 
 One workload: the social society (``examples/social``) of N agents, each
 taking K turns (one model call a turn), against a loopback OpenAI-compatible
-mock (``ScriptedServer`` answering from a model that sleeps). Three schedulers:
+mock (``ScriptedServer`` answering from a model that sleeps). By default the
+society is a street (``sim.world.local=true``, ``--world local``): each agent
+follows its ``--follows`` nearest neighbours on a ring and sees and reaches only
+them, a world with the locality of AI Metropolis's town; ``--world global`` is
+the demo's feed, whose newest posts everyone sees (no scheduler can run ahead
+of anyone there). Four schedulers:
 
 (a) **global sync**: the round engine on threads, ``concurrency`` calls open at
     once, a barrier after every step (K steps);
 (b) **lookahead**: the event-driven engine (``async_event``) on threads,
     ``max_turns=K``, overlapping every call whose wake-up lies before the
-    horizon ``t0 + min_duration`` (``docs/events.md``);
-(c) **oracle**: an idealised schedule computed, not run, from (b)'s recorded
+    horizon ``t0 + min_duration`` (``docs/events.md``), with
+    ``dependencies=false``;
+(b') **dependencies**: the same engine and run, starting turns early where the
+    world names who affects whom (``World.affected_by``; ``docs/events.md``,
+    "Early starts"). Its digest must equal (b)'s: the script exits 1 if not;
+(c) **oracle**: an idealised schedule computed, not run, from (b')'s recorded
     dependency graph (below).
+
+(b) and (b') run the whole run as one window of virtual time
+(``sim.engine.step.options.window``): a window's end waits for every call in
+flight, a barrier in wall-clock time.
 
 The mock server. Each call's service time is the seeded latency model of the
 bench (prefill per prompt token, decode per completion token over the server's
@@ -33,12 +46,12 @@ On (a) think time is the barrier itself: every agent acts once per step.
 Wall time is therefore the time the server takes to serve the calls as each
 scheduler lets them overlap, plus the engines' own cost.
 
-The oracle (c). From (b)'s run directory: ``calls.jsonl`` (one call per turn,
+The oracle (c). From (b')'s run directory: ``calls.jsonl`` (one call per turn,
 agent and turn), ``action_events.jsonl`` (which turn wrote which post) and the
 recordings (the prompt each turn saw). Turn (a, n) depends on (a, n - 1) and
 on every turn that wrote a post its prompt shows (``#id`` in FEED and
 MENTIONS): what it read is exactly what it depends on, so a schedule that
-honours these edges produces the same replies and the same events as (b).
+honours these edges produces the same replies and the same events as (b').
 Think time costs no wall time (as in the engines). Each turn takes its
 service time (recomputed exactly as the server slept, with no HTTP or engine
 cost) on one of ``capacity`` slots; a discrete-event list schedule starts a
@@ -54,10 +67,7 @@ identical. (a) and (b) are different engines with different semantics (a step
 is a round on (a), a window of virtual time on (b); turns see different
 worlds), so their digests differ by design and are not compared.
 
-(b) runs ``sim.steps = 8 K`` windows of virtual time, enough for every agent
-to reach ``max_turns`` here (the bench warns when fewer than N K calls were
-made): the engine does not stop when every agent has retired, and each empty
-window still costs about a millisecond of wall time.
+The bench warns when a scheduler made fewer than N K calls.
 
 Mean calls in flight is the sum of the calls' wall seconds (``calls.jsonl``
 ``wall_s``, client side, queueing at the server included) over the run's wall
@@ -65,8 +75,8 @@ time; the peak is a sweep over the intervals ``[at, at + wall_s]``.
 
 Usage::
 
-    python bench/society_schedulers.py                       # 25 and 100 agents, 4 turns
-    python bench/society_schedulers.py --agents 1000 --repeat 1
+    python bench/society_schedulers.py --scale 1.0 --capacity 512     # 25 and 100 agents
+    python bench/society_schedulers.py --scale 1.0 --capacity 512 --agents 1000 --repeat 1
 """
 
 from __future__ import annotations
