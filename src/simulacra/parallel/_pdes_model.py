@@ -325,8 +325,8 @@ class Entity:
     Made by :meth:`ShardContext.spawn_entity` or :meth:`ShardContext.add_entity`.
     """
 
-    __slots__ = ("_ctx", "_handled", "_inbox", "_on_message", "_rngs", "_start", "index", "name",
-                 "process", "shard")
+    __slots__ = ("_ctx", "_handled", "_inbox", "_on_message", "_rngs", "_smalls", "_start",
+                 "index", "name", "process", "shard")
 
     #: The entity's name (unique in the model).
     name: str
@@ -350,6 +350,7 @@ class Entity:
         self._inbox: Store[Any] | None = None
         #: The streams rng() has returned, by name (the Sim's streams hold them too).
         self._rngs: dict[str, random.Random] = {}
+        self._smalls: dict[str, Any] = {}
         #: Messages its on_message handler has handled (they name its origin).
         self._handled = 0
 
@@ -405,7 +406,13 @@ class Entity:
         32 bytes of state where a ``random.Random`` holds 2.5 kB: the stream to
         give each of many entities (PHOLD's 16,384 LPs a core).
         """
-        return self._ctx._streams.entity_small_rng(f"{self.name}/{name}")
+        try:
+            return self._smalls[name]
+        except (KeyError, TypeError):
+            pass
+        stream = self._ctx._streams.entity_small_rng(f"{self.name}/{name}")
+        self._smalls[name] = stream
+        return stream
 
     def spawn(self, fn: Any, *args: Any, name: str | None = None, **kwargs: Any) -> Process[Any]:
         """Start ``fn(sim, entity, *args, **kwargs)``: another process of this entity.
