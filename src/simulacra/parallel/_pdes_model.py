@@ -406,12 +406,10 @@ class Entity:
         32 bytes of state where a ``random.Random`` holds 2.5 kB: the stream to
         give each of many entities (PHOLD's 16,384 LPs a core).
         """
-        try:
-            return self._smalls[name]
-        except (KeyError, TypeError):
-            pass
-        stream = self._ctx._streams.entity_small_rng(f"{self.name}/{name}")
-        self._smalls[name] = stream
+        stream = self._smalls.get(name) if type(name) is str else None
+        if stream is None:  # the Sim's stream "<entity>/<name>", kept here after its first use
+            stream = self._smalls[name] = self._ctx._streams.entity_small_rng(
+                f"{self.name}/{name}")
         return stream
 
     def spawn(self, fn: Any, *args: Any, name: str | None = None, **kwargs: Any) -> Process[Any]:

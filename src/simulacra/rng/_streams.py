@@ -22,6 +22,16 @@ _NP_KEY = "numpy:"  # getstate() key prefix of a numpy Generator stream
 _SMALL_KEY = "small:"  # getstate() key prefix of a SmallRandom stream
 
 
+def _check_state(key: str, kind: str, setstate: Any, value: object) -> None:
+    """Set *value* on a scratch stream; ConfigError naming *key* if it is no *kind* state."""
+    try:
+        setstate(value)
+    except (TypeError, ValueError) as exc:
+        raise ConfigError(
+            f"state[{key!r}] must be a {kind} state, got {type(value).__name__} ({exc})"
+        ) from None
+
+
 class Streams:
     """Named random streams owned by one simulation, created on first use.
 
@@ -106,12 +116,9 @@ class Streams:
         Raises:
             ConfigError: *name* is not a non-empty str.
         """
-        try:
-            return self._small[name]
-        except (KeyError, TypeError):  # TypeError: an unhashable name, rejected below
-            pass
-        stream = self._root.small_rng(name)
-        self._small[name] = stream
+        stream = self._small.get(name) if type(name) is str else None
+        if stream is None:  # made on first use; root.small_rng checks the name
+            stream = self._small[name] = self._root.small_rng(name)
         return stream
 
     def names(self) -> list[str]:
@@ -162,14 +169,7 @@ class Streams:
         entries: Iterable[tuple[object, object]] = state.items()  # keys unchecked until here
         for key, value in entries:
             if isinstance(key, str) and key.startswith(_PY_KEY) and len(key) > len(_PY_KEY):
-                scratch = random.Random()
-                try:
-                    scratch.setstate(value)  # type: ignore[arg-type]
-                except (TypeError, ValueError) as exc:
-                    raise ConfigError(
-                        f"state[{key!r}] must be a random.Random state, got"
-                        f" {type(value).__name__} ({exc})"
-                    ) from None
+                _check_state(key, "random.Random", random.Random().setstate, value)
                 py_states[key[len(_PY_KEY) :]] = value
             elif isinstance(key, str) and key.startswith(_NP_KEY) and len(key) > len(_NP_KEY):
                 name = key[len(_NP_KEY) :]
@@ -189,14 +189,9 @@ class Streams:
                 np_states[name] = value
             elif (isinstance(key, str) and key.startswith(_SMALL_KEY)
                   and len(key) > len(_SMALL_KEY)):
-                try:
-                    self._root.small_rng(key[len(_SMALL_KEY):]).setstate(value)  # type: ignore[arg-type]
-                except (TypeError, ValueError) as exc:
-                    raise ConfigError(
-                        f"state[{key!r}] must be a SmallRandom state, got"
-                        f" {type(value).__name__} ({exc})"
-                    ) from None
-                small_states[key[len(_SMALL_KEY):]] = value
+                name = key[len(_SMALL_KEY):]
+                _check_state(key, "SmallRandom", self._root.small_rng(name).setstate, value)
+                small_states[name] = value
             else:
                 raise ConfigError(
                     f"state key {key!r} must be 'random:<name>', 'numpy:<name>' or"
