@@ -35,9 +35,9 @@ def build_payload(ctx: ShardContext) -> None:
     ctx.channel("a", "b", 1.0)
 
 
-def _draw_shared(sim: Sim, me: Entity) -> Generator[Event[Any], Any, None]:
+def _draw_shared(sim: Sim, me: Entity, kind: str) -> Generator[Event[Any], Any, None]:
     yield sim.delay(1.0)
-    sim.record("draw", me.name, sim.rng("arrivals").random())
+    sim.record("draw", me.name, getattr(sim, kind)("arrivals").random())
 
 
 def _draw_captured(sim: Sim, me: Entity, rng: random.Random) -> Generator[Event[Any], Any, None]:
@@ -45,13 +45,15 @@ def _draw_captured(sim: Sim, me: Entity, rng: random.Random) -> Generator[Event[
     sim.record("draw", me.name, rng.randrange(100))
 
 
-def _draw_own(sim: Sim, me: Entity) -> Generator[Event[Any], Any, None]:
+def _draw_own(sim: Sim, me: Entity, kind: str) -> Generator[Event[Any], Any, None]:
     yield sim.delay(1.0)
-    sim.record("draw", me.name, me.rng("arrivals").random())
+    sim.record("draw", me.name, getattr(me, kind)("arrivals").random())
 
 
-def _handler_draws(entity: Entity, payload: Any) -> None:
-    entity.sim.rng("noise").random()
+def _handler_draws(kind: str) -> Any:
+    def draw(entity: Entity, payload: Any) -> None:
+        getattr(entity.sim, kind)("noise").random()
+    return draw
 
 
 def build_shared_rng(ctx: ShardContext) -> None:
@@ -59,21 +61,23 @@ def build_shared_rng(ctx: ShardContext) -> None:
 
     ``'own'`` draws from each entity's stream instead, which is right; every
     variant also draws from a Sim stream in build() itself, which is right too
-    (every shard runs build() and makes the same draws).
+    (every shard runs build() and makes the same draws). config['kind'] is the
+    kind of stream: ``'rng'`` (random.Random, the default) or ``'small_rng'``.
     """
     how = (ctx.config or {}).get("how", "call")
-    topology = ctx.sim.rng("topology")
+    kind = (ctx.config or {}).get("kind", "rng")
+    topology = getattr(ctx.sim, kind)("topology")
     order = sorted(["a", "b"], key=lambda _: topology.random())
     if how == "handler":
         ctx.spawn_entity("a", _send, "ping")
-        ctx.add_entity("b", on_message=_handler_draws)
+        ctx.add_entity("b", on_message=_handler_draws(kind))
         ctx.channel("a", "b", 1.0)
         return
     for name in order:
         if how == "captured":
-            ctx.spawn_entity(name, _draw_captured, ctx.sim.rng("shared"))
+            ctx.spawn_entity(name, _draw_captured, getattr(ctx.sim, kind)("shared"))
         else:
-            ctx.spawn_entity(name, _draw_own if how == "own" else _draw_shared)
+            ctx.spawn_entity(name, _draw_own if how == "own" else _draw_shared, kind)
 
 
 def _job(sim: Sim, me: Entity, payload: Any) -> Generator[Event[Any], Any, None]:

@@ -77,12 +77,14 @@ def test_a_payload_of_plain_data_passes(mode: str) -> None:
 # ------------------------------------------------------------ 2. no Sim-level streams in entities
 
 
+@pytest.mark.parametrize("kind", ["rng", "small_rng"])
 @pytest.mark.parametrize("how", ["call", "captured", "handler"])
 @pytest.mark.parametrize("mode", ["unsharded", "inline", "threads"])
-def test_a_draw_from_a_sim_stream_inside_an_entity_is_refused(mode: str, how: str) -> None:
+def test_a_draw_from_a_sim_stream_inside_an_entity_is_refused(mode: str, how: str,
+                                                             kind: str) -> None:
     with pytest.raises(PartitionError) as info:
-        run_model(mode, models.build_shared_rng, {"how": how})
-    one_line(info.value, PartitionError, "entity.rng(", "entity 'b'" if how == "handler"
+        run_model(mode, models.build_shared_rng, {"how": how, "kind": kind})
+    one_line(info.value, PartitionError, f"entity.{kind}(", "entity 'b'" if how == "handler"
              else "entity '")
 
 
@@ -92,14 +94,31 @@ def test_a_draw_from_a_sim_stream_is_refused_with_processes() -> None:
     one_line(info.value, PartitionError, "entity.rng('arrivals')", "sim.rng('arrivals')")
 
 
+@pytest.mark.parametrize("kind", ["rng", "small_rng"])
 @pytest.mark.parametrize("mode", ["inline", "threads"])
-def test_entity_streams_and_draws_in_build_give_the_unpartitioned_trace(mode: str) -> None:
-    ref = run_model("unsharded", models.build_shared_rng, {"how": "own"}, trace=True)
+def test_entity_streams_and_draws_in_build_give_the_unpartitioned_trace(mode: str,
+                                                                      kind: str) -> None:
+    config = {"how": "own", "kind": kind}
+    ref = run_model("unsharded", models.build_shared_rng, config, trace=True)
     assert sum(1 for r in ref if r[1] == "draw") == 2
     for partition in ({"a": 0, "b": 0}, {"a": 0, "b": 1}, {"a": 1, "b": 0}):
-        sharded = run_model(mode, models.build_shared_rng, {"how": "own"}, partition=partition,
+        sharded = run_model(mode, models.build_shared_rng, config, partition=partition,
                             trace=True)
         simulacra.assert_equivalent(ref, sharded)
+
+
+@pytest.mark.parametrize("kind", ["rng", "small_rng", "np_rng"])
+@pytest.mark.parametrize("name", [5, None, "", b"x"])
+def test_an_entity_stream_needs_a_name(kind: str, name: Any) -> None:
+    def build(ctx: Any) -> None:
+        def start(sim: Any, me: Any) -> Any:
+            getattr(me, kind)(name)
+            yield sim.delay(1.0)
+        ctx.spawn_entity("a", start)
+
+    with pytest.raises(simulacra.ConfigError, match=r"entity 'a': a stream name must be a "
+                                                    r"non-empty str, got"):
+        UnshardedSim(build, seed=1).run(until=2.0)
 
 
 def test_a_sim_stream_in_host_code_after_build_is_refused_too() -> None:

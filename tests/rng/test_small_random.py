@@ -93,7 +93,7 @@ def test_randrange_is_uniform(impl: Any) -> None:
     assert chi2 < 40, counts  # 9 degrees of freedom: p < 1e-5 beyond 40
 
 
-def _program() -> st.SearchStrategy[list[tuple[str, tuple[Any, ...]]]]:
+def _program() -> st.SearchStrategy[list[tuple[str, tuple[Any, ...], dict[str, Any]]]]:
     ints = st.one_of(st.integers(-5, 40), st.integers(-(2**63), 2**63 - 1),
                      st.sampled_from([2**63, -(2**63) - 1, 2**64, True]))
     floats = st.one_of(st.floats(-1e6, 1e6), st.sampled_from([0.0, -1.0, 1e-300]))
@@ -116,16 +116,38 @@ def _program() -> st.SearchStrategy[list[tuple[str, tuple[Any, ...]]]]:
             st.just((1, 2, 3)), st.just((1, 2, 3, 2**64)), st.just("nope"),
             st.lists(st.integers(0, 9), min_size=4, max_size=4)))),
     )
-    return st.lists(calls, max_size=25)
+    # By keyword, as random.Random takes them, and with arguments a method does not take.
+    keywords = st.one_of(
+        st.tuples(st.just("choice"), st.just(()), st.fixed_dictionaries(
+            {"seq": st.lists(st.integers(), min_size=1, max_size=4)})),
+        st.tuples(st.just("shuffle"), st.just(()), st.fixed_dictionaries(
+            {"x": st.lists(st.integers(), max_size=5)})),
+        st.tuples(st.just("getrandbits"), st.just(()),
+                  st.fixed_dictionaries({"k": st.integers(0, 64)})),
+        st.tuples(st.just("setstate"), st.just(()), st.fixed_dictionaries(
+            {"state": st.tuples(*[st.integers(1, 2**64 - 1)] * 4)})),
+        st.tuples(st.just("expovariate"), st.just(()),
+                  st.fixed_dictionaries({"lambd": st.floats(0.1, 10.0)})),
+        st.tuples(st.just("randrange"), st.just(()), st.fixed_dictionaries(
+            {"start": st.integers(0, 5), "stop": st.integers(6, 50)})),
+        st.tuples(st.just("uniform"), st.just(()),
+                  st.fixed_dictionaries({"a": st.floats(0, 1), "b": st.floats(1, 2)})),
+        st.tuples(st.sampled_from(["random", "getstate", "choice", "shuffle", "setstate",
+                                   "getrandbits"]),
+                  st.sampled_from([(), (1,), (1, 2)]),
+                  st.sampled_from([{}, {"bogus": 1}])),
+    )
+    return st.lists(st.one_of(calls.map(lambda c: (c[0], c[1], {})), keywords), max_size=25)
 
 
-def _run(impl: Any, seed: int, program: list[tuple[str, tuple[Any, ...]]]) -> list[Any]:
+def _run(impl: Any, seed: int,
+         program: list[tuple[str, tuple[Any, ...], dict[str, Any]]]) -> list[Any]:
     rng = impl(seed)
     seen: list[Any] = []
-    for name, args in program:
-        args = copy.deepcopy(args)
+    for name, args, kwargs in program:
+        args, kwargs = copy.deepcopy((args, kwargs))
         try:
-            seen.append(("ok", getattr(rng, name)(*args), args))
+            seen.append(("ok", getattr(rng, name)(*args, **kwargs), args, kwargs))
         except Exception as exc:  # the same error, type and words, from both
             seen.append(("raised", type(exc).__name__, str(exc)))
         seen.append(rng.getstate())
@@ -136,7 +158,7 @@ def _run(impl: Any, seed: int, program: list[tuple[str, tuple[Any, ...]]]) -> li
 @settings(max_examples=400, deadline=None)
 @given(seed=st.integers(0, 2**128 - 1), program=_program())
 def test_the_compiled_class_draws_what_the_pure_one_draws(
-        seed: int, program: list[tuple[str, tuple[Any, ...]]]) -> None:
+        seed: int, program: list[tuple[str, tuple[Any, ...], dict[str, Any]]]) -> None:
     assert _run(CSmallRandom, seed, program) == _run(PySmallRandom, seed, program)
 
 
@@ -216,3 +238,23 @@ def random_state() -> object:
     import random
 
     return random.Random(1).getstate()
+
+
+@pytest.mark.parametrize("impl", IMPLEMENTATIONS, ids=lambda c: c.__module__)
+def test_it_is_no_base_class_and_a_bare_object_is_never_all_zero(impl: Any) -> None:
+    with pytest.raises(TypeError, match="not an acceptable base type"):
+        type("Mine", (impl,), {})
+    if impl is CSmallRandom:  # made without __init__: SmallRandom(0)'s state
+        assert impl.__new__(impl).getstate() == PySmallRandom(0).getstate()
+
+
+@pytest.mark.parametrize("impl", IMPLEMENTATIONS, ids=lambda c: c.__module__)
+def test_a_state_of_int_subclasses_is_kept_as_ints(impl: Any) -> None:
+    import enum
+
+    class Word(enum.IntEnum):
+        ONE = 1
+
+    rng = impl(0)
+    rng.setstate((Word.ONE, 2, 3, 4))
+    assert [type(w) for w in rng.getstate()] == [int] * 4

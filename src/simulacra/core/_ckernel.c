@@ -2706,6 +2706,26 @@ static PyObject *small_pure_fast(SmallObject *r, const char *name, PyObject *con
     return res;
 }
 
+static uint64_t small_splitmix(uint64_t *x) {
+    uint64_t z = (*x += 0x9E3779B97F4A7C15ULL);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
+    return z ^ (z >> 31);
+}
+
+/* A new object holds SmallRandom(0)'s state until __init__ seeds it: never all zero. */
+static PyObject *small_new(PyTypeObject *type, PyObject *Py_UNUSED(args),
+                           PyObject *Py_UNUSED(kwargs)) {
+    SmallObject *r = (SmallObject *)type->tp_alloc(type, 0);
+    if (r == NULL) return NULL;
+    uint64_t hi = 0, lo = 0;
+    r->s[0] = small_splitmix(&hi);
+    r->s[1] = small_splitmix(&hi);
+    r->s[2] = small_splitmix(&lo);
+    r->s[3] = small_splitmix(&lo);
+    return (PyObject *)r;
+}
+
 static int small_init(SmallObject *r, PyObject *args, PyObject *kwargs) {
     if (small_import() < 0) return -1;
     PyObject *pure = PyObject_Call(py_small, args, kwargs); /* checks and seeds */
@@ -2718,8 +2738,16 @@ static int small_init(SmallObject *r, PyObject *args, PyObject *kwargs) {
     return err;
 }
 
-static PyObject *small_m_random(SmallObject *r, PyObject *Py_UNUSED(ignored)) {
-    return PyFloat_FromDouble(small_random(r));
+static PyObject *small_m_random(SmallObject *r, PyObject *const *args, Py_ssize_t nargs,
+                                PyObject *kwnames) {
+    if (nargs == 0 && kwnames == NULL) return PyFloat_FromDouble(small_random(r));
+    return small_pure_fast(r, "random", args, nargs, kwnames); /* its error */
+}
+
+static PyObject *small_m_getstate(SmallObject *r, PyObject *const *args, Py_ssize_t nargs,
+                                  PyObject *kwnames) {
+    if (nargs == 0 && kwnames == NULL) return small_getstate(r, NULL);
+    return small_pure_fast(r, "getstate", args, nargs, kwnames); /* its error */
 }
 
 static PyObject *small_m_uniform(SmallObject *r, PyObject *const *args, Py_ssize_t nargs,
@@ -2746,14 +2774,14 @@ static PyObject *small_m_expovariate(SmallObject *r, PyObject *const *args, Py_s
     return small_pure_fast(r, "expovariate", args, nargs, kwnames);
 }
 
-static PyObject *small_m_getrandbits(SmallObject *r, PyObject *arg) {
-    if (PyLong_CheckExact(arg)) {
-        long k = PyLong_AsLong(arg);
+static PyObject *small_m_getrandbits(SmallObject *r, PyObject *const *args, Py_ssize_t nargs,
+                                     PyObject *kwnames) {
+    if (nargs == 1 && kwnames == NULL && PyLong_CheckExact(args[0])) {
+        long k = PyLong_AsLong(args[0]);
         if (k >= 1 && k <= 64) return PyLong_FromUnsignedLongLong(small_next(r) >> (64 - k));
         PyErr_Clear();
     }
-    PyObject *args[1] = {arg};
-    return small_pure_fast(r, "getrandbits", args, 1, NULL);
+    return small_pure_fast(r, "getrandbits", args, nargs, kwnames);
 }
 
 /* An exact int of 64 bits into *out; 0 when it is not one (no error set). */
@@ -2794,7 +2822,10 @@ static PyObject *small_m_randint(SmallObject *r, PyObject *const *args, Py_ssize
     return small_pure_fast(r, "randint", args, nargs, kwnames);
 }
 
-static PyObject *small_m_choice(SmallObject *r, PyObject *seq) {
+static PyObject *small_m_choice(SmallObject *r, PyObject *const *args, Py_ssize_t nargs,
+                                PyObject *kwnames) {
+    if (nargs != 1 || kwnames != NULL) return small_pure_fast(r, "choice", args, nargs, kwnames);
+    PyObject *seq = args[0];
     if (PyList_CheckExact(seq) && PyList_GET_SIZE(seq) > 0) {
         PyObject *item = PyList_GET_ITEM(seq, small_below(r, (uint64_t)PyList_GET_SIZE(seq)));
         Py_INCREF(item);
@@ -2805,11 +2836,13 @@ static PyObject *small_m_choice(SmallObject *r, PyObject *seq) {
         Py_INCREF(item);
         return item;
     }
-    PyObject *args[1] = {seq};
     return small_pure_fast(r, "choice", args, 1, NULL);
 }
 
-static PyObject *small_m_shuffle(SmallObject *r, PyObject *x) {
+static PyObject *small_m_shuffle(SmallObject *r, PyObject *const *args, Py_ssize_t nargs,
+                                 PyObject *kwnames) {
+    if (nargs != 1 || kwnames != NULL) return small_pure_fast(r, "shuffle", args, nargs, kwnames);
+    PyObject *x = args[0];
     if (PyList_CheckExact(x)) {
         for (Py_ssize_t i = PyList_GET_SIZE(x) - 1; i > 0; i--) {
             if (i >= PyList_GET_SIZE(x)) continue; /* never: nothing here runs Python code */
@@ -2820,8 +2853,13 @@ static PyObject *small_m_shuffle(SmallObject *r, PyObject *x) {
         }
         Py_RETURN_NONE;
     }
-    PyObject *args[1] = {x};
     return small_pure_fast(r, "shuffle", args, 1, NULL);
+}
+
+static PyObject *small_m_setstate(SmallObject *r, PyObject *const *args, Py_ssize_t nargs,
+                                  PyObject *kwnames) {
+    if (nargs == 1 && kwnames == NULL) return small_setstate(r, args[0]);
+    return small_pure_fast(r, "setstate", args, nargs, kwnames); /* its error, or it is set */
 }
 
 static PyObject *small_reduce(SmallObject *r, PyObject *Py_UNUSED(ignored)) {
@@ -2836,20 +2874,26 @@ static PyObject *small_repr(PyObject *Py_UNUSED(self)) {
 }
 
 static PyMethodDef small_methods[] = {
-    {"random", (PyCFunction)small_m_random, METH_NOARGS, "A float in [0, 1)."},
+    {"random", (PyCFunction)(void (*)(void))small_m_random, METH_FASTCALL | METH_KEYWORDS,
+     "A float in [0, 1)."},
     {"uniform", (PyCFunction)(void (*)(void))small_m_uniform, METH_FASTCALL | METH_KEYWORDS,
      "a + (b - a) * random()."},
     {"expovariate", (PyCFunction)(void (*)(void))small_m_expovariate,
      METH_FASTCALL | METH_KEYWORDS, "-log(1.0 - random()) / lambd."},
-    {"getrandbits", (PyCFunction)small_m_getrandbits, METH_O, "An int of k random bits."},
+    {"getrandbits", (PyCFunction)(void (*)(void))small_m_getrandbits,
+     METH_FASTCALL | METH_KEYWORDS, "An int of k random bits."},
     {"randrange", (PyCFunction)(void (*)(void))small_m_randrange, METH_FASTCALL | METH_KEYWORDS,
      "A random int of range(start, stop, step)."},
     {"randint", (PyCFunction)(void (*)(void))small_m_randint, METH_FASTCALL | METH_KEYWORDS,
      "A random int of [a, b]."},
-    {"choice", (PyCFunction)small_m_choice, METH_O, "A random element of seq."},
-    {"shuffle", (PyCFunction)small_m_shuffle, METH_O, "Shuffle x in place."},
-    {"getstate", (PyCFunction)small_getstate, METH_NOARGS, "The four state words."},
-    {"setstate", (PyCFunction)small_setstate, METH_O, "Continue from state."},
+    {"choice", (PyCFunction)(void (*)(void))small_m_choice, METH_FASTCALL | METH_KEYWORDS,
+     "A random element of seq."},
+    {"shuffle", (PyCFunction)(void (*)(void))small_m_shuffle, METH_FASTCALL | METH_KEYWORDS,
+     "Shuffle x in place."},
+    {"getstate", (PyCFunction)(void (*)(void))small_m_getstate, METH_FASTCALL | METH_KEYWORDS,
+     "The four state words."},
+    {"setstate", (PyCFunction)(void (*)(void))small_m_setstate, METH_FASTCALL | METH_KEYWORDS,
+     "Continue from state."},
     {"__reduce__", (PyCFunction)small_reduce, METH_NOARGS, NULL},
     {NULL, NULL, 0, NULL},
 };
@@ -2860,7 +2904,7 @@ static PyTypeObject SmallType = {
     .tp_flags = Py_TPFLAGS_DEFAULT,
     .tp_doc = "A random stream of 32 bytes of state (xoshiro256++); see "
               "simulacra.rng._small.",
-    .tp_new = PyType_GenericNew,
+    .tp_new = small_new,
     .tp_init = (initproc)small_init,
     .tp_methods = small_methods,
     .tp_repr = small_repr,

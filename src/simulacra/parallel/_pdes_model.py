@@ -206,15 +206,67 @@ class _SimStream(random.Random):
         return super().getrandbits(k)
 
 
+class _SimSmallStream:
+    """``sim.small_rng(name)`` of a sharded model: drawn from in build() only, as _SimStream.
+
+    The compiled ``SmallRandom`` is no base class, so this wraps one: each
+    method checks, then draws from the Sim's stream (which checkpoints hold).
+    """
+
+    __slots__ = ("_ctx", "_inner", "_name")
+
+    def __init__(self, inner: Any, name: str, ctx: ShardContext) -> None:
+        self._inner = inner
+        self._name = name
+        self._ctx = ctx
+
+    def _check(self) -> Any:
+        if not self._ctx._building:
+            self._ctx._refuse_sim_stream(f"sim.small_rng({self._name!r})",
+                                         f"entity.small_rng({self._name!r})")
+        return self._inner
+
+    def random(self) -> float:
+        return float(self._check().random())
+
+    def uniform(self, a: float, b: float) -> float:
+        return float(self._check().uniform(a, b))
+
+    def expovariate(self, lambd: float = 1.0) -> float:
+        return float(self._check().expovariate(lambd))
+
+    def getrandbits(self, k: int) -> int:
+        return int(self._check().getrandbits(k))
+
+    def randrange(self, start: int, stop: int | None = None, step: int = 1) -> int:
+        return int(self._check().randrange(start, stop, step))
+
+    def randint(self, a: int, b: int) -> int:
+        return int(self._check().randint(a, b))
+
+    def choice(self, seq: Any) -> Any:
+        return self._check().choice(seq)
+
+    def shuffle(self, x: Any) -> None:
+        self._check().shuffle(x)
+
+    def getstate(self) -> tuple[int, int, int, int]:
+        return tuple(self._inner.getstate())
+
+    def setstate(self, state: tuple[int, int, int, int]) -> None:
+        self._inner.setstate(state)
+
+
 class _ModelStreams(Streams):
     """A sharded model's streams: the Sim's (guarded, see :class:`_SimStream`) and the entities'."""
 
-    __slots__ = ("_ctx", "_shared")
+    __slots__ = ("_ctx", "_shared", "_shared_small")
 
     def __init__(self, root: Any, ctx: ShardContext) -> None:
         super().__init__(root)
         self._ctx = ctx
         self._shared: dict[str, _SimStream] = {}
+        self._shared_small: dict[str, _SimSmallStream] = {}
 
     def rng(self, name: str) -> random.Random:
         """``sim.rng(name)``: a plain Sim stream's draws, refused once the model runs."""
@@ -237,11 +289,12 @@ class _ModelStreams(Streams):
         return super().np_rng(name)
 
     def small_rng(self, name: str) -> Any:
-        """``sim.small_rng(name)``: refused once the model runs, as ``sim.np_rng``."""
-        if not self._ctx._building:
-            self._ctx._refuse_sim_stream(f"sim.small_rng({name!r})",
-                                         f"entity.small_rng({name!r})")
-        return super().small_rng(name)
+        """``sim.small_rng(name)``: drawn from in build() only (see :class:`_SimSmallStream`)."""
+        stream = self._shared_small.get(name) if type(name) is str else None
+        if stream is None:  # the Sim's stream, checked at every draw
+            stream = _SimSmallStream(super().small_rng(name), name, self._ctx)
+            self._shared_small[name] = stream
+        return stream
 
     def entity_small_rng(self, name: str) -> Any:
         """An entity's SmallRandom stream ``"<entity>/<name>"``."""
@@ -387,18 +440,28 @@ class Entity:
 
         Streams are per entity, so the draws of an entity do not depend on which
         other entities share its shard.
+
+        Raises:
+            ConfigError: *name* is not a non-empty str.
         """
         try:
             return self._rngs[name]
         except (KeyError, TypeError):
             pass
-        stream = self._ctx._streams.entity_rng(f"{self.name}/{name}")
+        stream = self._ctx._streams.entity_rng(self._stream_name(name))
         self._rngs[name] = stream
         return stream
 
     def np_rng(self, name: str) -> Generator:
         """This entity's numpy stream *name* (needs the ``numpy`` extra); see :meth:`rng`."""
-        return self._ctx._streams.entity_np_rng(f"{self.name}/{name}")
+        return self._ctx._streams.entity_np_rng(self._stream_name(name))
+
+    def _stream_name(self, name: object) -> str:
+        """``"<entity>/<name>"``, the Sim stream of this entity's stream *name*."""
+        if type(name) is not str or not name:
+            raise ConfigError(f"entity {self.name!r}: a stream name must be a non-empty str, "
+                              f"got {type(name).__name__} {name!r}")
+        return f"{self.name}/{name}"
 
     def small_rng(self, name: str) -> Any:
         """This entity's :class:`~simulacra.rng.SmallRandom` stream *name*; see :meth:`rng`.
@@ -409,7 +472,7 @@ class Entity:
         stream = self._smalls.get(name) if type(name) is str else None
         if stream is None:  # the Sim's stream "<entity>/<name>", kept here after its first use
             stream = self._smalls[name] = self._ctx._streams.entity_small_rng(
-                f"{self.name}/{name}")
+                self._stream_name(name))
         return stream
 
     def spawn(self, fn: Any, *args: Any, name: str | None = None, **kwargs: Any) -> Process[Any]:

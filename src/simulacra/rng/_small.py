@@ -26,6 +26,10 @@ Methods and their definitions (``next()`` is the generator's 64-bit output):
 * ``choice(seq)`` and ``shuffle(x)`` (Fisher-Yates from the end, as ``random``);
 * ``getstate()``/``setstate(state)``: the four state words, a tuple of ints.
 
+It is no base class (neither implementation may be subclassed), and a copy or
+an unpickled stream is of the class installed where it is made: the compiled
+one wherever the compiled kernel runs.
+
 Not a cryptographic generator; not ``random.Random``'s stream (the same seed
 gives other draws).
 """
@@ -95,6 +99,11 @@ class SmallRandom:
     """
 
     __slots__ = ("_s0", "_s1", "_s2", "_s3")
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        # As the compiled class, which is no base type: a subclass that overrode a
+        # method would draw otherwise in one of the two.
+        raise TypeError("type 'simulacra.SmallRandom' is not an acceptable base type")
 
     def __init__(self, seed: int = 0) -> None:
         self._s0, self._s1, self._s2, self._s3 = _words(seed)
@@ -199,7 +208,7 @@ class SmallRandom:
                 raise ValueError(f"SmallRandom state words must be in [0, 2**64), got {word}")
         if not any(words):
             raise ValueError("SmallRandom state must not be all zero")
-        self._s0, self._s1, self._s2, self._s3 = words
+        self._s0, self._s1, self._s2, self._s3 = (int(word) for word in words)
 
     def __reduce__(self) -> tuple[Any, tuple[tuple[int, int, int, int]]]:
         return _rebuild, (self.getstate(),)
