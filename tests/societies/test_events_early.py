@@ -104,9 +104,9 @@ def society(watches: Mapping[str, Sequence[str]], *, declared: Mapping[str, Sequ
 
 
 def run(world: Board, agents: list[Poster], *, mode: str = "threads", dependencies: bool = True,
-        turns: int = 3) -> tuple[str, EventEngine]:
+        turns: int = 3, reaction: float = 0.0) -> tuple[str, EventEngine]:
     engine = EventEngine(world, agents, latency=LATENCY, mode=mode, concurrency=8,
-                         dependencies=dependencies, wake_interval=1e-6, reaction_delay=0.0)
+                         dependencies=dependencies, wake_interval=1e-6, reaction_delay=reaction)
     return engine.run(max_turns=turns).digest, engine
 
 
@@ -131,13 +131,37 @@ def boards(draw: st.DrawFn) -> dict[str, Any]:
             "mentions": draw(st.sampled_from([True, True, False]))}
 
 
+REACTIONS = st.sampled_from([0.0, 0.0, 0.05, 0.3, 0.7])
+
+
 @settings(max_examples=100, deadline=None)
-@given(board=boards(), mode=st.sampled_from(["threads", "asyncio"]))
-def test_early_starts_change_nothing_but_the_wall_clock(board: dict[str, Any], mode: str) -> None:
-    reference, _ = run(*society(**board), mode="sequential", turns=4)
-    without, _ = run(*society(**board), mode=mode, dependencies=False, turns=4)
-    early, _ = run(*society(**board), mode=mode, turns=4)
+@given(board=boards(), mode=st.sampled_from(["threads", "asyncio"]), reaction=REACTIONS)
+def test_early_starts_change_nothing_but_the_wall_clock(board: dict[str, Any], mode: str,
+                                                       reaction: float) -> None:
+    reference, _ = run(*society(**board), mode="sequential", turns=4, reaction=reaction)
+    without, _ = run(*society(**board), mode=mode, dependencies=False, turns=4,
+                     reaction=reaction)
+    early, _ = run(*society(**board), mode=mode, turns=4, reaction=reaction)
     assert early == without == reference
+
+
+@settings(max_examples=100, deadline=None)
+@given(board=boards(), reaction=REACTIONS, data=st.data())
+def test_a_world_that_names_too_few_stops_or_runs_right_never_wrong(
+        board: dict[str, Any], reaction: float, data: st.DataObject) -> None:
+    """Leave some true neighbours out: a ConfigError, or the sequential digest; nothing else."""
+    declared = {name: data.draw(st.lists(st.sampled_from(seen), unique=True,
+                                         max_size=max(len(seen) - 1, 0)))
+                if seen else [] for name, seen in board["watches"].items()}
+    reference, _ = run(*society(**board), mode="sequential", turns=4, reaction=reaction)
+    try:
+        early, _ = run(*society(**dict(board, declared=declared)), turns=4, reaction=reaction)
+    except ConfigError as error:
+        stopped = str(error)
+    else:
+        assert early == reference
+        return
+    assert "affected_by" in stopped
 
 
 def _three(declared_for_bob: list[str], *, mentions: bool = False) -> tuple[Board, list[Poster]]:
@@ -176,7 +200,7 @@ def test_an_observation_the_world_did_not_declare_stops_the_run() -> None:
 
 def test_a_wake_up_the_world_did_not_declare_stops_the_run() -> None:
     world, agents = _three([], mentions=True)
-    with pytest.raises(ConfigError, match=r"agent 'cy' woke agent 'bob' at t=1\.8.*"
+    with pytest.raises(ConfigError, match=r"agent 'cy' woke agent 'bob' \(for t=1\.8\).*"
                                           r"Board\.affected_by\('bob'\) does not name 'cy'"):
         run(world, agents, turns=2)
 
@@ -221,3 +245,61 @@ def _chain() -> tuple[Board, list[Poster]]:
 def test_a_mention_chain_holds_back_an_early_start() -> None:
     digest, _ = run(*_chain(), turns=2)
     assert digest == run(*_chain(), mode="sequential", turns=2)[0]
+
+
+def test_a_later_wake_up_from_an_agent_not_named_stops_the_run_too() -> None:
+    """cy's mention wakes bob after bob's early turn's time: it would fold into that turn."""
+    world, agents = _three([], mentions=True)
+    with pytest.raises(ConfigError, match=r"agent 'cy' woke agent 'bob' \(for t=2\.5\) "
+                                          r"before the kernel reached the turn 'bob' started "
+                                          r"early for t=2"):
+        run(world, agents, turns=2, reaction=0.7)
+
+
+class Opaque:
+    """An observation with no __eq__ (compared by identity), and one that will not pickle."""
+
+    def __init__(self, posts: Any, lock: Any = None) -> None:
+        self.posts = posts
+        self.lock = lock
+
+    def __repr__(self) -> str:  # what the agent writes down: the content, not the address
+        return f"Opaque({self.posts!r})"
+
+
+@pytest.mark.parametrize("shape", ["opaque", "nan", "numpy"])
+def test_observations_that_do_not_compare_by_value_are_compared_by_pickle(shape: str) -> None:
+    import numpy as np
+
+    class Odd(Board):
+        def observation_for(self, agent_id: AgentId, snapshot: Any = None) -> Any:
+            seen = super().observation_for(agent_id, snapshot)
+            if shape == "opaque":
+                return Opaque(seen)
+            if shape == "nan":
+                return (float("nan"), seen)
+            return np.array([len(seen), len(self.posts)]) if agent_id == "" else np.array(
+                [hash(repr(seen)) % 1000])
+
+    def board() -> tuple[Board, list[Poster]]:
+        world, agents = _three(["cy"])
+        odd = Odd(world.watches, {"ann": [], "bob": ["cy"], "cy": [], "dee": []})
+        return odd, agents
+
+    digest, engine = run(*board(), turns=2)
+    assert engine.early_starts >= 1
+    assert digest == run(*board(), mode="sequential", turns=2)[0]
+
+
+def test_an_observation_that_compares_by_nothing_is_one_clear_error() -> None:
+    import threading
+
+    class Locked(Board):
+        def observation_for(self, agent_id: AgentId, snapshot: Any = None) -> Any:
+            return Opaque(super().observation_for(agent_id, snapshot), threading.Lock())
+
+    world, agents = _three(["cy"])
+    locked = Locked(world.watches, {"ann": [], "bob": ["cy"], "cy": [], "dee": []})
+    with pytest.raises(ConfigError, match=r"the observation of agent '\w+' \(Opaque\) compares "
+                                          r"by neither == nor pickle"):
+        run(locked, agents, turns=2)

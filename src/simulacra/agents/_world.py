@@ -350,9 +350,12 @@ class World:
         ever affect *agent_id*: a superset is safe), must cover every agent
         whose events can trigger *agent_id*, and *agent_id*'s observation must
         depend on nothing else (no global counts, no "newest posts of all").
-        The engine checks it: a turn started early is observed again at its
-        own time, and an observation that changed, or a wake-up from an agent
-        not named, stops the run with an error naming the two agents.
+        Return None for any agent and no turn starts early. The engine checks
+        the answer: a turn started early is observed again at its own time
+        (observations are compared with ``==``, or by their pickles where that
+        does not say equal), and an observation that changed, or a wake-up
+        from an agent not named, stops the run with a ConfigError naming the
+        agent (and, for a wake-up, the one that woke it).
         """
         return None
 

@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures as cf
+import contextlib
 import dataclasses
 import functools
 import hashlib
@@ -44,6 +45,7 @@ import heapq
 import inspect
 import json
 import math
+import pickle
 import random
 import threading
 import time as _time
@@ -756,6 +758,10 @@ class EventEngine(SocietyEngine):
                     f"collection of agent ids, got {type(named).__name__} {named!r}"[:300])
             others = []
             for other in named:
+                if isinstance(other, bool) or not isinstance(other, int | str):
+                    raise ConfigError(
+                        f"{type(world).__name__}.affected_by({agent_id!r}) must return agent "
+                        f"ids (int or str), got {type(other).__name__} {other!r} in it"[:300])
                 if other not in known:
                     raise ConfigError(
                         f"{type(world).__name__}.affected_by({agent_id!r}) names {other!r}, "
@@ -1162,6 +1168,39 @@ class _Flight:
         self.op: Any = None         # a blocking agent's last op: ("call", ...), ("act", ...)
 
 
+async def _cancel_tasks() -> None:
+    """Cancel every other task of the running loop and wait for them to end."""
+    me = asyncio.current_task()
+    tasks = [task for task in asyncio.all_tasks() if task is not me]
+    for task in tasks:
+        task.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
+
+
+def _same_observation(now: Any, then: Any, agent_id: AgentId) -> bool:
+    """Whether two observations of *agent_id* are the same: by ``==``, else by their pickles.
+
+    ``==`` decides when it says True. Observations that do not compare by value
+    (a class without ``__eq__``, a NaN, a numpy array) are compared by their
+    pickled bytes.
+
+    Raises:
+        ConfigError: neither works (an observation that cannot be pickled).
+    """
+    try:
+        if (now == then) is True:
+            return True
+    except Exception:  # noqa: S110  (a numpy array's ambiguous truth: pickles decide)
+        pass
+    try:
+        return pickle.dumps(now, protocol=5) == pickle.dumps(then, protocol=5)
+    except Exception as exc:
+        raise ConfigError(
+            f"the observation of agent {agent_id!r} ({type(now).__name__}) compares by neither "
+            f"== nor pickle ({type(exc).__name__}), so a turn started early cannot be checked: "
+            "give it __eq__, or set dependencies: false") from None
+
+
 class _Early:
     """A turn started early (World.affected_by): its wake entry, not yet reached by the kernel."""
 
@@ -1231,6 +1270,10 @@ class _Runner:
                 release = getattr(model, "aclose_loop", None)
                 if callable(release):
                     asyncio.run_coroutine_threadsafe(release(), self.aloop).result()
+            # Cancel what is still running (a run that stopped on an error) before the loop
+            # stops, or every pending task says "Task was destroyed but it is pending!".
+            with contextlib.suppress(Exception):
+                asyncio.run_coroutine_threadsafe(_cancel_tasks(), self.aloop).result(timeout=10)
             self.aloop.call_soon_threadsafe(self.aloop.stop)
             if self.loop_thread is not None:
                 self.loop_thread.join()
@@ -1288,7 +1331,8 @@ class _Runner:
                 f"agent {agent_id!r} was woken at t={entry[0]:.6g} ({entry[5][0]}) before its "
                 f"turn started early for t={early.when:.6g}: {type(world).__name__}.affected_by"
                 f"({agent_id!r}) leaves out an agent that can wake it")
-        if world.observation_for(agent_id, None) != early.observation:
+        if not _same_observation(world.observation_for(agent_id, None), early.observation,
+                                 agent_id):
             raise ConfigError(
                 f"agent {agent_id!r} sees another world at t={early.when:.6g} than when its turn "
                 f"started early: {type(world).__name__}.affected_by({agent_id!r}) leaves out "
@@ -1310,18 +1354,22 @@ class _Runner:
             self._harvest, agent_id, flight))
 
     def check_trigger(self, source: AgentId, target: AgentId, when: float) -> None:
-        """*source*'s event wakes *target*, whose turn started early: refused unless later.
+        """*source*'s event wakes *target*, whose turn started early: always refused.
+
+        *source* resolved before the kernel reached *target*'s wake-up, so it
+        could affect *target* there; had the world named it, the turn would
+        not have started early. Even a wake-up after the early turn's time
+        would change the run: it would be folded into the turn in flight.
 
         Raises:
-            ConfigError: the wake-up comes at or before the early turn's time.
+            ConfigError: naming both agents.
         """
         early = self.early[target]
-        if when <= early.when:
-            world = self.engine._world
-            raise ConfigError(
-                f"agent {source!r} woke agent {target!r} at t={when:.6g}, at or before the "
-                f"turn {target!r} started early for t={early.when:.6g}: "
-                f"{type(world).__name__}.affected_by({target!r}) does not name {source!r}")
+        world = self.engine._world
+        raise ConfigError(
+            f"agent {source!r} woke agent {target!r} (for t={when:.6g}) before the kernel "
+            f"reached the turn {target!r} started early for t={early.when:.6g}: "
+            f"{type(world).__name__}.affected_by({target!r}) does not name {source!r}")
 
     def prestart(self) -> None:
         """Start early the turns whose wake-ups no turn still to resolve can reach.
