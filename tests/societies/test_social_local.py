@@ -96,3 +96,17 @@ def test_on_the_street_only_neighbours_are_reached() -> None:
 def test_local_must_be_a_boolean() -> None:
     with pytest.raises(ConfigError, match=r"sim.world.local must be true or false, got str"):
         street(6, "sim.world.local='yes'")
+
+
+def test_a_run_directory_counts_the_turns_started_early(tmp_path: Any) -> None:
+    from simulacra.societies import run_society
+
+    settings = ["sim.agents=30", "sim.world.local=true", "sim.engine.step.built_in=async_event",
+                "sim.steps=1", "sim.engine.step.options.window=100",
+                "sim.engine.step.options.max_turns=3"]
+    early = run_society(load_config(CONFIG, settings), out=tmp_path / "early", model=Unsteady())
+    assert early.llm["throughput"]["turns_started_early"] > 0
+    settings.append("sim.engine.step.options.dependencies=false")
+    off = run_society(load_config(CONFIG, settings), out=tmp_path / "off", model=Unsteady())
+    assert off.llm["throughput"]["turns_started_early"] == 0
+    assert off.digest == early.digest

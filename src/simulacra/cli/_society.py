@@ -538,6 +538,9 @@ def _rows(config: Any, run: Any) -> dict[str, Any]:
                                   f" ({_rate(rate)}, {_duration_us(speed['us_per_agent_step'])} "
                                   "each)"))
         rows["  needing no call"] = f"{speed.get('no_call_share', 0.0):.1%}"
+        if speed.get("turns_started_early"):
+            rows["  started early"] = (f"{speed['turns_started_early']} (the world names who "
+                                       "affects whom)")
         steps_taken, calls = speed.get("agent_steps", 0), llm.get("calls", 0)
         if steps_taken and calls > steps_taken:
             # Calls against events: an agent-step is a resolved turn (one event or more).

@@ -1467,6 +1467,11 @@ def _execute(config: RunConfig, rundir: RunDirectory | None, model: LanguageMode
             llm["served_from_recordings"] = served = served + replayed
         session_calls = tally.calls
         llm["throughput"] = _throughput(whole, session_calls, served)
+        early = getattr(getattr(engine, "engine", None), "early_starts", None)
+        if isinstance(early, int) and not isinstance(early, bool):
+            # The event engine's (this session's): turns begun before the kernel reached
+            # them, where the world names who affects whom (World.affected_by).
+            llm["throughput"]["turns_started_early"] = early
         failures = _failure_summary(
             rundir.iter_events("turn_failed") if rundir is not None else session_events,
             whole.turns)
