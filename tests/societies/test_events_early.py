@@ -134,7 +134,7 @@ def boards(draw: st.DrawFn) -> dict[str, Any]:
 REACTIONS = st.sampled_from([0.0, 0.0, 0.05, 0.3, 0.7])
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=60, deadline=None)
 @given(board=boards(), mode=st.sampled_from(["threads", "asyncio"]), reaction=REACTIONS)
 def test_early_starts_change_nothing_but_the_wall_clock(board: dict[str, Any], mode: str,
                                                        reaction: float) -> None:
@@ -145,7 +145,7 @@ def test_early_starts_change_nothing_but_the_wall_clock(board: dict[str, Any], m
     assert early == without == reference
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=60, deadline=None)
 @given(board=boards(), reaction=REACTIONS, data=st.data())
 def test_a_world_that_names_too_few_stops_or_runs_right_never_wrong(
         board: dict[str, Any], reaction: float, data: st.DataObject) -> None:
