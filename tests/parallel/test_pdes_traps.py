@@ -207,3 +207,21 @@ def test_a_shard_that_is_an_integer_of_another_type_is_taken() -> None:
     with pytest.raises(PartitionError, match="shard 2, but there are 2 shards"):
         ShardedSim(models.build_string_shard, shards=2, mode="inline",
                    partition={"a": 2, "b": 0})
+
+
+@pytest.mark.parametrize("mode", ["unsharded", "inline"])
+def test_a_numpy_stream_of_the_sim_fetched_in_build_is_refused_at_the_draw(mode: str) -> None:
+    pytest.importorskip("numpy")
+
+    def draw(sim: Any, me: Any, normal: Any) -> Any:
+        yield sim.delay(1.0)
+        sim.record("draw", me.name, float(normal()))
+
+    def build(ctx: Any) -> None:
+        shared = ctx.sim.np_rng("shared")
+        shared.normal()  # in build(): every shard draws alike, allowed
+        for name in ("a", "b"):
+            ctx.spawn_entity(name, draw, shared.normal)  # a method fetched now, called later
+
+    with pytest.raises(PartitionError, match=r"sim\.np_rng\('shared'\) drawn by entity"):
+        run_model(mode, build, {})

@@ -257,16 +257,45 @@ class _SimSmallStream:
         self._inner.setstate(state)
 
 
+class _SimNumpyStream:
+    """``sim.np_rng(name)`` of a sharded model: a numpy Generator whose methods check each call.
+
+    A method fetched in build() (``draw = gen.normal``) is checked too, when it
+    is called: drawing from the Sim's stream is refused once the model runs.
+    """
+
+    __slots__ = ("_ctx", "_inner", "_name")
+
+    def __init__(self, inner: Any, name: str, ctx: ShardContext) -> None:
+        self._inner = inner
+        self._name = name
+        self._ctx = ctx
+
+    def __getattr__(self, attr: str) -> Any:
+        value = getattr(self._inner, attr)
+        if not callable(value):
+            return value
+        ctx, name = self._ctx, self._name
+
+        def checked(*args: Any, **kwargs: Any) -> Any:
+            if not ctx._building:
+                ctx._refuse_sim_stream(f"sim.np_rng({name!r})", f"entity.np_rng({name!r})")
+            return value(*args, **kwargs)
+
+        return checked
+
+
 class _ModelStreams(Streams):
     """A sharded model's streams: the Sim's (guarded, see :class:`_SimStream`) and the entities'."""
 
-    __slots__ = ("_ctx", "_shared", "_shared_small")
+    __slots__ = ("_ctx", "_shared", "_shared_np", "_shared_small")
 
     def __init__(self, root: Any, ctx: ShardContext) -> None:
         super().__init__(root)
         self._ctx = ctx
         self._shared: dict[str, _SimStream] = {}
         self._shared_small: dict[str, _SimSmallStream] = {}
+        self._shared_np: dict[str, _SimNumpyStream] = {}
 
     def rng(self, name: str) -> random.Random:
         """``sim.rng(name)``: a plain Sim stream's draws, refused once the model runs."""
@@ -283,10 +312,19 @@ class _ModelStreams(Streams):
         return stream
 
     def np_rng(self, name: str) -> Generator:
-        """``sim.np_rng(name)``: refused once the model runs (its draws cannot be watched)."""
+        """``sim.np_rng(name)``: refused once the model runs, and so is every draw from it.
+
+        The generator handed out is a :class:`_SimNumpyStream`: its methods
+        check at each call, so one fetched in build() and drawn from later is
+        refused too.
+        """
         if not self._ctx._building:
             self._ctx._refuse_sim_stream(f"sim.np_rng({name!r})", f"entity.np_rng({name!r})")
-        return super().np_rng(name)
+        stream = self._shared_np.get(name)
+        if stream is None:
+            stream = self._shared_np[name] = _SimNumpyStream(super().np_rng(name), name,
+                                                             self._ctx)
+        return stream  # type: ignore[return-value]  # a Generator's methods, checked
 
     def small_rng(self, name: str) -> Any:
         """``sim.small_rng(name)``: drawn from in build() only (see :class:`_SimSmallStream`)."""
