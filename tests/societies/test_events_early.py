@@ -303,3 +303,24 @@ def test_an_observation_that_compares_by_nothing_is_one_clear_error() -> None:
     with pytest.raises(ConfigError, match=r"the observation of agent '\w+' \(Opaque\) compares "
                                           r"by neither == nor pickle"):
         run(locked, agents, turns=2)
+
+
+def test_a_world_that_hands_out_its_own_list_is_still_checked() -> None:
+    """The observation is the world's live list: the check compares a copy taken at the start."""
+
+    class Live(Board):
+        def __init__(self, *args: Any) -> None:
+            super().__init__(*args)
+            self.seen_by: dict[str, list[Any]] = {}
+
+        def observation_for(self, agent_id: AgentId, snapshot: Any = None) -> Any:
+            live = self.seen_by.setdefault(str(agent_id), [])
+            live[:] = super().observation_for(agent_id, snapshot)  # the same list, refilled
+            return live
+
+        _NOT_STATE = Board._NOT_STATE | {"seen_by"}
+
+    world, agents = _three([])  # a lie: bob watches cy
+    live = Live(world.watches, {"ann": [], "bob": [], "cy": [], "dee": []})
+    with pytest.raises(ConfigError, match=r"agent 'bob' sees another world at t=2 "):
+        run(live, agents, turns=2)

@@ -38,6 +38,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures as cf
 import contextlib
+import copy
 import dataclasses
 import functools
 import hashlib
@@ -1168,6 +1169,19 @@ class _Flight:
         self.op: Any = None         # a blocking agent's last op: ("call", ...), ("act", ...)
 
 
+def _frozen(observation: Any) -> Any:
+    """A deep copy of *observation*, to check against at the turn's own time.
+
+    A world that hands out a list it keeps (against ``docs/howto/world.md``)
+    would otherwise be compared with itself at the turn's time, and a change
+    to it missed. What cannot be copied is kept as it is.
+    """
+    try:
+        return copy.deepcopy(observation)
+    except Exception:
+        return observation
+
+
 async def _cancel_tasks() -> None:
     """Cancel every other task of the running loop and wait for them to end."""
     me = asyncio.current_task()
@@ -1456,7 +1470,8 @@ class _Runner:
                 assert self.aloop is not None  # noqa: S101  (no graph in sequential mode)
                 future = asyncio.run_coroutine_threadsafe(self._gated(agent_id, spec),
                                                           self.aloop)
-            self.early[agent_id] = _Early(entry, spec, engine._last_observation, future)
+            self.early[agent_id] = _Early(entry, spec, _frozen(engine._last_observation),
+                                          future)
             engine.early_starts += 1
             room -= 1
             if room <= 0:
