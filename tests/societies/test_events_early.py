@@ -194,7 +194,10 @@ def test_a_true_declaration_starts_the_turns_it_can() -> None:
 def test_an_observation_the_world_did_not_declare_stops_the_run() -> None:
     world, agents = _three([])  # bob watches cy, but the world says nobody affects bob
     with pytest.raises(ConfigError, match=r"agent 'bob' sees another world at t=2 than "
-                                          r"when its turn started early: Board\.affected_by"):
+                                          r"when its turn started early: Board\.affected_by"
+                                          r"\('bob'\) leaves out an agent whose actions it "
+                                          r"observes \(of those resolved since it started "
+                                          r"and not named: .*'cy'"):
         run(world, agents, turns=2)
 
 

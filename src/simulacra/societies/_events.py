@@ -853,6 +853,9 @@ class EventEngine(SocietyEngine):
         if spec.step < book.resolved:  # resolved already: resolution is idempotent
             return
         book.resolved = spec.step + 1
+        runner = self._runner
+        if runner is not None and runner.early:
+            runner.resolved.append(agent_id)
         world = self._world
         failure: BaseException | None = None if ok else action
         if failure is not None and isinstance(failure, self._fatal):
@@ -1218,11 +1221,12 @@ def _same_observation(now: Any, then: Any, agent_id: AgentId) -> bool:
 class _Early:
     """A turn started early (World.affected_by): its wake entry, not yet reached by the kernel."""
 
-    __slots__ = ("entry", "future", "observation", "spec", "when")
+    __slots__ = ("entry", "future", "mark", "observation", "spec", "when")
 
     def __init__(self, entry: tuple[Any, ...], spec: ActionSpec, observation: Any,
-                 future: cf.Future[Any]) -> None:
+                 future: cf.Future[Any], mark: int) -> None:
         self.entry = entry
+        self.mark = mark  # where the runner's log of resolutions stood when it started
         self.when: float = entry[0]
         self.spec = spec
         self.observation = observation
@@ -1247,6 +1251,8 @@ class _Runner:
         self.flight: dict[AgentId, _Flight] = {}
         #: Turns started early (World.affected_by), by agent, until the kernel reaches them.
         self.early: dict[AgentId, _Early] = {}
+        #: The agents resolved while a turn started early waits (to name in an error).
+        self.resolved: list[AgentId] = []
         graph = engine._dependency_graph() if engine.tracer is None else None
         self.graph: tuple[list[tuple[int, ...]], list[tuple[int, ...]]] | None = None
         self.index: dict[AgentId, int] = {}
@@ -1347,11 +1353,20 @@ class _Runner:
                 f"({agent_id!r}) leaves out an agent that can wake it")
         if not _same_observation(world.observation_for(agent_id, None), early.observation,
                                  agent_id):
+            graph = engine._graph
+            named = set(graph[0][agent_id]) if isinstance(graph, tuple) else set()
+            since = sorted({str(a) for a in self.resolved[early.mark:]
+                            if a not in named and a != agent_id})
+            who = (f" (of those resolved since it started and not named: "
+                   f"{', '.join(map(repr, since[:5]))}{', ...' if len(since) > 5 else ''})"
+                   if since else "")
             raise ConfigError(
                 f"agent {agent_id!r} sees another world at t={early.when:.6g} than when its turn "
                 f"started early: {type(world).__name__}.affected_by({agent_id!r}) leaves out "
-                f"an agent whose actions it observes (or its observation reads state that "
+                f"an agent whose actions it observes{who} (or its observation reads state that "
                 f"no agent's action changes, such as the number of all posts)")
+        if not self.early:
+            self.resolved.clear()
         window.wakes += 1
         flights = self.flight
         while len(flights) >= engine._concurrency:  # as start() does at the cap
@@ -1471,7 +1486,7 @@ class _Runner:
                 future = asyncio.run_coroutine_threadsafe(self._gated(agent_id, spec),
                                                           self.aloop)
             self.early[agent_id] = _Early(entry, spec, _frozen(engine._last_observation),
-                                          future)
+                                          future, len(self.resolved))
             engine.early_starts += 1
             room -= 1
             if room <= 0:
