@@ -294,18 +294,39 @@ def test_observations_that_do_not_compare_by_value_are_compared_by_pickle(shape:
     assert digest == run(*board(), mode="sequential", turns=2)[0]
 
 
-def test_an_observation_that_compares_by_nothing_is_one_clear_error() -> None:
+def test_an_observation_that_will_not_pickle_is_never_started_early() -> None:
     import threading
 
     class Locked(Board):
         def observation_for(self, agent_id: AgentId, snapshot: Any = None) -> Any:
             return Opaque(super().observation_for(agent_id, snapshot), threading.Lock())
 
-    world, agents = _three(["cy"])
-    locked = Locked(world.watches, {"ann": [], "bob": ["cy"], "cy": [], "dee": []})
-    with pytest.raises(ConfigError, match=r"the observation of agent '\w+' \(Opaque\) compares "
-                                          r"by neither == nor pickle"):
-        run(locked, agents, turns=2)
+    def board() -> tuple[Board, list[Poster]]:
+        world, agents = _three(["cy"])
+        return Locked(world.watches, {"ann": [], "bob": ["cy"], "cy": [], "dee": []}), agents
+
+    digest, engine = run(*board(), turns=2)
+    assert engine.early_starts == 0  # it could not be checked at its own time
+    assert digest == run(*board(), mode="sequential", turns=2)[0]
+
+
+@pytest.mark.parametrize("style", ["negative zero", "int or float", "set order"])
+def test_values_that_are_equal_but_tell_apart_are_a_change(style: str) -> None:
+    """0.0 and -0.0, 1 and 1.0 and True, equal frozensets in another order: an agent tells."""
+
+    class Subtle(Board):
+        def observation_for(self, agent_id: AgentId, snapshot: Any = None) -> Any:
+            n = sum(1 for author, _ in self.posts if author in self.watches[str(agent_id)])
+            if style == "negative zero":
+                return (-0.0 if n % 2 else 0.0,)
+            if style == "int or float":
+                return ((1, 1.0, True)[n % 3],)
+            return (frozenset([8, 16]) if n % 2 else frozenset([16, 8]),)
+
+    world, agents = _three([])  # a lie: bob watches cy
+    subtle = Subtle(world.watches, {"ann": [], "bob": [], "cy": [], "dee": []})
+    with pytest.raises(ConfigError, match=r"agent '\w+' sees another world at t="):
+        run(subtle, agents, turns=2)
 
 
 def test_a_world_that_hands_out_its_own_list_is_still_checked() -> None:

@@ -351,11 +351,13 @@ class World:
         whose events can trigger *agent_id*, and *agent_id*'s observation must
         depend on nothing else (no global counts, no "newest posts of all").
         Return None for any agent and no turn starts early. The engine checks
-        the answer: a turn started early is observed again at its own time
-        (observations are compared with ``==``, or by their pickles where that
-        does not say equal), and an observation that changed, or a wake-up
-        from an agent not named, stops the run with a ConfigError naming the
-        agent (and, for a wake-up, the one that woke it).
+        the answer: a turn started early is observed again at its own time and
+        its pickled bytes compared with those it started with (an observation
+        that will not pickle is never started early), and an observation that
+        changed, or a wake-up from an agent not named, stops the run with a
+        ConfigError naming the agent (and the agents that may have changed it,
+        or the one that woke it). :meth:`observation_for` must only read: it is
+        called twice for a turn started early.
         """
         return None
 

@@ -38,7 +38,6 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures as cf
 import contextlib
-import copy
 import dataclasses
 import functools
 import hashlib
@@ -101,6 +100,8 @@ _TWO_POW_53: Final = 2.0 ** -53
 _PURPOSES: Final = {"first": 0x9E3779B97F4A7C15, "wake": 0xD1B54A32D192ED03}
 #: Per agent, whom it is affected by and whom it affects (World.affected_by).
 _Graph = tuple[dict[AgentId, tuple[AgentId, ...]], dict[AgentId, tuple[AgentId, ...]]]
+#: No observation given (``_start_turn`` takes one itself).
+_UNSEEN: Final = object()
 #: Event kinds that do not lengthen a causal chain.
 _NON_ACTIONS: Final = frozenset({"idle", "turn_failed"})
 
@@ -388,7 +389,6 @@ class EventEngine(SocietyEngine):
         self._salts: dict[str, int] = {}
         self._model = model
         self._observed: Any = None
-        self._last_observation: Any = None
         self._blocking: dict[AgentId, BlockingAgent] = {
             agent_id: agent for agent_id, agent in self._agents.items()
             if isinstance(agent, BlockingAgent)}
@@ -780,7 +780,12 @@ class EventEngine(SocietyEngine):
 
     # -- turns -------------------------------------------------------------------------
 
-    def _start_turn(self, agent_id: AgentId, when: float, reason: str) -> ActionSpec:
+    def _start_turn(self, agent_id: AgentId, when: float, reason: str,
+                    observation: Any = _UNSEEN) -> ActionSpec:
+        """Start *agent_id*'s turn woken at *when*: its book-keeping and its observation.
+
+        An early start passes the *observation* it has already taken (and pickled).
+        """
         book = self._book[agent_id]
         spec = ActionSpec(book.turns, when, reason)
         self._calls_at_start[book.key] = int(getattr(self._agents[agent_id], "calls", 0) or 0)
@@ -795,8 +800,8 @@ class EventEngine(SocietyEngine):
             index = int(when // self._width)
             self._open_window(index)
             tracer.turn_started(book.key, index, when, spec.step)
-        observation = self._world.observation_for(agent_id, None)
-        self._last_observation = observation  # kept by an early start, checked at its time
+        if observation is _UNSEEN:
+            observation = self._world.observation_for(agent_id, None)
         if agent_id in self._blocking:
             self._observed = observation
         else:
@@ -1172,17 +1177,19 @@ class _Flight:
         self.op: Any = None         # a blocking agent's last op: ("call", ...), ("act", ...)
 
 
-def _frozen(observation: Any) -> Any:
-    """A deep copy of *observation*, to check against at the turn's own time.
+def _snapshot(observation: Any) -> bytes | None:
+    """*observation*'s pickled bytes: what a turn started early is checked against; or None.
 
-    A world that hands out a list it keeps (against ``docs/howto/world.md``)
-    would otherwise be compared with itself at the turn's time, and a change
-    to it missed. What cannot be copied is kept as it is.
+    Bytes, not ``==``: equal values that an agent can tell apart (``0.0`` and
+    ``-0.0``, ``1`` and ``True``, sets or dicts in another order) pickle apart,
+    and a live view of the world's state (a list it keeps, a mapping proxy) is
+    frozen as it was, not compared with itself later. An observation that will
+    not pickle gives None, and its turn is not started early.
     """
     try:
-        return copy.deepcopy(observation)
+        return pickle.dumps(observation, protocol=5)
     except Exception:
-        return observation
+        return None
 
 
 async def _cancel_tasks() -> None:
@@ -1194,32 +1201,11 @@ async def _cancel_tasks() -> None:
     await asyncio.gather(*tasks, return_exceptions=True)
 
 
-def _same_observation(now: Any, then: Any, agent_id: AgentId) -> bool:
-    """Whether two observations of *agent_id* are the same: by ``==``, else by their pickles.
-
-    ``==`` decides when it says True. Observations that do not compare by value
-    (a class without ``__eq__``, a NaN, a numpy array) are compared by their
-    pickled bytes.
-
-    Raises:
-        ConfigError: neither works (an observation that cannot be pickled).
-    """
-    try:
-        if (now == then) is True:
-            return True
-    except Exception:  # noqa: S110  (a numpy array's ambiguous truth: pickles decide)
-        pass
-    try:
-        return pickle.dumps(now, protocol=5) == pickle.dumps(then, protocol=5)
-    except Exception as exc:
-        raise ConfigError(
-            f"the observation of agent {agent_id!r} ({type(now).__name__}) compares by neither "
-            f"== nor pickle ({type(exc).__name__}), so a turn started early cannot be checked: "
-            "give it __eq__, or set dependencies: false") from None
-
-
 class _Early:
-    """A turn started early (World.affected_by): its wake entry, not yet reached by the kernel."""
+    """A turn started early (World.affected_by): its wake entry, not yet reached by the kernel.
+
+    ``observation`` holds the pickled bytes of what it saw (:func:`_snapshot`).
+    """
 
     __slots__ = ("entry", "future", "mark", "observation", "spec", "when")
 
@@ -1351,8 +1337,7 @@ class _Runner:
                 f"agent {agent_id!r} was woken at t={entry[0]:.6g} ({entry[5][0]}) before its "
                 f"turn started early for t={early.when:.6g}: {type(world).__name__}.affected_by"
                 f"({agent_id!r}) leaves out an agent that can wake it")
-        if not _same_observation(world.observation_for(agent_id, None), early.observation,
-                                 agent_id):
+        if _snapshot(world.observation_for(agent_id, None)) != early.observation:
             graph = engine._graph
             named = set(graph[0][agent_id]) if isinstance(graph, tuple) else set()
             since = sorted({str(a) for a in self.resolved[early.mark:]
@@ -1478,15 +1463,18 @@ class _Runner:
             if (book[agent_id].busy or agent_id in blocking or not self.admissible(agent_id)
                     or any(dist[c] <= when for c in affected[i])):
                 continue
-            spec = engine._start_turn(agent_id, when, entry[5][0])
+            observation = engine._world.observation_for(agent_id, None)
+            snapshot = _snapshot(observation)
+            if snapshot is None:  # cannot be checked at its own time: not started early
+                continue
+            spec = engine._start_turn(agent_id, when, entry[5][0], observation)
             if self.pool is not None:
                 future = self.pool.submit(engine._act, agent_id, spec)
             else:
                 assert self.aloop is not None  # noqa: S101  (no graph in sequential mode)
                 future = asyncio.run_coroutine_threadsafe(self._gated(agent_id, spec),
                                                           self.aloop)
-            self.early[agent_id] = _Early(entry, spec, _frozen(engine._last_observation),
-                                          future, len(self.resolved))
+            self.early[agent_id] = _Early(entry, spec, snapshot, future, len(self.resolved))
             engine.early_starts += 1
             room -= 1
             if room <= 0:
