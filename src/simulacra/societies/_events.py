@@ -98,8 +98,8 @@ _CHANGE: Final = 0
 _TWO_POW_53: Final = 2.0 ** -53
 #: Distinct 64-bit constants separating the counter-based draws by purpose.
 _PURPOSES: Final = {"first": 0x9E3779B97F4A7C15, "wake": 0xD1B54A32D192ED03}
-#: Per agent, whom it is affected by and whom it affects (World.affected_by).
-_Graph = tuple[dict[AgentId, tuple[AgentId, ...]], dict[AgentId, tuple[AgentId, ...]]]
+#: Per agent index, whom it is affected by and whom it affects (World.affected_by).
+_Graph = tuple[list[tuple[int, ...]], list[tuple[int, ...]]]
 #: No observation given (``_start_turn`` takes one itself).
 _UNSEEN: Final = object()
 #: Event kinds that do not lengthen a causal chain.
@@ -370,7 +370,8 @@ class EventEngine(SocietyEngine):
         self._dependencies = dependencies
         #: Turns started early so far (telemetry, not state: the run is the same without).
         self.early_starts = 0
-        self._graph: _Graph | bool | None = False
+        self._graph: _Graph | bool | None = False  # False: not asked yet
+        self._index: dict[AgentId, int] = {}  # an agent's place in _ids (the graph's)
         self._on_event = on_event
         self._on_window = on_window
         self._on_turn = on_turn
@@ -578,7 +579,8 @@ class EventEngine(SocietyEngine):
         self._note_queue(window)
         reason, chain = payload
         runner = self._runner
-        if runner is not None and runner.early and agent_id in runner.early:
+        assert runner is not None  # noqa: S101  (entries run inside run())
+        if runner.early and agent_id in runner.early:
             runner.adopt(agent_id, entry, window, chain + 1)
             return
         book = self._book[agent_id]
@@ -586,8 +588,6 @@ class EventEngine(SocietyEngine):
             if book.pending is None or chain > book.pending[1]:
                 book.pending = (reason, chain)
             return
-        runner = self._runner
-        assert runner is not None  # noqa: S101  (entries run inside run())
         if not runner.admissible(agent_id):
             self._parked.append(entry)  # woken again by a later run() with more turns
             return
@@ -728,7 +728,7 @@ class EventEngine(SocietyEngine):
     # -- early starts (World.affected_by) ---------------------------------------------
 
     def _dependency_graph(self) -> _Graph | None:
-        """``(affected_by, affects)`` per agent, from the world; None where it names none.
+        """``(affected_by, affects)`` per agent index (``_ids``), from the world, or None.
 
         Asked once, at the first run that could start turns early. None when
         early starts are off (``dependencies=False``, ``lookahead=False``, the
@@ -771,12 +771,14 @@ class EventEngine(SocietyEngine):
                 if other != agent_id:
                     others.append(other)
             affected[agent_id] = tuple(sorted(set(others), key=str))
-        affects: dict[AgentId, list[AgentId]] = {agent_id: [] for agent_id in self._ids}
-        for agent_id, sources in affected.items():
+        index = self._index = {agent_id: i for i, agent_id in enumerate(self._ids)}
+        by_index = [tuple(index[a] for a in affected[agent_id]) for agent_id in self._ids]
+        affects: list[list[int]] = [[] for _ in self._ids]
+        for i, sources in enumerate(by_index):
             for source in sources:
-                affects[source].append(agent_id)
-        self._graph = (affected, {a: tuple(e) for a, e in affects.items()})
-        return self._graph
+                affects[source].append(i)
+        graph = self._graph = (by_index, [tuple(e) for e in affects])
+        return graph
 
     # -- turns -------------------------------------------------------------------------
 
@@ -1239,14 +1241,7 @@ class _Runner:
         self.early: dict[AgentId, _Early] = {}
         #: The agents resolved while a turn started early waits (to name in an error).
         self.resolved: list[AgentId] = []
-        graph = engine._dependency_graph() if engine.tracer is None else None
-        self.graph: tuple[list[tuple[int, ...]], list[tuple[int, ...]]] | None = None
-        self.index: dict[AgentId, int] = {}
-        if graph is not None:
-            self.index = {agent_id: i for i, agent_id in enumerate(engine._ids)}
-            affected, affects = graph
-            self.graph = ([tuple(self.index[a] for a in affected[x]) for x in engine._ids],
-                          [tuple(self.index[a] for a in affects[x]) for x in engine._ids])
+        self.graph = engine._dependency_graph() if engine.tracer is None else None
         self.pool: cf.ThreadPoolExecutor | None = None
         self.loop_thread: threading.Thread | None = None
         self.aloop: asyncio.AbstractEventLoop | None = None
@@ -1290,18 +1285,7 @@ class _Runner:
     def start(self, agent_id: AgentId, when: float, spec: ActionSpec, chain: int) -> None:
         """Start the turn woken at *when*: its process, then its call (on the pool)."""
         engine = self.engine
-        flights = self.flight
-        while len(flights) >= engine._concurrency:
-            # At the cap: wait for the earliest turn in flight, as a full pool would.
-            oldest = next(iter(flights))
-            self.finish(oldest, flights[oldest])
-        act = engine._sim.event()
-        engine._sim.spawn(engine._turn(act), name=f"turn {engine._book[agent_id].key} "
-                                                     f"{spec.step}")
-        flight = self.flight[agent_id] = _Flight(agent_id, when, spec, chain, act)
-        engine._peak = max(engine._peak, len(self.flight))
-        window = engine._window(when)
-        window.in_flight_max = max(window.in_flight_max, len(self.flight))
+        flight = self._fly(agent_id, when, spec, chain, engine._window(when))
         blocking = engine._blocking.get(agent_id)
         if blocking is not None:
             stream = functools.partial(engine._stream, "agent", engine._book[agent_id].key)
@@ -1319,6 +1303,23 @@ class _Runner:
         else:
             engine._schedule_harvest(when + engine._min, functools.partial(
                 self._harvest, agent_id, flight))
+
+    def _fly(self, agent_id: AgentId, when: float, spec: ActionSpec, chain: int,
+             window: _Window) -> _Flight:
+        """Put the turn in flight: its kernel process waiting on its act event (telemetry too)."""
+        engine = self.engine
+        flights = self.flight
+        while len(flights) >= engine._concurrency:
+            # At the cap: wait for the earliest turn in flight, as a full pool would.
+            oldest = next(iter(flights))
+            self.finish(oldest, flights[oldest])
+        act = engine._sim.event()
+        engine._sim.spawn(engine._turn(act), name=f"turn {engine._book[agent_id].key} "
+                                                     f"{spec.step}")
+        flight = flights[agent_id] = _Flight(agent_id, when, spec, chain, act)
+        engine._peak = max(engine._peak, len(flights))
+        window.in_flight_max = max(window.in_flight_max, len(flights))
+        return flight
 
     def adopt(self, agent_id: AgentId, entry: tuple[Any, ...], window: _Window,
               chain: int) -> None:
@@ -1338,8 +1339,8 @@ class _Runner:
                 f"turn started early for t={early.when:.6g}: {type(world).__name__}.affected_by"
                 f"({agent_id!r}) leaves out an agent that can wake it")
         if _snapshot(world.observation_for(agent_id, None)) != early.observation:
-            graph = engine._graph
-            named = set(graph[0][agent_id]) if isinstance(graph, tuple) else set()
+            assert self.graph is not None  # noqa: S101  (a turn started early had one)
+            named = {engine._ids[i] for i in self.graph[0][engine._index[agent_id]]}
             since = sorted({str(a) for a in self.resolved[early.mark:]
                             if a not in named and a != agent_id})
             who = (f" (of those resolved since it started and not named: "
@@ -1353,17 +1354,8 @@ class _Runner:
         if not self.early:
             self.resolved.clear()
         window.wakes += 1
-        flights = self.flight
-        while len(flights) >= engine._concurrency:  # as start() does at the cap
-            oldest = next(iter(flights))
-            self.finish(oldest, flights[oldest])
-        act = engine._sim.event()
-        engine._sim.spawn(engine._turn(act), name=f"turn {engine._book[agent_id].key} "
-                                                     f"{early.spec.step}")
-        flight = flights[agent_id] = _Flight(agent_id, early.when, early.spec, chain, act)
+        flight = self._fly(agent_id, early.when, early.spec, chain, window)
         flight.future = early.future
-        engine._peak = max(engine._peak, len(flights))
-        window.in_flight_max = max(window.in_flight_max, len(flights))
         engine._schedule_harvest(early.when + engine._min, functools.partial(
             self._harvest, agent_id, flight))
 
@@ -1407,7 +1399,7 @@ class _Runner:
         if room <= 0:
             return
         affected, affects = graph
-        index = self.index
+        index = engine._index
         by_key = engine._by_key
         m = engine._min
         inf = math.inf
