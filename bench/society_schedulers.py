@@ -160,7 +160,8 @@ SCHEDULERS = ("global sync", "lookahead", "dependencies")
 
 
 def overrides(scheduler: str, agents: int, turns: int, concurrency: int, *, think: float,
-              base_url: str, local: bool, follows: int) -> list[str]:
+              base_url: str, local: bool, follows: int, window: float | None = None
+              ) -> list[str]:
     common = [f"sim.agents={agents}", "sim.engine.mode=threads",
               f"sim.engine.concurrency={concurrency}", "sim.llm.provider=openai_compatible",
               f"sim.llm.base_url={base_url}", f"sim.llm.concurrency={concurrency}",
@@ -170,9 +171,13 @@ def overrides(scheduler: str, agents: int, turns: int, concurrency: int, *, thin
         return [*common, "sim.engine.step.built_in=round", f"sim.steps={turns}"]
     latency = [f"sim.llm.latency.{k}={v}" for k, v in LATENCY.items()]
     # One window of virtual time for the whole run: a window's end waits for every call
-    # in flight (its checkpoint holds them), a barrier in wall-clock time.
-    return [*common, *latency, "sim.engine.step.built_in=async_event",
-            "sim.steps=1", f"sim.engine.step.options.window={turns * 1000}",
+    # in flight (its checkpoint holds them), a barrier in wall-clock time. --window W
+    # cuts the run into windows of W (enough of them: those after the end are empty).
+    windows = ["sim.steps=1", f"sim.engine.step.options.window={turns * 1000}"]
+    if window is not None:
+        windows = [f"sim.steps={int(turns * 20 / window) + 1}",
+                   f"sim.engine.step.options.window={window}"]
+    return [*common, *latency, "sim.engine.step.built_in=async_event", *windows,
             f"sim.engine.step.options.max_turns={turns}",
             f"sim.engine.step.options.wake_interval={think}",
             f"sim.engine.step.options.reaction_delay={think / 5}",
@@ -203,7 +208,7 @@ def run_once(scheduler: str, args: argparse.Namespace, agents: int,
         config = load_config(CONFIG, overrides(scheduler, agents, args.turns, concurrency,
                                                think=args.think, base_url=server.base_url,
                                                local=args.world == "local",
-                                               follows=args.follows))
+                                               follows=args.follows, window=args.window))
         start = time.perf_counter()
         run = run_society(config, out=out)
         wall = time.perf_counter() - start
@@ -291,9 +296,14 @@ def main() -> None:
                              "--follows neighbours); global: the social demo's feed, whose "
                              "newest posts everyone sees")
     parser.add_argument("--follows", type=int, default=4, help="neighbours an agent follows")
+    parser.add_argument("--window", type=float, default=None,
+                        help="(b) and (b'): windows of this much virtual time (default: the "
+                             "whole run in one); each window's end waits for every call in "
+                             "flight")
     args = parser.parse_args()
     print(f"latency (simulated s) {LATENCY}, x{args.scale} wall; server capacity "
-          f"{args.capacity}; {args.turns} turns an agent; think {args.think}")
+          f"{args.capacity}; {args.turns} turns an agent; think {args.think}; event engine "
+          + ("in one window" if args.window is None else f"in windows of {args.window}"))
     rows = []
     failed = False
     for agents in (int(a) for a in args.agents.split(",")):

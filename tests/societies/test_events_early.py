@@ -32,7 +32,7 @@ class Board(World):
     PLAIN_STATE = True
 
     def __init__(self, watches: Mapping[str, Sequence[str]],
-                 declared: Mapping[str, Sequence[str]] | None) -> None:
+                 declared: Mapping[str, Sequence[str] | None] | None) -> None:
         super().__init__()
         self.watches = {k: sorted(v) for k, v in watches.items()}
         self.posts: list[list[str]] = []
@@ -94,7 +94,8 @@ class Poster:
         self.turns = state["turns"]
 
 
-def society(watches: Mapping[str, Sequence[str]], *, declared: Mapping[str, Sequence[str]] | None,
+def society(watches: Mapping[str, Sequence[str]], *,
+            declared: Mapping[str, Sequence[str] | None] | None,
             sleeps: Mapping[str, Sequence[float]], pauses: Mapping[str, Sequence[float]],
             mentions: bool = True) -> tuple[Board, list[Poster]]:
     watchers = {name: sorted(o for o, seen in watches.items() if name in seen) for name in watches}
@@ -120,8 +121,11 @@ def boards(draw: st.DrawFn) -> dict[str, Any]:
                                 max_size=3)) for n in names}
     # An agent mentions only its watchers, so X is seen by and woken by those X watches:
     # watches[X] is the truth; sometimes more is declared (a superset is safe).
-    declared = {n: sorted(set(watches[n]) | set(draw(st.lists(st.sampled_from(names),
-                                                               max_size=2)))) for n in names}
+    declared: dict[str, list[str] | None] = {
+        n: sorted(set(watches[n]) | set(draw(st.lists(st.sampled_from(names), max_size=2))))
+        for n in names}
+    for n in draw(st.lists(st.sampled_from(names), unique=True, max_size=2)):
+        declared[n] = None  # "anyone may": the engine takes every other agent
     sleeps = {n: draw(st.lists(st.sampled_from([0.0, 0.0, 0.001, 0.004, 0.02]), min_size=1,
                                max_size=3)) for n in names}
     # Long pauses leave agents idle, to be woken by a mention before their own time.
@@ -225,6 +229,16 @@ def test_a_world_that_names_nobody_runs_as_before() -> None:
     world._declared = None
     digest, engine = run(world, agents, turns=2)
     assert engine.early_starts == 0
+    assert digest == run(*_three(["cy"]), mode="sequential", turns=2)[0]
+
+
+def test_an_agent_answered_none_holds_back_only_itself() -> None:
+    """ann answers None ("anyone may"): dee, which nobody affects, still starts early."""
+    world, agents = _three(["cy"])
+    assert world._declared is not None
+    world._declared = {**world._declared, "ann": None}
+    digest, engine = run(world, agents, turns=2)
+    assert engine.early_starts >= 1
     assert digest == run(*_three(["cy"]), mode="sequential", turns=2)[0]
 
 

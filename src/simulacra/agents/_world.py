@@ -350,7 +350,9 @@ class World:
         ever affect *agent_id*: a superset is safe), must cover every agent
         whose events can trigger *agent_id*, and *agent_id*'s observation must
         depend on nothing else (no global counts, no "newest posts of all").
-        Return None for any agent and no turn starts early. The engine checks
+        An agent answered None is taken to be affected by every other agent
+        (it rarely starts early; the others still do); None for every agent
+        and no turn starts early. The engine checks
         the answer: a turn started early is observed again at its own time and
         its pickled bytes compared with those it started with (an observation
         that will not pickle is never started early), and an observation that

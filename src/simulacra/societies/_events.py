@@ -49,7 +49,8 @@ import pickle
 import random
 import threading
 import time as _time
-from collections.abc import Callable, Iterable, Mapping
+import types
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final, NamedTuple, final
 
@@ -732,7 +733,8 @@ class EventEngine(SocietyEngine):
 
         Asked once, at the first run that could start turns early. None when
         early starts are off (``dependencies=False``, ``lookahead=False``, the
-        sequential mode) or the world leaves any agent's answer at None.
+        sequential mode) or the world answers None for every agent. An agent
+        answered None is taken to be affected by every other agent.
 
         Raises:
             ConfigError: ``affected_by`` returned something other than None or
@@ -749,10 +751,12 @@ class EventEngine(SocietyEngine):
             return None
         known = self._book
         affected: dict[AgentId, tuple[AgentId, ...]] = {}
+        unknown: list[AgentId] = []  # answered None: affected by anyone, as far as we know
         for agent_id in self._ids:
             named = world.affected_by(agent_id)
             if named is None:
-                return None
+                unknown.append(agent_id)
+                continue
             if isinstance(named, (str, bytes)) or not hasattr(named, "__iter__"):
                 raise ConfigError(
                     f"{type(world).__name__}.affected_by({agent_id!r}) must return None or a "
@@ -771,6 +775,10 @@ class EventEngine(SocietyEngine):
                 if other != agent_id:
                     others.append(other)
             affected[agent_id] = tuple(sorted(set(others), key=str))
+        if len(unknown) == len(self._ids):
+            return None
+        for agent_id in unknown:  # every other agent: a superset, which is always safe
+            affected[agent_id] = tuple(a for a in self._ids if a != agent_id)
         index = self._index = {agent_id: i for i, agent_id in enumerate(self._ids)}
         by_index = [tuple(index[a] for a in affected[agent_id]) for agent_id in self._ids]
         affects: list[list[int]] = [[] for _ in self._ids]
@@ -804,6 +812,13 @@ class EventEngine(SocietyEngine):
             tracer.turn_started(book.key, index, when, spec.step)
         if observation is _UNSEEN:
             observation = self._world.observation_for(agent_id, None)
+        live = _live_part(observation, self._world)
+        if live is not None:
+            raise ConfigError(
+                f"{type(self._world).__name__}.observation_for({agent_id!r}): {live}; return a "
+                "copy (a list, a tuple, a dict of copies): on a worker thread the agent would "
+                "read what later turns change, and a threaded run would differ from a "
+                "sequential one")
         if agent_id in self._blocking:
             self._observed = observation
         else:
@@ -1177,6 +1192,66 @@ class _Flight:
         self.future: cf.Future[Any] | None = None
         self.outcome: Any = None    # (ok, action, duration), once known without a future
         self.op: Any = None         # a blocking agent's last op: ("call", ...), ("act", ...)
+
+
+#: Objects that read the world's state when used, not when made: dict views, mapping
+#: proxies, iterators (generators, ``map``, ``zip``...). Found in an observation, they are
+#: refused (:func:`_live_part`).
+_LIVE_TYPES: Final[tuple[type, ...]] = (
+    type({}.keys()), type({}.values()), type({}.items()), types.MappingProxyType, Iterator)
+#: The mutable containers an observation may share with its world by mistake.
+_SHARED_TYPES: Final = (list, dict, set, bytearray)
+_SUSPECT: Final = (*_LIVE_TYPES, *_SHARED_TYPES)
+
+
+def _live_part(observation: Any, world: World) -> str | None:
+    """Where *observation* holds a live view of *world*'s state, in words; or None.
+
+    A cheap check of the common mistakes, at the top and one level down (the
+    fields of a dataclass, named tuple or plain object; the items of a list,
+    tuple or dict): a dict view, a mapping proxy or an iterator, and a list,
+    dict, set or bytearray that *is* one of the world's own attributes. Such an
+    observation changes under a turn on a worker thread as later turns resolve,
+    so a threaded run would differ from a sequential one without an error. A
+    copy nested deeper, or shared through another object, is not seen.
+    """
+    if isinstance(observation, _SUSPECT):
+        found = _live_value(observation, "the observation", world)
+        if found is not None:
+            return found
+    if isinstance(observation, dict):
+        names: Iterable[Any] = observation
+        values: Iterable[Any] = observation.values()
+        where = "the observation[{!r}]"
+    elif isinstance(observation, tuple) and hasattr(observation, "_fields"):
+        names, values, where = observation._fields, observation, "the observation.{}"
+    elif isinstance(observation, (list, tuple)):
+        names, values, where = range(len(observation)), observation, "the observation[{}]"
+    elif hasattr(observation, "__dataclass_fields__"):
+        names = observation.__dataclass_fields__
+        values = [getattr(observation, name, None) for name in names]
+        where = "the observation.{}"
+    elif hasattr(observation, "__dict__") and not isinstance(observation, type):
+        attributes = vars(observation)
+        names, values, where = attributes, attributes.values(), "the observation.{}"
+    else:
+        return None
+    for name, value in zip(names, values, strict=False):
+        if isinstance(value, _SUSPECT):
+            found = _live_value(value, where.format(name), world)
+            if found is not None:
+                return found
+    return None
+
+
+def _live_value(value: Any, where: str, world: World) -> str | None:
+    """*value* (at *where*) as a live view of *world*'s state, in words; or None."""
+    if isinstance(value, _LIVE_TYPES):
+        return f"{where} is a {type(value).__name__}, which reads the world when used"
+    for name, mine in getattr(world, "__dict__", {}).items():
+        if mine is value:
+            return f"{where} is the world's own {name!r} ({type(value).__name__}), not a copy"
+    return None
 
 
 def _snapshot(observation: Any) -> bytes | None:
