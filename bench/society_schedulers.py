@@ -228,7 +228,8 @@ def oracle(run_dir: Path, capacity: int, scale: float) -> dict[str, float]:
     for event in read_jsonl(run_dir / "action_events.jsonl"):
         data = event.get("data") or {}
         if event["kind"] in ("post", "reply") and "post" in data:
-            writer[data["post"]] = (event["agent"], event["step"])
+            # The writing turn: ``turn`` (an event's ``step`` is its window of virtual time).
+            writer[data["post"]] = (event["agent"], event["turn"])
     turns: dict[tuple[str, int], dict[str, Any]] = {}
     with RecordingStore(run_dir / "llm_recordings.sqlite", readonly=True) as store:
         for call in calls:
