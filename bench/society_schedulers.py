@@ -228,8 +228,9 @@ def oracle(run_dir: Path, capacity: int, scale: float) -> dict[str, float]:
     for event in read_jsonl(run_dir / "action_events.jsonl"):
         data = event.get("data") or {}
         if event["kind"] in ("post", "reply") and "post" in data:
-            # The writing turn: ``turn`` (an event's ``step`` is its window of virtual time).
-            writer[data["post"]] = (event["agent"], event["turn"])
+            # The writing turn: ``turn`` (an event's ``step`` is its window on the event
+            # engine; on the round engine, which stamps no turn, its step is its turn).
+            writer[data["post"]] = (event["agent"], event.get("turn", event["step"]))
     turns: dict[tuple[str, int], dict[str, Any]] = {}
     with RecordingStore(run_dir / "llm_recordings.sqlite", readonly=True) as store:
         for call in calls:
