@@ -7,23 +7,26 @@ society is a street (``sim.world.local=true``, ``--world local``): each agent
 follows its ``--follows`` nearest neighbours on a ring and sees and reaches only
 them, a world with the locality of AI Metropolis's town; ``--world global`` is
 the demo's feed, whose newest posts everyone sees (no scheduler can run ahead
-of anyone there). Four schedulers:
+of anyone there). The schedulers, on one run of the event-driven engine
+(``async_event``, threads, ``max_turns=K``), its steps windows of ``--window``
+virtual time:
 
-(a) **global sync**: the round engine on threads, ``concurrency`` calls open at
-    once, a barrier after every step (K steps);
-(b) **lookahead**: the event-driven engine (``async_event``) on threads,
-    ``max_turns=K``, overlapping every call whose wake-up lies before the
-    horizon ``t0 + min_duration`` (``docs/events.md``), with
+(a) **global sync**: a barrier after every step: each window's end waits for
+    every call in flight (``sim.engine.step.options.barrier=true``);
+(b) **lookahead**: no barrier: a call whose turn resolves after a window's end
+    carries on into the next window; every call whose wake-up lies before the
+    horizon ``t0 + min_duration`` runs at once (``docs/events.md``), with
     ``dependencies=false``;
-(b') **dependencies**: the same engine and run, starting turns early where the
-    world names who affects whom (``World.affected_by``; ``docs/events.md``,
-    "Early starts"). Its digest must equal (b)'s: the script exits 1 if not;
+(b') **dependencies**: (b), starting turns early where the world names who
+    affects whom (``World.affected_by``; ``docs/events.md``, "Early starts");
 (c) **oracle**: an idealised schedule computed, not run, from (b')'s recorded
     dependency graph (below).
 
-(b) and (b') run the whole run as one window of virtual time
-(``sim.engine.step.options.window``): a window's end waits for every call in
-flight, a barrier in wall-clock time.
+(a), (b) and (b') are one run: their digests must be equal (the script exits 1
+if not). For reference, the round engine's own run is timed too (``round``:
+``concurrency`` calls open at once and a barrier after each of K rounds); it
+is another engine, whose turns see other worlds, so its digest differs by
+design and it is not one of the three.
 
 The mock server. Each call's service time is the seeded latency model of the
 bench (prefill per prompt token, decode per completion token over the server's
@@ -42,7 +45,8 @@ mention or reply), in *simulated* time, and the turn's simulated duration is
 the same latency model (its own noise stream). Neither engine paces to the wall
 clock: think time costs no wall time, it only places turns on the virtual clock,
 and so decides which calls fall inside one lookahead horizon and may run at once.
-On (a) think time is the barrier itself: every agent acts once per step.
+On the round engine think time is the barrier itself: every agent acts once
+per round.
 Wall time is therefore the time the server takes to serve the calls as each
 scheduler lets them overlap, plus the engines' own cost.
 
@@ -63,9 +67,7 @@ own previous turn (follows) or not visible in the prompt (like counts), so the
 graph is exact for this world.
 
 Digests. Each scheduler is run ``--repeat`` times and its digests must be
-identical. (a) and (b) are different engines with different semantics (a step
-is a round on (a), a window of virtual time on (b); turns see different
-worlds), so their digests differ by design and are not compared.
+identical, and (a), (b) and (b')'s must be one.
 
 The bench warns when a scheduler made fewer than N K calls.
 
@@ -155,28 +157,27 @@ class ServedModel:
         return await asyncio.to_thread(self.complete, request, site=site)
 
 
-#: The schedulers, in the order they run: (a), (b) and (b') of the module's docstring.
-SCHEDULERS = ("global sync", "lookahead", "dependencies")
+#: The schedulers, in the order they run: (a), (b) and (b') of the module's docstring,
+#: and the round engine's run for reference.
+SCHEDULERS = ("global sync", "lookahead", "dependencies", "round")
+EVENT_SCHEDULERS = SCHEDULERS[:3]
 
 
 def overrides(scheduler: str, agents: int, turns: int, concurrency: int, *, think: float,
-              base_url: str, local: bool, follows: int, window: float | None = None
-              ) -> list[str]:
+              base_url: str, local: bool, follows: int, window: float) -> list[str]:
     common = [f"sim.agents={agents}", "sim.engine.mode=threads",
               f"sim.engine.concurrency={concurrency}", "sim.llm.provider=openai_compatible",
               f"sim.llm.base_url={base_url}", f"sim.llm.concurrency={concurrency}",
               "sim.llm.timeout=600", "run.checkpoint_every=null",
               f"sim.world.local={'true' if local else 'false'}", f"sim.world.follows={follows}"]
-    if scheduler == "global sync":
+    if scheduler == "round":
         return [*common, "sim.engine.step.built_in=round", f"sim.steps={turns}"]
     latency = [f"sim.llm.latency.{k}={v}" for k, v in LATENCY.items()]
-    # One window of virtual time for the whole run: a window's end waits for every call
-    # in flight (its checkpoint holds them), a barrier in wall-clock time. --window W
-    # cuts the run into windows of W (enough of them: those after the end are empty).
-    windows = ["sim.steps=1", f"sim.engine.step.options.window={turns * 1000}"]
-    if window is not None:
-        windows = [f"sim.steps={int(turns * 20 / window) + 1}",
-                   f"sim.engine.step.options.window={window}"]
+    # Windows of W (enough of them: those after the last turn are empty, and cheap).
+    windows = [f"sim.steps={int(turns * 20 / window) + 1}",
+               f"sim.engine.step.options.window={window}",
+               "sim.engine.step.options.barrier="
+               + ("true" if scheduler == "global sync" else "false")]
     return [*common, *latency, "sim.engine.step.built_in=async_event", *windows,
             f"sim.engine.step.options.max_turns={turns}",
             f"sim.engine.step.options.wake_interval={think}",
@@ -298,14 +299,13 @@ def main() -> None:
                              "--follows neighbours); global: the social demo's feed, whose "
                              "newest posts everyone sees")
     parser.add_argument("--follows", type=int, default=4, help="neighbours an agent follows")
-    parser.add_argument("--window", type=float, default=None,
-                        help="(b) and (b'): windows of this much virtual time (default: the "
-                             "whole run in one); each window's end waits for every call in "
-                             "flight")
+    parser.add_argument("--window", type=float, default=1.0,
+                        help="a step of the event engine: a window of this much virtual time "
+                             "(global sync waits for every call in flight at its end)")
     args = parser.parse_args()
     print(f"latency (simulated s) {LATENCY}, x{args.scale} wall; server capacity "
           f"{args.capacity}; {args.turns} turns an agent; think {args.think}; event engine "
-          + ("in one window" if args.window is None else f"in windows of {args.window}"))
+          f"steps: windows of {args.window}")
     rows = []
     failed = False
     for agents in (int(a) for a in args.agents.split(",")):
@@ -316,15 +316,16 @@ def main() -> None:
                     run_once(scheduler, args, agents, Path(tmp) / f"{scheduler[0]}{i}")
                     for i in range(args.repeat)]
             best = oracle(Path(tmp) / "d0", args.capacity, args.scale)
-            own = oracle(Path(tmp) / "g0", args.capacity, args.scale)
+            own = oracle(Path(tmp) / "r0", args.capacity, args.scale)
         sync = min(r["wall_s"] for r in results["global sync"])
         print(f"\nN={agents}: oracle {best['oracle_s']:.2f} s over {best['turns']} turns "
               f"(bound {best['bound_s']:.2f} s: critical path {best['critical_s']:.2f} s, "
               f"work/capacity {best['work_s'] / args.capacity:.2f} s)")
-        print(f"  (a)'s own graph: oracle {own['oracle_s']:.2f} s (bound {own['bound_s']:.2f} s)")
+        print(f"  the round engine's own graph: oracle {own['oracle_s']:.2f} s "
+              f"(bound {own['bound_s']:.2f} s)")
         for scheduler, runs in results.items():
             wall = min(r["wall_s"] for r in runs)
-            mine = own if scheduler == "global sync" else best
+            mine = own if scheduler == "round" else best
             first = runs[0]
             same = len({r["digest"] for r in runs}) == 1
             row = {"agents": agents, "scheduler": scheduler, "wall_s": wall,
@@ -336,14 +337,15 @@ def main() -> None:
                   f"mean {row['mean']:6.1f} peak {row['peak']:4d}  x{row['speedup']:.2f} "
                   f"over sync  {row['oracle_share']:.0%} of its oracle  "
                   f"digests of {len(runs)} runs identical: {same}")
-        event_digests = {r["digest"] for s in ("lookahead", "dependencies") for r in results[s]}
+        event_digests = {r["digest"] for s in EVENT_SCHEDULERS for r in results[s]}
         if len(event_digests) != 1:
             failed = True
-            print("  MISMATCH: the event engine's digests differ between lookahead and "
-                  f"dependencies: {sorted(d[:12] for d in event_digests)}")
+            print("  MISMATCH: the event engine's digests differ between global sync, "
+                  f"lookahead and dependencies: {sorted(d[:12] for d in event_digests)}")
         else:
-            print(f"  lookahead and dependencies: one digest ({next(iter(event_digests))[:12]}); "
-                  f"(a), another engine, {results['global sync'][0]['digest'][:12]}")
+            print(f"  global sync, lookahead and dependencies: one digest "
+                  f"({next(iter(event_digests))[:12]}); the round engine, another engine, "
+                  f"{results['round'][0]['digest'][:12]}")
     print("\n| N | scheduler | wall s | calls | in flight mean | peak | x sync | of its oracle "
           "| digests equal |")
     print("|---|---|---|---|---|---|---|---|---|")

@@ -541,6 +541,9 @@ def _rows(config: Any, run: Any) -> dict[str, Any]:
         if speed.get("turns_started_early"):
             rows["  started early"] = (f"{speed['turns_started_early']} (the world names who "
                                        "affects whom)")
+        if speed.get("turns_carried_over"):
+            rows["  carried over"] = (f"{speed['turns_carried_over']} (calls in flight at a "
+                                      "step's end went on)")
         steps_taken, calls = speed.get("agent_steps", 0), llm.get("calls", 0)
         if steps_taken and calls > steps_taken:
             # Calls against events: an agent-step is a resolved turn (one event or more).

@@ -371,6 +371,9 @@ class EventEngine(SocietyEngine):
         self._dependencies = dependencies
         #: Turns started early so far (telemetry, not state: the run is the same without).
         self.early_starts = 0
+        #: Turns whose calls were still in flight at the end of a ``run(drain=False)``,
+        #: carried into the next (telemetry, not state).
+        self.carried = 0
         self._graph: _Graph | bool | None = False  # False: not asked yet
         self._index: dict[AgentId, int] = {}  # an agent's place in _ids (the graph's)
         self._on_event = on_event
@@ -683,7 +686,8 @@ class EventEngine(SocietyEngine):
 
     # -- running -----------------------------------------------------------------------
 
-    def run(self, *, max_turns: int | None = None, until: float | None = None) -> EventResult:
+    def run(self, *, max_turns: int | None = None, until: float | None = None,
+            drain: bool = True) -> EventResult:
         """Run until every agent has had *max_turns* turns, or virtual time *until*.
 
         At least one of the two must be given. A second call continues the run.
@@ -693,6 +697,12 @@ class EventEngine(SocietyEngine):
         others go on -- so a later call with a higher *max_turns* wakes them
         again from where they stopped, but is not the same run as one with
         the higher limit from the start.
+
+        With *drain* (the default) the run ends once every turn in flight has
+        its outcome, and :meth:`state` may be called. ``drain=False`` leaves the
+        calls of turns that resolve after *until* in flight: the next call goes
+        on with them (the same run; only wall-clock time differs), and
+        :meth:`drain` or :meth:`state` waits for them.
 
         Raises:
             ConfigError: Neither limit, or a bad one.
@@ -717,14 +727,48 @@ class EventEngine(SocietyEngine):
             for agent_id in self._ids:
                 self._wake(agent_id, self._pause("first", self._book[agent_id].key, 0), "wake", 0)
         self._schedule_scenario()
-        runner = self._runner = _Runner(self, limit, horizon)
+        runner = self._runner
+        if runner is None:
+            runner = self._runner = _Runner(self, limit, horizon)
+        else:  # held by the run before (drain=False): its calls in flight go on
+            runner.limit, runner.until = limit, horizon
+        held = False
         try:
             runner.loop()
+            if drain or not runner.flight:
+                runner.finish_all()
+            else:
+                held = True
+                self.carried += len(runner.flight)
+        finally:
+            if not held:
+                self._runner = None
+                runner.close()
+        self._flush_windows(final=True)
+        return self._result(_time.perf_counter() - start, self._calls - calls_before)
+
+    def drain(self) -> None:
+        """Wait for the calls a ``run(drain=False)`` left in flight (if any).
+
+        Their turns' resolutions are scheduled, as a run with *drain* would have.
+        """
+        runner = self._runner
+        if runner is None:
+            return
+        try:
+            runner.finish_all()
         finally:
             self._runner = None
             runner.close()
-        self._flush_windows(final=True)
-        return self._result(_time.perf_counter() - start, self._calls - calls_before)
+
+    def abandon(self) -> None:
+        """Stop what a ``run(drain=False)`` left in flight, without its outcomes (if any).
+
+        For a run that is being given up on (an error).
+        """
+        runner, self._runner = self._runner, None
+        if runner is not None:
+            runner.close()
 
     # -- early starts (World.affected_by) ---------------------------------------------
 
@@ -1037,6 +1081,7 @@ class EventEngine(SocietyEngine):
         The engine's own draws are counter-based (keyed by agent and turn),
         so those counters are its random state.
         """
+        self.drain()  # a run(drain=False) left calls in flight: their outcomes are state
         return {
             "scheme": EVENTS_SCHEME, "now": self._now, "started": self._started,
             "queue": [_plain_entry(entry)
@@ -1064,6 +1109,7 @@ class EventEngine(SocietyEngine):
             CheckpointError: *state* is not an event-engine state, or names
                 agents this engine does not have.
         """
+        self.abandon()
         given: object = state
         if not isinstance(given, Mapping) or given.get("scheme") != EVENTS_SCHEME:
             raise CheckpointError(
@@ -1663,7 +1709,7 @@ class _Runner:
         return self.limit is None or self.engine._book[agent_id].turns < self.limit
 
     def loop(self) -> None:
-        """Process the kernel's events up to *until*; then schedule what is in flight."""
+        """Process the kernel's events up to *until* (the caller finishes what is in flight)."""
         sim = self.engine._sim
         until = self.until
         step = sim.step
@@ -1673,7 +1719,6 @@ class _Runner:
             if when > until or when == math.inf:
                 break
             step()
-        self.finish_all()
 
 
 def _accepts(method: Callable[..., Any], name: str) -> bool:
@@ -1689,7 +1734,7 @@ def _accepts(method: Callable[..., Any], name: str) -> bool:
 
 #: The options ``sim.engine.step.options`` takes for this engine.
 STEP_OPTIONS: Final = frozenset({"wake_interval", "reaction_delay", "window", "lookahead",
-                                 "max_turns", "dependencies"})
+                                 "max_turns", "dependencies", "barrier"})
 
 
 class EventSteps:
@@ -1710,11 +1755,20 @@ class EventSteps:
     """
 
     def __init__(self, engine: EventEngine, *, width: float, max_turns: int | None,
-                 on_step: Callable[[Any], None] | None) -> None:
+                 on_step: Callable[[Any], None] | None, barrier: bool = False) -> None:
         self.engine = engine
         self.width = width
         self.max_turns = max_turns
         self.on_step = on_step
+        #: Every window's end waits for the calls in flight (else they carry on into
+        #: the next window, and only the last window of a run() call, or one
+        #: after which *pause* says to return, waits for them).
+        self.barrier = barrier
+        #: (calls, prompt tokens, completion tokens) of the engine already reported.
+        self._counted = (0, 0, 0)
+        self._wall = 0.0  # the last window's wall-clock seconds
+        #: Wall-clock seconds the last run() waited at its end for the calls in flight.
+        self.drain_s = 0.0
         self.step = 0
         self.step_digests: list[str] = []
         self.wall = 0.0
@@ -1782,9 +1836,19 @@ class EventSteps:
         self.engine.use_event_step(meaning)
 
     def state(self) -> dict[str, Any]:
-        """The engine's state plus this adapter's step count (checkpoints)."""
-        return {"engine": self.engine.state(), "step": self.step,
-                "step_digests": list(self.step_digests)}
+        """The engine's state plus this adapter's step count (checkpoints).
+
+        With the calls that returned after the last window's report (a run
+        that returned after a window whose calls carried on), which the next
+        report counts, in this run or in one resumed from this state.
+        """
+        engine_state = self.engine.state()  # waits for the calls in flight
+        engine = self.engine
+        with engine._lock:
+            now = (engine._calls, engine._prompt_tokens, engine._completion_tokens)
+        unreported = [now[i] - self._counted[i] for i in range(3)]
+        return {"engine": engine_state, "step": self.step,
+                "step_digests": list(self.step_digests), "unreported": unreported}
 
     def restore(self, state: Mapping[str, Any]) -> None:
         """Continue from :meth:`state`."""
@@ -1792,54 +1856,42 @@ class EventSteps:
         self._done = False
         self.step = state["step"]
         self.step_digests = list(state["step_digests"])
+        # The calls no report had counted (older checkpoints: none): the next report's.
+        engine = self.engine
+        late = state.get("unreported") or (0, 0, 0)
+        self._counted = (engine._calls - late[0], engine._prompt_tokens - late[1],
+                         engine._completion_tokens - late[2])
 
     def run(self, steps: int, *, pause: Callable[[], bool] | None = None) -> Any:
         """Run *steps* more windows of virtual time; return a ``RoundResult``.
 
         *pause* is called after each window; True returns after it (see
-        ``RoundEngine.run``).
+        ``RoundEngine.run``). The calls of turns that resolve after a
+        window's end carry on into the next window, unless :attr:`barrier`
+        (or a tracer) asks each window to wait for them; the run returns once
+        they have returned (a checkpoint may come next). Either way it is the
+        same run: only the wall clock differs.
         """
-        from ._rounds import RoundResult, StepReport  # noqa: PLC0415  (sibling, no cycle)
+        from ._rounds import RoundResult  # noqa: PLC0415  (sibling, no cycle)
 
         engine = self.engine
         calls, wall_total = 0, 0.0
-        for _ in range(steps):
-            step = self.step
-            self._events.clear()
-            before = (engine._turns, engine._failed, engine._calls, engine._prompt_tokens,
-                      engine._completion_tokens)
-            start = _time.perf_counter()
-            engine._open_window(step)
-            if self.done:
-                # Nothing can happen: the window is empty, as engine.run would leave
-                # it, without its run loop, pool and digests of every agent.
-                digest = engine._digest.hex()
-            else:
-                result = engine.run(max_turns=self.max_turns, until=(step + 1) * self.width)
-                self.windows_run += 1
-                calls += result.llm_calls
-                digest = result.events_digest
-            wall = _time.perf_counter() - start
-            wall_total += wall
-            self.step_digests.append(digest)
-            self.step = step + 1
-            tracer = engine.tracer
-            if tracer is not None:
-                traced = engine._windows.get(step)
-                tracer.step_ended(step, *((0, 0, 0) if traced is None else
-                                          (traced.wakes, traced.failed, traced.events)))
-            if self.on_step is not None:
-                window = engine._windows.get(step)
-                report = (WindowReport(step, step * self.width) if window is None
-                          else window.report(step, self.width))
-                self.on_step(StepReport(
-                    step, engine._turns - before[0], engine._failed - before[1],
-                    tuple(self._events), digest, wall, engine._calls - before[2],
-                    engine._prompt_tokens - before[3], engine._completion_tokens - before[4],
-                    engine.world.probe(step), window=report.telemetry(),
-                    quiet=engine._quiet.get(step, 0)))
-            if pause is not None and pause():
-                break
+        # A tracer's window spans hold their turns: each window ends with its calls.
+        barrier = self.barrier or engine.tracer is not None
+        try:
+            for left in range(steps - 1, -1, -1):
+                calls += self._window(engine, left == 0 or barrier)
+                wall_total += self._wall
+                if pause is not None and pause():
+                    break
+        except BaseException:
+            engine.abandon()
+            raise
+        # A checkpoint may come next: its state holds the outcomes of the turns in flight.
+        # The wait is what the checkpoint costs the run (automatic ones are spaced by it).
+        waited = _time.perf_counter()
+        engine.drain()
+        self.drain_s = _time.perf_counter() - waited
         self.calls += calls
         self.wall += wall_total
         result = engine._result(wall_total, calls)
@@ -1847,6 +1899,53 @@ class EventSteps:
         return RoundResult(self.step, result.event_count, result.failed, tuple(self.step_digests),
                            result.world_digest, result.agents_digest, result.digest,
                            calls, wall_total)
+
+    def _window(self, engine: EventEngine, drain: bool) -> int:
+        """Run the next window (*drain*: it ends with its calls); report it; its calls.
+
+        A report counts the calls that returned since the last one: those of
+        turns carried over from earlier windows too, and, after a run() that
+        returned once a window's report was out (*pause*), those that the
+        window's end waited for (:meth:`state` keeps them for the next report).
+        """
+        from ._rounds import StepReport  # noqa: PLC0415  (sibling, no cycle)
+
+        step = self.step
+        self._events.clear()
+        before = (engine._turns, engine._failed)
+        start = _time.perf_counter()
+        engine._open_window(step)
+        if self.done:
+            # Nothing can happen: the window is empty, as engine.run would leave
+            # it, without its run loop, pool and digests of every agent.
+            digest = engine._digest.hex()
+        else:
+            result = engine.run(max_turns=self.max_turns, until=(step + 1) * self.width,
+                                drain=drain)
+            self.windows_run += 1
+            digest = result.events_digest
+        with engine._lock:
+            now = (engine._calls, engine._prompt_tokens, engine._completion_tokens)
+        counted, self._counted = self._counted, now
+        wall = self._wall = _time.perf_counter() - start
+        self.step_digests.append(digest)
+        self.step = step + 1
+        tracer = engine.tracer
+        if tracer is not None:
+            traced = engine._windows.get(step)
+            tracer.step_ended(step, *((0, 0, 0) if traced is None else
+                                      (traced.wakes, traced.failed, traced.events)))
+        if self.on_step is not None:
+            window = engine._windows.get(step)
+            report = (WindowReport(step, step * self.width) if window is None
+                      else window.report(step, self.width))
+            self.on_step(StepReport(
+                step, engine._turns - before[0], engine._failed - before[1],
+                tuple(self._events), digest, wall, now[0] - counted[0],
+                now[1] - counted[1], now[2] - counted[2],
+                engine.world.probe(step), window=report.telemetry(),
+                quiet=engine._quiet.get(step, 0)))
+        return now[0] - counted[0]
 
 
 def check_step_options(given: Mapping[str, Any]) -> dict[str, Any]:
@@ -1870,7 +1969,7 @@ def check_step_options(given: Mapping[str, Any]) -> dict[str, Any]:
                            ("reaction_delay", False)):
         if name in options:
             options[name] = _check_float(f"{prefix}.{name}", options[name], positive=positive)
-    for name in ("lookahead", "dependencies"):
+    for name in ("lookahead", "dependencies", "barrier"):
         if name in options and not isinstance(options[name], bool):
             value = options[name]
             raise ConfigError(f"{prefix}.{name} must be true or false, got "
@@ -1878,12 +1977,13 @@ def check_step_options(given: Mapping[str, Any]) -> dict[str, Any]:
     return options
 
 
-def engine_options(config: Any) -> tuple[dict[str, Any], float, int | None]:
-    """What a run config gives the event engine: ``(its keyword arguments, window, max_turns)``.
+def engine_options(config: Any) -> tuple[dict[str, Any], float, int | None, bool]:
+    """What a run config gives the event engine: ``(kwargs, window, max_turns, barrier)``.
 
-    The keyword arguments are the latency model, mode, concurrency, fail_fast,
-    window and the checked ``sim.engine.step.options``; the seed, the world and
-    its agents, the model and the callbacks are the caller's.
+    The last three are :class:`EventSteps`'s. The keyword arguments are the
+    latency model, mode, concurrency, fail_fast, window and the checked
+    ``sim.engine.step.options``; the seed, the world and its agents, the model
+    and the callbacks are the caller's.
     """
     from simulacra.llm import LatencyModel  # noqa: PLC0415  (lazy: layer-1 import)
 
@@ -1891,6 +1991,7 @@ def engine_options(config: Any) -> tuple[dict[str, Any], float, int | None]:
     options = check_step_options(settings.step.options)
     latency = config.sim.llm.latency
     max_turns = options.pop("max_turns", None)
+    barrier = options.pop("barrier", False)
     width = options.pop("window", 1.0)
     kwargs = dict(
         latency=LatencyModel(base=latency.base, prefill_per_token=latency.prefill_per_token,
@@ -1899,7 +2000,7 @@ def engine_options(config: Any) -> tuple[dict[str, Any], float, int | None]:
                              min_duration=latency.min_duration),
         mode=settings.mode, concurrency=settings.concurrency, fail_fast=settings.fail_fast,
         window=width, **options)
-    return kwargs, width, max_turns
+    return kwargs, width, max_turns, barrier
 
 
 def _step_factory(world: World, agents: list[Actor], *, model: LanguageModel | None,
@@ -1907,7 +2008,8 @@ def _step_factory(world: World, agents: list[Actor], *, model: LanguageModel | N
                   on_turn: Callable[[], None] | None,
                   fatal: tuple[type[BaseException], ...] = ()) -> EventSteps:
     """Build the engine a run config asks for (``sim.engine.step.built_in: async_event``)."""
-    kwargs, width, max_turns = engine_options(config)
+    kwargs, width, max_turns, barrier = engine_options(config)
     engine = EventEngine(world, agents, model=model, seed=seed, fatal=fatal, on_turn=on_turn,
                          **kwargs)
-    return EventSteps(engine, width=width, max_turns=max_turns, on_step=on_step)
+    return EventSteps(engine, width=width, max_turns=max_turns, on_step=on_step,
+                      barrier=barrier)

@@ -1472,6 +1472,11 @@ def _execute(config: RunConfig, rundir: RunDirectory | None, model: LanguageMode
             # The event engine's (this session's): turns begun before the kernel reached
             # them, where the world names who affects whom (World.affected_by).
             llm["throughput"]["turns_started_early"] = early
+        carried = getattr(getattr(engine, "engine", None), "carried", None)
+        if isinstance(carried, int) and not isinstance(carried, bool):
+            # The event engine's (this session's): turns whose calls were still in flight
+            # at a window's end and carried on into the next (no barrier a step).
+            llm["throughput"]["turns_carried_over"] = carried
         failures = _failure_summary(
             rundir.iter_events("turn_failed") if rundir is not None else session_events,
             whole.turns)
@@ -1668,7 +1673,9 @@ def _drive(engine: StepEngine, config: RunConfig, rundir: RunDirectory | None,
     A checkpoint of the state before step 0 is always written; later ones
     every ``run.checkpoint_every`` steps when that is set, else automatically:
     once ``CHECKPOINT_FIRST_S`` seconds have passed since the last one and
-    checkpoints would take at most ``CHECKPOINT_SHARE`` of the run. At
+    checkpoints would take at most ``CHECKPOINT_SHARE`` of the run (a
+    checkpoint's cost includes the event engine's wait for its calls in flight,
+    ``drain_s``). At
     the end of every step (a safe point) the run stops, with a checkpoint,
     when *control* asks it to or the next step would exceed ``run.budget``:
     :class:`~simulacra.RunStopped`. *accounting* gives the counts of every
@@ -1713,7 +1720,9 @@ def _drive(engine: StepEngine, config: RunConfig, rundir: RunDirectory | None,
             "accounting": accounting(),
             "llm_position": {str(a.id): calls for a in agents
                              if (calls := getattr(a, "calls", 0))}})
-        cost = clock() - start
+        # The event engine waited for its calls in flight before it (no wait at a step's
+        # end otherwise): that is this checkpoint's price too.
+        cost = clock() - start + float(getattr(engine, "drain_s", 0.0) or 0.0)
         since = clock()
         checkpoints["written"] += 1
         checkpoints["seconds"] += cost

@@ -76,11 +76,13 @@ class ShardedEventEngine(EventEngine):
 
     def close(self) -> None:
         """Stop the shards (idempotent)."""
+        self.abandon()
         self._set.close()
 
-    def run(self, *, max_turns: int | None = None, until: float | None = None) -> Any:
+    def run(self, *, max_turns: int | None = None, until: float | None = None,
+            drain: bool = True) -> Any:
         self._start()
-        return super().run(max_turns=max_turns, until=until)
+        return super().run(max_turns=max_turns, until=until, drain=drain)
 
     # -- a turn ------------------------------------------------------------------------
 
@@ -110,6 +112,7 @@ class ShardedEventEngine(EventEngine):
                        list(self._by_key))
 
     def state(self) -> dict[str, Any]:
+        self.drain()  # the turns in flight on the shards first
         self._pull()
         return super().state()
 
@@ -131,9 +134,10 @@ def sharded_event_steps(world: World, agents: list[Actor], *, model: LanguageMod
                         served: ServedCalls) -> tuple[EventSteps, ShardedEventEngine]:
     """The event engine a run config asks for, on shards: ``(its steps, the engine)``."""
     settings = config.sim.engine
-    kwargs, width, max_turns = engine_options(config)
+    kwargs, width, max_turns, barrier = engine_options(config)
     engine = ShardedEventEngine(
         world, agents, specs=specs, shard_mode=settings.shard_mode, served=served,
         dask=config.run.dask.scheduler_address, model=model, seed=seed, fatal=fatal,
         on_turn=on_turn, **kwargs)
-    return EventSteps(engine, width=width, max_turns=max_turns, on_step=on_step), engine
+    return EventSteps(engine, width=width, max_turns=max_turns, on_step=on_step,
+                      barrier=barrier), engine

@@ -1,0 +1,270 @@
+"""Calls in flight carry on past a window's end: the same run, and every call counted once.
+
+The event engine's windows (``sim.engine.step.options.window``) are steps of a
+run config: each is reported, and a checkpoint may follow any. A window's end
+used to wait for every call in flight (a barrier a window); now the calls of
+turns that resolve later carry on into the next window, and only a window
+after which the run returns (the last of a ``run()`` call, a checkpoint, a
+stop, a pause) waits for them. ``barrier: true`` asks for the old barrier.
+Nothing but the wall clock may differ: the digests, the events and each
+window's digest equal the barrier's and the sequential run's (Hypothesis
+draws the world, the windows and the calls' wall-clock lengths), and the
+calls the steps report add up to the calls made.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from simulacra import (
+    AgentActionError,
+    EventEngine,
+    LatencyModel,
+    RunControl,
+    RunStopped,
+    World,
+    load_config,
+    resume_society,
+    run_society,
+)
+from simulacra.agents import ActionSpec, AgentId
+from simulacra.societies._events import EventSteps
+
+ROOT = Path(__file__).resolve().parents[2]
+CONFIG = ROOT / "examples" / "social" / "config.yaml"
+
+pytestmark = pytest.mark.timeout(300)
+
+
+class Pinboard(World):
+    """Notes on a pinboard; each agent reads the last notes of those it follows."""
+
+    PLAIN_STATE = True
+
+    def __init__(self, follows: Mapping[str, Sequence[str]]) -> None:
+        super().__init__()
+        self.follows = {k: sorted(v) for k, v in follows.items()}
+        self.notes: list[list[str]] = []
+
+    def observation_for(self, agent_id: AgentId, snapshot: Any = None) -> tuple[Any, ...]:
+        followed = set(self.follows[str(agent_id)])
+        return tuple((i, a, t) for i, (a, t) in enumerate(self.notes) if a in followed)[-3:]
+
+    def decide(self, agent_id: AgentId, action: Any, step: int,
+               time: float) -> list[tuple[str, dict[str, Any], tuple[str, ...]]]:
+        text, poke = action
+        return [("note", {"text": text}, tuple(poke))]
+
+    def apply(self, event: Any) -> None:
+        super().apply(event)
+        if event.kind == "note":
+            self.notes.append([event.agent, event.data["text"]])
+
+
+class Writer:
+    """Writes a digest of what it read; pokes (wakes) a reader now and then; sleeps (wall)."""
+
+    def __init__(self, name: str, readers: Sequence[str], sleeps: Sequence[float],
+                 pauses: Sequence[float], fail_at: int | None = None) -> None:
+        self.id = name
+        self.readers = list(readers)
+        self.sleeps = list(sleeps)
+        self.pauses = list(pauses)
+        self.fail_at = fail_at
+        self.seen: Any = None
+        self.turns = 0
+
+    def observe(self, observation: Any) -> None:
+        self.seen = observation
+
+    def act(self, spec: ActionSpec) -> Any:
+        time.sleep(self.sleeps[spec.step % len(self.sleeps)])
+        if spec.step == self.fail_at:
+            raise RuntimeError(f"{self.id} gives up")
+        self.turns += 1
+        text = hashlib.sha256(repr((self.id, spec.step, self.seen)).encode()).hexdigest()[:8]
+        poke = self.readers[:1] if self.readers and spec.step % 2 else []
+        return text, poke
+
+    def next_wake(self, now: float, rng: Any) -> float:
+        return now + self.pauses[self.turns % len(self.pauses)]
+
+    def get_state(self) -> dict[str, Any]:
+        return {"turns": self.turns}
+
+    def set_state(self, state: Mapping[str, Any]) -> None:
+        self.turns = state["turns"]
+
+
+NAMES = ("ada", "ben", "cat", "dov", "eli")
+#: Each turn takes 0.4 to 1.6 of virtual time (its noise is drawn per call site).
+LATENCY = LatencyModel(base=0.4, min_duration=0.4)
+
+
+@st.composite
+def boards(draw: st.DrawFn) -> dict[str, Any]:
+    names = NAMES[:draw(st.integers(2, len(NAMES)))]
+    follows = {n: draw(st.lists(st.sampled_from([o for o in names if o != n]), unique=True,
+                                max_size=2)) for n in names}
+    return {
+        "follows": follows,
+        "sleeps": {n: draw(st.lists(st.sampled_from([0.0, 0.0, 0.002, 0.01]), min_size=1,
+                                    max_size=3)) for n in names},
+        "pauses": {n: draw(st.lists(st.sampled_from([0.05, 0.3, 0.7, 1.5, 3.0]), min_size=1,
+                                    max_size=3)) for n in names},
+    }
+
+
+def society(board: dict[str, Any], fail_at: int | None = None
+            ) -> tuple[Pinboard, list[Writer]]:
+    follows = board["follows"]
+    readers = {n: sorted(o for o, f in follows.items() if n in f) for n in follows}
+    return Pinboard(follows), [Writer(n, readers[n], board["sleeps"][n], board["pauses"][n],
+                                      fail_at if n == NAMES[0] else None)
+                               for n in sorted(follows)]
+
+
+def windows(board: dict[str, Any], *, mode: str, width: float, barrier: bool,
+            chunks: Sequence[int], reaction: float = 0.0) -> tuple[Any, EventEngine, list[str]]:
+    """Run the board in *chunks* of windows (each chunk one EventSteps.run call)."""
+    world, agents = society(board)
+    engine = EventEngine(world, agents, latency=LATENCY, mode=mode, concurrency=3, seed=5,
+                         reaction_delay=reaction, window=width)
+    seen: list[str] = []
+    # A window's telemetry but its deepest count of turns in flight, which is the engine's
+    # concurrency (turns carried over count there; the sequential mode has one at most).
+    steps = EventSteps(engine, width=width, max_turns=4, barrier=barrier,
+                       on_step=lambda r: seen.append(
+                           f"{r.step} {r.participants} {r.failed} {r.digest} "
+                           f"{[e.index for e in r.events]} "
+                           f"{ {k: v for k, v in r.window.items() if k != 'in_flight_max'} }"))
+    result = None
+    for chunk in chunks:
+        result = steps.run(chunk)
+    return result, engine, seen
+
+
+@settings(max_examples=40, deadline=None)
+@given(board=boards(), mode=st.sampled_from(["threads", "asyncio"]),
+       width=st.sampled_from([0.1, 0.35, 1.0, 2.5]),
+       chunks=st.lists(st.integers(1, 6), min_size=1, max_size=4),
+       reaction=st.sampled_from([0.0, 0.2]))
+def test_carried_calls_change_nothing_but_the_wall_clock(
+        board: dict[str, Any], mode: str, width: float, chunks: list[int],
+        reaction: float) -> None:
+    carried, engine, reports = windows(board, mode=mode, width=width, barrier=False,
+                                       chunks=chunks, reaction=reaction)
+    walled, _, walled_reports = windows(board, mode=mode, width=width, barrier=True,
+                                        chunks=chunks, reaction=reaction)
+    straight, _, straight_reports = windows(board, mode="sequential", width=width,
+                                            barrier=False, chunks=[sum(chunks)],
+                                            reaction=reaction)
+    assert carried.digest == walled.digest == straight.digest
+    assert carried.step_digests == walled.step_digests == straight.step_digests
+    assert reports == walled_reports == straight_reports
+    assert engine._runner is None  # each run() call ends with its calls
+
+
+def test_a_window_shorter_than_a_turn_carries_its_calls() -> None:
+    board = {"follows": {"ada": ["ben"], "ben": []},
+             "sleeps": {"ada": [0.01], "ben": [0.01]}, "pauses": {"ada": [0.3], "ben": [0.3]}}
+    carried, engine, _ = windows(board, mode="threads", width=0.1, barrier=False, chunks=[40])
+    assert engine.carried > 0
+    walled, wall_engine, _ = windows(board, mode="threads", width=0.1, barrier=True,
+                                     chunks=[40])
+    assert wall_engine.carried == 0
+    assert carried.digest == walled.digest
+
+
+def test_a_failed_turn_in_a_carried_window_leaves_no_thread_behind() -> None:
+    board = {"follows": {"ada": [], "ben": ["ada"]},
+             "sleeps": {"ada": [0.02], "ben": [0.05]}, "pauses": {"ada": [0.2], "ben": [0.2]}}
+    world, agents = society(board, fail_at=2)
+    engine = EventEngine(world, agents, latency=LATENCY, mode="threads", concurrency=3,
+                         fail_fast=True, window=0.1)
+    steps = EventSteps(engine, width=0.1, max_turns=5, on_step=None)
+    before = threading.active_count()
+    with pytest.raises(AgentActionError, match="ada gives up"):
+        steps.run(60)
+    assert engine._runner is None
+    deadline = time.monotonic() + 10
+    while threading.active_count() > before and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert threading.active_count() <= before
+
+
+# -- the run-config path: barrier, telemetry, checkpoints, a stop and its resume ------------
+
+
+def _config(*extra: str) -> Any:
+    return load_config(str(CONFIG), [
+        "sim.agents=12", "sim.steps=16", "sim.engine.concurrency=6",
+        "sim.engine.step.built_in=async_event", "sim.engine.mode=threads",
+        "sim.engine.step.options.window=0.25", *extra])
+
+
+def _reported_calls(out: Path) -> tuple[int, int, int]:
+    """(calls the steps reported, calls in summary.json, lines of calls.jsonl)."""
+    rows = [json.loads(line) for line in (out / "telemetry.jsonl").read_text().splitlines()]
+    summary = json.loads((out / "summary.json").read_text())
+    lines = (out / "calls.jsonl").read_text().splitlines()
+    return sum(row["llm_calls"] for row in rows), summary["llm"]["calls"], len(lines)
+
+
+@pytest.mark.parametrize("extra", [(), ("run.checkpoint_every=3",), ("sim.engine.mode=asyncio",)])
+def test_a_run_carried_or_walled_is_one_run_and_counts_every_call(
+        tmp_path: Path, extra: tuple[str, ...]) -> None:
+    carried = run_society(_config(*extra), out=tmp_path / "carried")
+    walled = run_society(_config(*extra, "sim.engine.step.options.barrier=true"),
+                         out=tmp_path / "walled")
+    assert carried.result.digest == walled.result.digest
+    assert ((tmp_path / "carried" / "action_events.jsonl").read_bytes()
+            == (tmp_path / "walled" / "action_events.jsonl").read_bytes())
+    for out in ("carried", "walled"):
+        reported, summed, lines = _reported_calls(tmp_path / out)
+        assert reported == summed == lines > 0, (out, reported, summed, lines)
+    speed = {out: json.loads((tmp_path / out / "summary.json").read_text())["llm"]["throughput"]
+             for out in ("carried", "walled")}
+    assert speed["carried"]["turns_carried_over"] > 0
+    assert speed["walled"]["turns_carried_over"] == 0
+
+
+def test_a_stop_between_windows_resumes_to_the_same_run(tmp_path: Path) -> None:
+    straight = run_society(_config(), out=tmp_path / "straight")
+    control = RunControl()
+    stops: list[int] = []
+
+    def stop_after_five(report: Any) -> None:
+        if report.step == 5:
+            stops.append(report.step)
+            control.request_stop("the test stops it")
+
+    with pytest.raises(RunStopped):
+        run_society(_config(), out=tmp_path / "cut", control=control, on_step=stop_after_five)
+    assert stops == [5]
+    resumed = resume_society(tmp_path / "cut")
+    assert resumed.result.digest == straight.result.digest
+    assert ((tmp_path / "cut" / "action_events.jsonl").read_bytes()
+            == (tmp_path / "straight" / "action_events.jsonl").read_bytes())
+    # The calls that returned after step 5's report (the stop came in it) are counted
+    # once, in the resumed run's first report: the steps add up to every call made.
+    reported, summed, lines = _reported_calls(tmp_path / "cut")
+    assert reported == summed == lines > 0, (reported, summed, lines)
+
+
+def test_barrier_must_be_true_or_false() -> None:
+    from simulacra import ConfigError
+
+    with pytest.raises(ConfigError, match=r"sim\.engine\.step\.options\.barrier must be true "
+                                          r"or false, got int 2"):
+        run_society(_config("sim.engine.step.options.barrier=2"))
