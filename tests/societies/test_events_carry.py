@@ -56,6 +56,10 @@ class Pinboard(World):
         self.follows = {k: sorted(v) for k, v in follows.items()}
         self.notes: list[list[str]] = []
 
+    def affected_by(self, agent_id: AgentId) -> Sequence[str]:
+        # X sees and is poked by those it follows: turns may start early (threads, asyncio).
+        return self.follows[str(agent_id)]
+
     def observation_for(self, agent_id: AgentId, snapshot: Any = None) -> tuple[Any, ...]:
         followed = set(self.follows[str(agent_id)])
         return tuple((i, a, t) for i, (a, t) in enumerate(self.notes) if a in followed)[-3:]
@@ -135,8 +139,14 @@ def society(board: dict[str, Any], fail_at: int | None = None
 
 
 def windows(board: dict[str, Any], *, mode: str, width: float, barrier: bool,
-            chunks: Sequence[int], reaction: float = 0.0) -> tuple[Any, EventEngine, list[str]]:
-    """Run the board in *chunks* of windows (each chunk one EventSteps.run call)."""
+            chunks: Sequence[int], reaction: float = 0.0, stops: frozenset[int] = frozenset()
+            ) -> tuple[Any, EventEngine, list[str]]:
+    """Run the board in *chunks* of windows (each chunk one EventSteps.run call).
+
+    A chunk returns early after a window in *stops* (its ``pause`` says so), and the
+    engine's state is taken there and restored into a fresh engine (a checkpoint
+    and its resume); the windows it did not run are run by the next call.
+    """
     world, agents = society(board)
     engine = EventEngine(world, agents, latency=LATENCY, mode=mode, concurrency=3, seed=5,
                          reaction_delay=reaction, window=width)
@@ -149,8 +159,24 @@ def windows(board: dict[str, Any], *, mode: str, width: float, barrier: bool,
                            f"{[e.index for e in r.events]} "
                            f"{ {k: v for k, v in r.window.items() if k != 'in_flight_max'} }"))
     result = None
+    total, done = sum(chunks), 0
     for chunk in chunks:
-        result = steps.run(chunk)
+        left = chunk
+        while left > 0 and done < total:
+            before = steps.step
+            result = steps.run(left, pause=lambda: steps.step - 1 in stops)
+            ran = steps.step - before
+            done, left = done + ran, left - ran
+            if left > 0:  # returned early: checkpoint, and resume in a fresh engine
+                state = steps.state()
+                world, agents = society(board)
+                engine = EventEngine(world, agents, latency=LATENCY, mode=mode,
+                                     concurrency=3, seed=5, reaction_delay=reaction,
+                                     window=width)
+                on_step = steps.on_step
+                steps = EventSteps(engine, width=width, max_turns=4, barrier=barrier,
+                                   on_step=on_step)
+                steps.restore(state)
     return result, engine, seen
 
 
@@ -158,12 +184,13 @@ def windows(board: dict[str, Any], *, mode: str, width: float, barrier: bool,
 @given(board=boards(), mode=st.sampled_from(["threads", "asyncio"]),
        width=st.sampled_from([0.1, 0.35, 1.0, 2.5]),
        chunks=st.lists(st.integers(1, 6), min_size=1, max_size=4),
-       reaction=st.sampled_from([0.0, 0.2]))
+       reaction=st.sampled_from([0.0, 0.2]),
+       stops=st.frozensets(st.integers(0, 20), max_size=3))
 def test_carried_calls_change_nothing_but_the_wall_clock(
         board: dict[str, Any], mode: str, width: float, chunks: list[int],
-        reaction: float) -> None:
+        reaction: float, stops: frozenset[int]) -> None:
     carried, engine, reports = windows(board, mode=mode, width=width, barrier=False,
-                                       chunks=chunks, reaction=reaction)
+                                       chunks=chunks, reaction=reaction, stops=stops)
     walled, _, walled_reports = windows(board, mode=mode, width=width, barrier=True,
                                         chunks=chunks, reaction=reaction)
     straight, _, straight_reports = windows(board, mode="sequential", width=width,
@@ -268,3 +295,56 @@ def test_barrier_must_be_true_or_false() -> None:
     with pytest.raises(ConfigError, match=r"sim\.engine\.step\.options\.barrier must be true "
                                           r"or false, got int 2"):
         run_society(_config("sim.engine.step.options.barrier=2"))
+
+
+class _Sleepy:
+    """The scripted model behind a loopback server, each call a few wall-clock ms (by site)."""
+
+    def __init__(self) -> None:
+        from simulacra.llm import ScriptedModel
+
+        self.inner = ScriptedModel(seed=0)
+
+    def complete(self, request: Any, *, site: Any = None) -> Any:
+        completion = self.inner.complete(request, site=site)
+        n = 0 if site is None else int(hashlib.sha256(f"{site.agent}/{site.n}".encode())
+                                        .hexdigest()[:4], 16)
+        time.sleep(0.005 + (n % 7) * 0.006)
+        return completion
+
+    async def acomplete(self, request: Any, *, site: Any = None) -> Any:
+        import asyncio
+
+        return await asyncio.to_thread(self.complete, request, site=site)
+
+
+def test_turns_started_early_past_a_stop_are_kept_and_adopted(tmp_path: Path) -> None:
+    """A stop returns mid-run: turns started early beyond it go into the checkpoint, done."""
+    from simulacra.llm import ScriptedServer
+    from simulacra.societies._checkpoint import checkpoint_files, read_checkpoint
+
+    with ScriptedServer(_Sleepy()) as server:
+        def config() -> Any:
+            return _config("sim.agents=16", "sim.world.local=true", "sim.world.follows=2",
+                           "sim.llm.provider=openai_compatible",
+                           f"sim.llm.base_url={server.base_url}")
+
+        straight = run_society(config(), out=tmp_path / "straight")
+        kept = 0
+        for stop_at in (2, 5, 9):
+            control = RunControl()
+
+            def stop(report: Any, at: int = stop_at, control: RunControl = control) -> None:
+                if report.step == at:
+                    control.request_stop("the test stops it")
+
+            out = tmp_path / f"cut{stop_at}"
+            with pytest.raises(RunStopped):
+                run_society(config(), out=out, control=control, on_step=stop)
+            newest = checkpoint_files(out / "checkpoints")[-1]
+            kept += len(read_checkpoint(newest)["engine"]["engine"]["early"])
+            resumed = resume_society(out)
+            assert resumed.result.digest == straight.result.digest, stop_at
+            assert ((out / "action_events.jsonl").read_bytes()
+                    == (tmp_path / "straight" / "action_events.jsonl").read_bytes())
+    assert kept > 0  # some stop came while turns beyond it had started early

@@ -374,6 +374,9 @@ class EventEngine(SocietyEngine):
         #: Turns whose calls were still in flight at the end of a ``run(drain=False)``,
         #: carried into the next (telemetry, not state).
         self.carried = 0
+        #: Turns started early whose time no run has reached yet, with their outcomes
+        #: (state: kept by a run that ended, or a checkpoint, for a later run to adopt).
+        self._stashed: dict[AgentId, _Early] = {}
         self._graph: _Graph | bool | None = False  # False: not asked yet
         self._index: dict[AgentId, int] = {}  # an agent's place in _ids (the graph's)
         self._on_event = on_event
@@ -673,7 +676,7 @@ class EventEngine(SocietyEngine):
         What is left on the kernel's queue then is inert: harvests of turns
         that were finished at the end of a run, ends of retired agents' turns.
         """
-        if not self._started or self._entries or self._runner is not None:
+        if not self._started or self._entries or self._runner is not None or self._stashed:
             return False
         scenario = self._scenario
         if scenario is not None and math.isfinite(scenario.next_time()):
@@ -687,7 +690,7 @@ class EventEngine(SocietyEngine):
     # -- running -----------------------------------------------------------------------
 
     def run(self, *, max_turns: int | None = None, until: float | None = None,
-            drain: bool = True) -> EventResult:
+            drain: bool = True, early_until: float | None = None) -> EventResult:
         """Run until every agent has had *max_turns* turns, or virtual time *until*.
 
         At least one of the two must be given. A second call continues the run.
@@ -702,7 +705,13 @@ class EventEngine(SocietyEngine):
         its outcome, and :meth:`state` may be called. ``drain=False`` leaves the
         calls of turns that resolve after *until* in flight: the next call goes
         on with them (the same run; only wall-clock time differs), and
-        :meth:`drain` or :meth:`state` waits for them.
+        :meth:`drain` or :meth:`state` waits for them. *early_until* (at least
+        *until*) lets turns start early (``World.affected_by``) up to that time
+        rather than *until*: a later call that runs past it adopts them, and a
+        turn started early whose time the run did not reach is kept, with its
+        outcome, in :meth:`state`. The caller promises to run to *early_until*
+        before the run's end (a run must not end with an agent that acted
+        beyond it).
 
         Raises:
             ConfigError: Neither limit, or a bad one.
@@ -730,19 +739,26 @@ class EventEngine(SocietyEngine):
         runner = self._runner
         if runner is None:
             runner = self._runner = _Runner(self, limit, horizon)
+            runner.early.update(self._stashed)  # turns started early, kept by a run before
+            self._stashed.clear()
         else:  # held by the run before (drain=False): its calls in flight go on
             runner.limit, runner.until = limit, horizon
-        held = False
+        runner.early_limit = horizon if early_until is None else max(horizon, early_until)
+        held = ended = False
         try:
             runner.loop()
-            if drain or not runner.flight:
-                runner.finish_all()
-            else:
-                held = True
+            held = not drain and bool(runner.flight or runner.early)
+            if held:
                 self.carried += len(runner.flight)
+            else:
+                runner.finish_all()
+                runner.stash()
+            ended = True
         finally:
             if not held:
                 self._runner = None
+                if not ended:  # an error: what was started early is given up
+                    runner.early.clear()
                 runner.close()
         self._flush_windows(final=True)
         return self._result(_time.perf_counter() - start, self._calls - calls_before)
@@ -757,6 +773,7 @@ class EventEngine(SocietyEngine):
             return
         try:
             runner.finish_all()
+            runner.stash()
         finally:
             self._runner = None
             runner.close()
@@ -1099,6 +1116,12 @@ class EventEngine(SocietyEngine):
                         for index, w in self._windows.items()},
             "reported": self._reported,
             "calls_at_start": dict(self._calls_at_start), "quiet": dict(self._quiet),
+            # Turns started early beyond the run's time (run's early_until), done.
+            "early": {self._book[agent_id].key: (early.entry, early.spec, early.observation,
+                                                 _plain_outcome(early.future.result()))
+                      for agent_id, early in sorted(self._stashed.items(),
+                                                    key=lambda item: self._book[item[0]].key)
+                      if early.future is not None},
             **({} if self._scenario is None else {"scenario": self._scenario.state()}),
         }
 
@@ -1147,6 +1170,11 @@ class EventEngine(SocietyEngine):
         self._reported = state["reported"]
         self._calls_at_start = dict(state.get("calls_at_start", {}))
         self._quiet = dict(state.get("quiet", {}))
+        self._stashed = {}
+        for key, (entry, spec, observation, outcome) in state.get("early", {}).items():
+            done: cf.Future[Any] = cf.Future()
+            done.set_result(_live_outcome(tuple(outcome)))
+            self._stashed[self._by_key[key]] = _Early(tuple(entry), spec, observation, done, 0)
         if self._scenario is not None:
             self._scenario.restore(state.get("scenario", 0))
 
@@ -1202,25 +1230,34 @@ class _Failure(NamedTuple):
         return made
 
 
+def _plain_outcome(outcome: tuple[bool, Any, float]) -> tuple[bool, Any, float]:
+    """A turn's outcome for a checkpoint: a failed turn's exception as a :class:`_Failure`."""
+    ok, action, duration = outcome
+    if ok or not isinstance(action, BaseException):
+        return outcome
+    return ok, _Failure(type(action).__module__, type(action).__qualname__, str(action)), duration
+
+
+def _live_outcome(outcome: tuple[bool, Any, float]) -> tuple[bool, Any, float]:
+    """The inverse of :func:`_plain_outcome` (old checkpoints hold the exception itself)."""
+    ok, action, duration = outcome
+    return (ok, action.exception(), duration) if isinstance(action, _Failure) else outcome
+
+
 def _plain_entry(entry: tuple[Any, ...]) -> tuple[Any, ...]:
     """*entry* for a checkpoint: a failed resolution's exception as a :class:`_Failure`."""
     if entry[2] != _RESOLVE:
         return entry
-    spec, (ok, action, duration), chain = entry[5]
-    if ok or not isinstance(action, BaseException):
-        return entry
-    failure = _Failure(type(action).__module__, type(action).__qualname__, str(action))
-    return (*entry[:5], (spec, (ok, failure, duration), chain))
+    spec, outcome, chain = entry[5]
+    return (*entry[:5], (spec, _plain_outcome(outcome), chain))
 
 
 def _live_entry(entry: tuple[Any, ...]) -> tuple[Any, ...]:
-    """The inverse of :func:`_plain_entry` (old checkpoints hold the exception itself)."""
+    """The inverse of :func:`_plain_entry`."""
     if entry[2] != _RESOLVE:
         return entry
-    spec, (ok, action, duration), chain = entry[5]
-    if not isinstance(action, _Failure):
-        return entry
-    return (*entry[:5], (spec, (ok, action.exception(), duration), chain))
+    spec, outcome, chain = entry[5]
+    return (*entry[:5], (spec, _live_outcome(outcome), chain))
 
 
 class _Flight:
@@ -1357,6 +1394,8 @@ class _Runner:
         self.engine = engine
         self.limit = limit
         self.until = until
+        #: How far turns may start early (``EventEngine.run``'s *early_until*).
+        self.early_limit = until
         self.flight: dict[AgentId, _Flight] = {}
         #: Turns started early (World.affected_by), by agent, until the kernel reaches them.
         self.early: dict[AgentId, _Early] = {}
@@ -1375,6 +1414,18 @@ class _Runner:
             self.loop_thread = threading.Thread(target=self.aloop.run_forever,
                                                 name="simulacra-events-asyncio", daemon=True)
             self.loop_thread.start()
+
+    def stash(self) -> None:
+        """Keep the turns started early that the kernel has not reached, once done.
+
+        Their calls return first; the engine adopts them in a later run, or
+        checkpoints them.
+        """
+        futures = [e.future for e in self.early.values() if e.future is not None]
+        if futures:
+            cf.wait(futures)
+        self.engine._stashed.update(self.early)
+        self.early.clear()
 
     def close(self) -> None:
         pending: list[_Flight | _Early] = [*self.flight.values(), *self.early.values()]
@@ -1524,7 +1575,7 @@ class _Runner:
         by_key = engine._by_key
         m = engine._min
         inf = math.inf
-        limit = self.until
+        limit = self.early_limit
         scenario = engine._scenario
         if scenario is not None:
             limit = min(limit, math.nextafter(scenario.next_time(), -inf))
@@ -1878,9 +1929,12 @@ class EventSteps:
         calls, wall_total = 0, 0.0
         # A tracer's window spans hold their turns: each window ends with its calls.
         barrier = self.barrier or engine.tracer is not None
+        # Turns may start early up to this call's last window's end, which it reaches
+        # unless *pause* returns it sooner (then state() keeps them for the next run).
+        end = (self.step + steps) * self.width
         try:
             for left in range(steps - 1, -1, -1):
-                calls += self._window(engine, left == 0 or barrier)
+                calls += self._window(engine, left == 0 or barrier, end)
                 wall_total += self._wall
                 if pause is not None and pause():
                     break
@@ -1900,7 +1954,7 @@ class EventSteps:
                            result.world_digest, result.agents_digest, result.digest,
                            calls, wall_total)
 
-    def _window(self, engine: EventEngine, drain: bool) -> int:
+    def _window(self, engine: EventEngine, drain: bool, early_until: float) -> int:
         """Run the next window (*drain*: it ends with its calls); report it; its calls.
 
         A report counts the calls that returned since the last one: those of
@@ -1921,7 +1975,7 @@ class EventSteps:
             digest = engine._digest.hex()
         else:
             result = engine.run(max_turns=self.max_turns, until=(step + 1) * self.width,
-                                drain=drain)
+                                drain=drain, early_until=early_until)
             self.windows_run += 1
             digest = result.events_digest
         with engine._lock:

@@ -80,9 +80,10 @@ class ShardedEventEngine(EventEngine):
         self._set.close()
 
     def run(self, *, max_turns: int | None = None, until: float | None = None,
-            drain: bool = True) -> Any:
+            drain: bool = True, early_until: float | None = None) -> Any:
         self._start()
-        return super().run(max_turns=max_turns, until=until, drain=drain)
+        return super().run(max_turns=max_turns, until=until, drain=drain,
+                           early_until=early_until)
 
     # -- a turn ------------------------------------------------------------------------
 
