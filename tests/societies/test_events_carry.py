@@ -164,7 +164,7 @@ def windows(board: dict[str, Any], *, mode: str, width: float, barrier: bool,
         left = chunk
         while left > 0 and done < total:
             before = steps.step
-            result = steps.run(left, pause=lambda: steps.step - 1 in stops)
+            result = steps.run(left, pause=lambda s=steps: s.step - 1 in stops)
             ran = steps.step - before
             done, left = done + ran, left - ran
             if left > 0:  # returned early: checkpoint, and resume in a fresh engine
@@ -187,7 +187,7 @@ def windows(board: dict[str, Any], *, mode: str, width: float, barrier: bool,
        reaction=st.sampled_from([0.0, 0.2]),
        stops=st.frozensets(st.integers(0, 20), max_size=3))
 def test_carried_calls_change_nothing_but_the_wall_clock(
-        board: dict[str, Any], mode: str, width: float, chunks: list[int],
+        *, board: dict[str, Any], mode: str, width: float, chunks: list[int],
         reaction: float, stops: frozenset[int]) -> None:
     carried, engine, reports = windows(board, mode=mode, width=width, barrier=False,
                                        chunks=chunks, reaction=reaction, stops=stops)
