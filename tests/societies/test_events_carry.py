@@ -348,3 +348,31 @@ def test_turns_started_early_past_a_stop_are_kept_and_adopted(tmp_path: Path) ->
             assert ((out / "action_events.jsonl").read_bytes()
                     == (tmp_path / "straight" / "action_events.jsonl").read_bytes())
     assert kept > 0  # some stop came while turns beyond it had started early
+
+
+class _Watchful(Writer):
+    """A writer whose state must not be read while it acts (as an agent's memory dict)."""
+
+    def act(self, spec: ActionSpec) -> Any:
+        self.acting = True
+        try:
+            return super().act(spec)
+        finally:
+            self.acting = False
+
+    def get_state(self) -> dict[str, Any]:
+        assert not getattr(self, "acting", False), f"{self.id}'s state read mid-turn"
+        return super().get_state()
+
+
+def test_no_agent_state_is_read_while_its_turn_is_carried() -> None:
+    """A window's end with turns in flight takes no digest of the agents (they are acting)."""
+    follows = {"ada": ["ben"], "ben": ["ada"], "cat": []}
+    readers = {n: sorted(o for o, f in follows.items() if n in f) for n in follows}
+    agents = [_Watchful(n, readers[n], [0.02, 0.005], [0.1, 0.3]) for n in sorted(follows)]
+    engine = EventEngine(Pinboard(follows), agents, latency=LATENCY, mode="threads",
+                         concurrency=3, window=0.1)
+    steps = EventSteps(engine, width=0.1, max_turns=6, on_step=None)
+    result = steps.run(80)
+    assert engine.carried > 0
+    assert result.agents_digest  # taken once every turn had returned

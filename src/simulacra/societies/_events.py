@@ -705,7 +705,9 @@ class EventEngine(SocietyEngine):
         its outcome, and :meth:`state` may be called. ``drain=False`` leaves the
         calls of turns that resolve after *until* in flight: the next call goes
         on with them (the same run; only wall-clock time differs), and
-        :meth:`drain` or :meth:`state` waits for them. *early_until* (at least
+        :meth:`drain` or :meth:`state` waits for them; the result of such a
+        call has empty world, agents and run digests (agents still acting on
+        other threads have no digest yet), and its events digest. *early_until* (at least
         *until*) lets turns start early (``World.affected_by``) up to that time
         rather than *until*: a later call that runs past it adopts them, and a
         turn started early whose time the run did not reach is kept, with its
@@ -761,7 +763,8 @@ class EventEngine(SocietyEngine):
                     runner.early.clear()
                 runner.close()
         self._flush_windows(final=True)
-        return self._result(_time.perf_counter() - start, self._calls - calls_before)
+        return self._result(_time.perf_counter() - start, self._calls - calls_before,
+                            digests=not held)
 
     def drain(self) -> None:
         """Wait for the calls a ``run(drain=False)`` left in flight (if any).
@@ -1184,17 +1187,26 @@ class EventEngine(SocietyEngine):
         """SHA-256 over every agent's ``get_state()``, in id order."""
         return agents_digest(EVENTS_SCHEME, self._agents)
 
-    def _result(self, wall: float, calls: int) -> EventResult:
-        with gc_paused():  # as the round engine: a million states, no cycles among them
-            world_digest = self._world.state_digest()
-            agents_digest = self.agents_digest()
+    def _result(self, wall: float, calls: int, *, digests: bool = True) -> EventResult:
+        """The result so far.
+
+        Without *digests* (turns still in flight are changing their agents'
+        states on other threads) the world, agents and run digests are empty.
+        """
         events_digest = self._digest.hex()
-        h = hashlib.sha256((EVENTS_SCHEME + "\n").encode("ascii"))
-        h.update(_canonical_line({"turns": self._turns, "events": events_digest,
-                                  "world": world_digest, "agents": agents_digest}))
+        if not digests:
+            world_digest = agents_digest = digest = ""
+        else:
+            with gc_paused():  # as the round engine: a million states, no cycles among them
+                world_digest = self._world.state_digest()
+                agents_digest = self.agents_digest()
+            h = hashlib.sha256((EVENTS_SCHEME + "\n").encode("ascii"))
+            h.update(_canonical_line({"turns": self._turns, "events": events_digest,
+                                      "world": world_digest, "agents": agents_digest}))
+            digest = h.hexdigest()
         windows = tuple(self._windows[i].report(i, self._width) for i in sorted(self._windows))
         return EventResult(self._turns, self._events, self._failed, self._now, events_digest,
-                           world_digest, agents_digest, h.hexdigest(), windows,
+                           world_digest, agents_digest, digest, windows,
                            self._chain_max, calls, self._peak, wall)
 
     def __repr__(self) -> str:
