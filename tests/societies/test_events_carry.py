@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import random
 import threading
 import time
 from collections.abc import Mapping, Sequence
@@ -300,13 +301,18 @@ def test_barrier_must_be_true_or_false() -> None:
 class _Sleepy:
     """The scripted model behind a loopback server, each call a few wall-clock ms (by site)."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, jitter: bool = False) -> None:
         from simulacra.llm import ScriptedModel
 
         self.inner = ScriptedModel(seed=0)
+        self.jitter = jitter
+        self.wall = random.Random()  # wall-clock jitter, unseeded: nothing may depend on it
 
     def complete(self, request: Any, *, site: Any = None) -> Any:
         completion = self.inner.complete(request, site=site)
+        if self.jitter:  # 20-80 ms in any order: no result may depend on it
+            time.sleep(self.wall.uniform(0.02, 0.08))
+            return completion
         n = 0 if site is None else int(hashlib.sha256(f"{site.agent}/{site.n}".encode())
                                         .hexdigest()[:4], 16)
         time.sleep(0.005 + (n % 7) * 0.006)
@@ -376,3 +382,92 @@ def test_no_agent_state_is_read_while_its_turn_is_carried() -> None:
     result = steps.run(80)
     assert engine.carried > 0
     assert result.agents_digest  # taken once every turn had returned
+
+
+def test_a_budget_stop_never_checkpoints_a_refused_turn(tmp_path: Path) -> None:
+    """A helper's find: a budget stop with turns started early or carried could write a
+    checkpoint holding a turn the budget refused, which no resume could serve."""
+    from simulacra.llm import ScriptedServer
+
+    with ScriptedServer(_Sleepy(jitter=True)) as server:
+        def config(*extra: str) -> Any:
+            return _config("sim.agents=30", "sim.steps=20", "sim.world.local=true",
+                           "sim.llm.provider=openai_compatible",
+                           f"sim.llm.base_url={server.base_url}", *extra)
+
+        straight = run_society(config(), out=tmp_path / "straight")
+        for i, tokens in enumerate((14000, 16000, 16000, 18000)):
+            out = tmp_path / f"budget{i}-{tokens}"
+            with pytest.raises(RunStopped, match="budget"):
+                run_society(config(f"run.budget.tokens={tokens}"), out=out)
+            resumed = resume_society(out, overrides=("run.budget.tokens=10000000",))
+            assert resumed.result.digest == straight.result.digest, tokens
+            reported, summed, lines = _reported_calls(out)
+            assert reported == summed, (tokens, reported, summed, lines)
+
+
+def test_a_stop_asked_for_during_a_step_counts_its_calls_in_its_line(tmp_path: Path) -> None:
+    """A stop that comes while a step runs: the step's end waits for its calls before its
+    report, so the stop's line counts every call made (calls.jsonl)."""
+    import re
+
+    from simulacra.llm import ScriptedServer
+
+    with ScriptedServer(_Sleepy()) as server:
+        control = RunControl()
+        turns = [0]
+
+        def on_turn() -> None:
+            turns[0] += 1
+            if turns[0] == 15:
+                control.request_stop("the test stops it")
+
+        out = tmp_path / "cut"
+        with pytest.raises(RunStopped) as stopped:
+            run_society(_config("sim.llm.provider=openai_compatible",
+                                f"sim.llm.base_url={server.base_url}"),
+                        out=out, control=control, on_turn=on_turn)
+    said = re.search(r"(\d+) model calls?", str(stopped.value))
+    assert said is not None, str(stopped.value)
+    made = sum(1 for line in (out / "calls.jsonl").read_text().splitlines()
+               if json.loads(line).get("ok", True))
+    assert int(said.group(1)) == made
+
+
+def test_run_arguments_are_checked() -> None:
+    from simulacra import ConfigError
+
+    board = {"follows": {"ada": [], "ben": []}, "sleeps": {"ada": [0.0], "ben": [0.0]},
+             "pauses": {"ada": [0.3], "ben": [0.3]}}
+    engine = EventEngine(*society(board), latency=LATENCY)
+    with pytest.raises(ConfigError, match=r"drain must be true or false, got str 'no'"):
+        engine.run(until=1.0, drain="no")  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match=r"early_until must be a finite number >= 0, got nan"):
+        engine.run(until=1.0, early_until=float("nan"))
+
+
+def test_llm_calls_of_held_runs_add_up_to_the_calls_made() -> None:
+    """Calls that return between two run(drain=False) calls are counted by the next one."""
+    from simulacra.agents import LLMAgent
+    from simulacra.llm import ChatMessage, CompletionRequest, ScriptedModel
+
+    class Asker(LLMAgent):
+        def prompt(self, spec: ActionSpec) -> CompletionRequest:
+            return CompletionRequest((ChatMessage(
+                "user", f"{self.id} turn {spec.step}: {self.observation}"),))
+
+        def parse(self, completion: Any, spec: ActionSpec) -> Any:
+            time.sleep(0.01)
+            return completion.text[:8], []
+
+    follows = {"ada": ["ben"], "ben": [], "cat": ["ada"]}
+    askers = [Asker(name) for name in sorted(follows)]
+    engine = EventEngine(Pinboard(follows), askers, model=ScriptedModel(seed=0),
+                         latency=LATENCY, mode="threads", concurrency=3)
+    total = 0
+    for until in (0.5, 1.0, 1.5, 2.0, 2.5):
+        total += engine.run(until=until, drain=False).llm_calls
+        time.sleep(0.03)  # calls return between the runs
+    engine.state()  # waits for the rest
+    total += engine.run(until=2.5).llm_calls
+    assert total == sum(a.calls for a in askers) > 0

@@ -533,6 +533,8 @@ def _rows(config: Any, run: Any) -> dict[str, Any]:
         rows["  made / from recordings"] = f"{made} / {served}"
     if speed:
         rate = speed.get("per_s")
+        if speed.get("us_per_agent_step") is None:  # no turn resolved: no time per turn
+            rate = None
         rows["agent-steps"] = (f"{speed.get('agent_steps', 0)}{whole}"
                                + ("" if rate is None else
                                   f" ({_rate(rate)}, {_duration_us(speed['us_per_agent_step'])} "
@@ -542,8 +544,8 @@ def _rows(config: Any, run: Any) -> dict[str, Any]:
             rows["  started early"] = (f"{speed['turns_started_early']} (the world names who "
                                        "affects whom)")
         if speed.get("turns_carried_over"):
-            rows["  carried over"] = (f"{speed['turns_carried_over']} (calls in flight at a "
-                                      "step's end went on)")
+            rows["  carried over"] = (f"{speed['turns_carried_over']} (this session's turns "
+                                      "whose calls went on past a step's end)")
         steps_taken, calls = speed.get("agent_steps", 0), llm.get("calls", 0)
         if steps_taken and calls > steps_taken:
             # Calls against events: an agent-step is a resolved turn (one event or more).

@@ -374,6 +374,7 @@ class EventEngine(SocietyEngine):
         #: Turns whose calls were still in flight at the end of a ``run(drain=False)``,
         #: carried into the next (telemetry, not state).
         self.carried = 0
+        self._calls_reported = 0  # self._calls as the last run()'s result counted them
         #: Turns started early whose time no run has reached yet, with their outcomes
         #: (state: kept by a run that ended, or a checkpoint, for a later run to adopt).
         self._stashed: dict[AgentId, _Early] = {}
@@ -723,8 +724,12 @@ class EventEngine(SocietyEngine):
             raise ConfigError("run(): give max_turns (per agent), until (virtual time), or both")
         limit = None if max_turns is None else _check_int("max_turns", max_turns, 1)
         horizon = math.inf if until is None else _check_float("until", until, positive=False)
+        if not isinstance(drain, bool):
+            raise ConfigError(f"drain must be true or false, got {type(drain).__name__} "
+                              f"{drain!r}")
+        if early_until is not None:
+            early_until = _check_float("early_until", early_until, positive=False)
         start = _time.perf_counter()
-        calls_before = self._calls
         parked, self._parked = self._parked, []
         now = self._sim.now
         for entry in parked:  # agents that used up an earlier max_turns
@@ -751,10 +756,14 @@ class EventEngine(SocietyEngine):
             runner.loop()
             held = not drain and bool(runner.flight or runner.early)
             if held:
-                self.carried += len(runner.flight)
+                for flight in runner.flight.values():
+                    if not flight.carried:  # a turn, once, however many window ends it spans
+                        flight.carried = True
+                        self.carried += 1
             else:
                 runner.finish_all()
                 runner.stash()
+                self._raise_fatal()
             ended = True
         finally:
             if not held:
@@ -763,8 +772,9 @@ class EventEngine(SocietyEngine):
                     runner.early.clear()
                 runner.close()
         self._flush_windows(final=True)
-        return self._result(_time.perf_counter() - start, self._calls - calls_before,
-                            digests=not held)
+        with self._lock:  # the calls that returned since the last run() (between runs too)
+            calls, self._calls_reported = (self._calls - self._calls_reported, self._calls)
+        return self._result(_time.perf_counter() - start, calls, digests=not held)
 
     def drain(self) -> None:
         """Wait for the calls a ``run(drain=False)`` left in flight (if any).
@@ -780,6 +790,33 @@ class EventEngine(SocietyEngine):
         finally:
             self._runner = None
             runner.close()
+        self._raise_fatal()
+
+    def _raise_fatal(self) -> None:
+        """Raise the fatal error (*fatal*) of a turn whose outcome is known but not reached.
+
+        A turn that a budget refused, or a replay could not serve, stops the run
+        when the kernel reaches its resolution. One still ahead of the kernel
+        where a run returns (its calls carried on, or it started early) stops
+        it there: no checkpoint may hold it, and no run may end with it.
+        """
+        fatal = self._fatal
+        if not fatal:
+            return
+        found: list[tuple[tuple[float, int], BaseException]] = []
+        for entry in self._entries.values():
+            if entry[2] == _RESOLVE:
+                ok, action, _ = entry[5][1]
+                if not ok and isinstance(action, fatal):
+                    found.append(((entry[0], entry[1]), action))
+        for early in self._stashed.values():
+            future = early.future
+            if future is not None and future.done():
+                ok, action, _ = future.result()
+                if not ok and isinstance(action, fatal):
+                    found.append(((early.entry[0], early.entry[1]), action))
+        if found:
+            raise min(found, key=lambda item: item[0])[1]
 
     def abandon(self) -> None:
         """Stop what a ``run(drain=False)`` left in flight, without its outcomes (if any).
@@ -1275,11 +1312,12 @@ def _live_entry(entry: tuple[Any, ...]) -> tuple[Any, ...]:
 class _Flight:
     """A turn in flight: started at *when*, its outcome not yet scheduled."""
 
-    __slots__ = ("act", "agent", "chain", "future", "op", "outcome", "spec", "when")
+    __slots__ = ("act", "agent", "carried", "chain", "future", "op", "outcome", "spec", "when")
 
     def __init__(self, agent: AgentId, when: float, spec: ActionSpec, chain: int,
                  act: Any) -> None:
         self.agent = agent
+        self.carried = False  # counted in EventEngine.carried (a window's end passed it)
         self.when = when
         self.spec = spec
         self.chain = chain
@@ -1946,7 +1984,7 @@ class EventSteps:
         end = (self.step + steps) * self.width
         try:
             for left in range(steps - 1, -1, -1):
-                calls += self._window(engine, left == 0 or barrier, end)
+                calls += self._window(engine, left == 0 or barrier, end, pause)
                 wall_total += self._wall
                 if pause is not None and pause():
                     break
@@ -1966,7 +2004,8 @@ class EventSteps:
                            result.world_digest, result.agents_digest, result.digest,
                            calls, wall_total)
 
-    def _window(self, engine: EventEngine, drain: bool, early_until: float) -> int:
+    def _window(self, engine: EventEngine, drain: bool, early_until: float,
+                pause: Callable[[], bool] | None) -> int:
         """Run the next window (*drain*: it ends with its calls); report it; its calls.
 
         A report counts the calls that returned since the last one: those of
@@ -1990,6 +2029,10 @@ class EventSteps:
                                 drain=drain, early_until=early_until)
             self.windows_run += 1
             digest = result.events_digest
+            if engine._runner is not None and pause is not None and pause():
+                # The run returns after this window (a checkpoint, a stop): its report
+                # counts the calls its end waits for. (*pause* only reads: asked twice.)
+                engine.drain()
         with engine._lock:
             now = (engine._calls, engine._prompt_tokens, engine._completion_tokens)
         counted, self._counted = self._counted, now
@@ -2057,7 +2100,11 @@ def engine_options(config: Any) -> tuple[dict[str, Any], float, int | None, bool
     options = check_step_options(settings.step.options)
     latency = config.sim.llm.latency
     max_turns = options.pop("max_turns", None)
-    barrier = options.pop("barrier", False)
+    # A budget is checked at each step's end against the calls that returned: with one,
+    # every step waits for its calls, so that the check sees what the step spent.
+    budget = config.run.budget
+    barrier = (options.pop("barrier", False) or budget.tokens is not None
+               or budget.cost is not None)
     width = options.pop("window", 1.0)
     kwargs = dict(
         latency=LatencyModel(base=latency.base, prefill_per_token=latency.prefill_per_token,
