@@ -471,3 +471,125 @@ def test_llm_calls_of_held_runs_add_up_to_the_calls_made() -> None:
     engine.state()  # waits for the rest
     total += engine.run(until=2.5).llm_calls
     assert total == sum(a.calls for a in askers) > 0
+
+
+# -- from an adversarial helper's fuzzing -----------------------------------------------------
+
+
+class _Diary(World):
+    """Each agent sees its own id and its own posts: nobody affects anybody (true)."""
+
+    PLAIN_STATE = True
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.posts: list[list[str]] = []
+
+    def affected_by(self, agent_id: AgentId) -> Sequence[str]:
+        return []
+
+    def observation_for(self, agent_id: AgentId, snapshot: Any = None) -> Any:
+        return agent_id, tuple((a, t) for a, t in self.posts if a == agent_id)[-2:]
+
+    def decide(self, agent_id: AgentId, action: Any, step: int,
+               time: float) -> list[tuple[str, dict[str, Any], tuple[str, ...]]]:
+        return [("post", {"text": action}, ())]
+
+    def apply(self, event: Any) -> None:
+        super().apply(event)
+        if event.kind == "post":
+            self.posts.append([event.agent, event.data["text"]])
+
+
+class _Keeper:
+    """Writes; one slow call holds the kernel back while the others start early."""
+
+    def __init__(self, name: str, *, fails_at: float | None = None) -> None:
+        self.id = name
+        self.n = 0
+        self.fails_at = fails_at
+        self.seen: Any = None
+
+    def observe(self, observation: Any) -> None:
+        self.seen = observation
+
+    def act(self, spec: ActionSpec) -> Any:
+        if self.id == "ann" and spec.step == 1:
+            time.sleep(0.1)
+        if self.fails_at is not None and self.fails_at <= spec.time < self.fails_at + 0.4:
+            raise _Stop(f"{self.id} stops the run at t={spec.time:.3f}")
+        self.n += 1
+        return f"{self.id}-{spec.step}-{len(self.seen[1])}"
+
+    def next_wake(self, now: float, rng: Any) -> float:
+        return now + (2.5 if self.id == "ann" else 0.3)
+
+    def get_state(self) -> dict[str, Any]:
+        return {"n": self.n}
+
+    def set_state(self, state: Mapping[str, Any]) -> None:
+        self.n = state["n"]
+
+
+class _Stop(Exception):
+    """A fatal error of the tests below (as a budget's refusal is for a run)."""
+
+
+def _diary(seed: int, mode: str = "threads", **kwargs: Any) -> EventSteps:
+    agents = [_Keeper(n, **kwargs) for n in ("ann", "bob", "cy", "dee")]
+    engine = EventEngine(_Diary(), agents, latency=LatencyModel(base=0.2, min_duration=0.2),
+                         mode=mode, concurrency=4, seed=seed, fatal=(_Stop,))
+    return EventSteps(engine, width=1.0, max_turns=None, on_step=None)
+
+
+def test_a_kept_early_turn_is_checked_by_value_not_by_object_sharing() -> None:
+    """Pickle's memo made equal observations pickle apart once a checkpoint's unpickling
+    had made an agent's id and its posts' author two objects: a false ConfigError."""
+    import pickle
+
+    for seed in range(40):
+        steps = _diary(seed)
+        steps.run(6, pause=lambda steps=steps: steps.step == 2)
+        if steps.engine._stashed:
+            break
+    else:
+        pytest.fail("no seed kept a turn started early")
+    fresh = _diary(seed)
+    fresh.restore(pickle.loads(pickle.dumps(steps.state())))  # noqa: S301  (our own bytes)
+    resumed = fresh.run(4)
+    uncut = _diary(seed, mode="sequential").run(6)
+    assert resumed.digest == uncut.digest
+
+
+def test_no_state_is_taken_after_a_run_stopped_on_an_error() -> None:
+    """A fatal turn stops the run; a state taken after it held the turn as an ordinary
+    failure (a restored run then went on without the error)."""
+    from simulacra import CheckpointError
+
+    stopped = 0
+    for seed in range(30):
+        steps = _diary(seed, fails_at=0.6)
+        try:
+            steps.run(3)
+        except _Stop:
+            stopped += 1
+            with pytest.raises(CheckpointError, match=r"no state of a run that stopped on an "
+                                                      r"error \(_Stop: "):
+                steps.state()
+    assert stopped > 0
+
+
+def test_a_later_run_cannot_lower_max_turns_below_a_turn_started_early() -> None:
+    from simulacra import ConfigError
+
+    for seed in range(60):
+        engine = _diary(seed).engine
+        engine.run(max_turns=3, until=1.5, early_until=6.0)
+        pending = [*engine._stashed.values(),
+                   *(() if engine._runner is None else engine._runner.early.values())]
+        if any(e.spec.step >= 2 for e in pending):
+            with pytest.raises(ConfigError, match=r"run\(max_turns=2\): turn 2 of agent "
+                                                  r"'\w+' started early under an earlier run"):
+                engine.run(max_turns=2, until=6.0)
+            return
+    pytest.fail("no seed started a third turn early")

@@ -43,6 +43,7 @@ import functools
 import hashlib
 import heapq
 import inspect
+import io
 import json
 import math
 import pickle
@@ -375,6 +376,8 @@ class EventEngine(SocietyEngine):
         #: carried into the next (telemetry, not state).
         self.carried = 0
         self._calls_reported = 0  # self._calls as the last run()'s result counted them
+        #: Why a run() raised (its state is cut mid-way: state() refuses), or None.
+        self._stopped: str | None = None
         #: Turns started early whose time no run has reached yet, with their outcomes
         #: (state: kept by a run that ended, or a checkpoint, for a later run to adopt).
         self._stashed: dict[AgentId, _Early] = {}
@@ -729,6 +732,16 @@ class EventEngine(SocietyEngine):
                               f"{drain!r}")
         if early_until is not None:
             early_until = _check_float("early_until", early_until, positive=False)
+        if limit is not None:  # a turn started early under a higher limit cannot be undone
+            pending = [*self._stashed.values(),
+                       *(() if self._runner is None else self._runner.early.values())]
+            over = sorted((e for e in pending if e.spec.step >= limit),
+                          key=lambda e: e.entry[:2])
+            if over:
+                raise ConfigError(
+                    f"run(max_turns={limit}): turn {over[0].spec.step} of agent "
+                    f"{over[0].entry[3]!r} started early under an earlier run's max_turns "
+                    f"(at t={over[0].when:.6g}); a later run cannot lower max_turns below it")
         start = _time.perf_counter()
         parked, self._parked = self._parked, []
         now = self._sim.now
@@ -765,6 +778,10 @@ class EventEngine(SocietyEngine):
                 runner.stash()
                 self._raise_fatal()
             ended = True
+        except BaseException as exc:
+            # Its turns and the kernel are cut where the error came: no state to take.
+            self._stopped = f"{type(exc).__name__}: {exc}"[:200]
+            raise
         finally:
             if not held:
                 self._runner = None
@@ -782,14 +799,13 @@ class EventEngine(SocietyEngine):
         Their turns' resolutions are scheduled, as a run with *drain* would have.
         """
         runner = self._runner
-        if runner is None:
-            return
-        try:
-            runner.finish_all()
-            runner.stash()
-        finally:
-            self._runner = None
-            runner.close()
+        if runner is not None:
+            try:
+                runner.finish_all()
+                runner.stash()
+            finally:
+                self._runner = None
+                runner.close()
         self._raise_fatal()
 
     def _raise_fatal(self) -> None:
@@ -1138,6 +1154,10 @@ class EventEngine(SocietyEngine):
         The engine's own draws are counter-based (keyed by agent and turn),
         so those counters are its random state.
         """
+        if self._stopped is not None:
+            raise CheckpointError(
+                f"no state of a run that stopped on an error ({self._stopped}): continue "
+                "from a state taken before it")
         self.drain()  # a run(drain=False) left calls in flight: their outcomes are state
         return {
             "scheme": EVENTS_SCHEME, "now": self._now, "started": self._started,
@@ -1173,6 +1193,7 @@ class EventEngine(SocietyEngine):
                 agents this engine does not have.
         """
         self.abandon()
+        self._stopped = None
         given: object = state
         if not isinstance(given, Mapping) or given.get("scheme") != EVENTS_SCHEME:
             raise CheckpointError(
@@ -1393,13 +1414,20 @@ def _snapshot(observation: Any) -> bytes | None:
     Bytes, not ``==``: equal values that an agent can tell apart (``0.0`` and
     ``-0.0``, ``1`` and ``True``, sets or dicts in another order) pickle apart,
     and a live view of the world's state (a list it keeps, a mapping proxy) is
-    frozen as it was, not compared with itself later. An observation that will
-    not pickle gives None, and its turn is not started early.
+    frozen as it was, not compared with itself later. Without pickle's memo
+    (``fast``): a value shared twice is written twice, so the bytes do not
+    depend on which equal objects are one object, which a checkpoint's
+    unpickling changes. An observation that will not pickle (a cycle
+    included) gives None, and its turn is not started early.
     """
+    buffer = io.BytesIO()
+    pickler = pickle.Pickler(buffer, protocol=5)
+    pickler.fast = True  # no memo: the bytes of the values, not of their sharing
     try:
-        return pickle.dumps(observation, protocol=5)
+        pickler.dump(observation)
     except Exception:
         return None
+    return buffer.getvalue()
 
 
 async def _cancel_tasks() -> None:
