@@ -17,6 +17,7 @@ from __future__ import annotations
 import hashlib
 import json
 import random
+import re
 import threading
 import time
 from collections.abc import Mapping, Sequence
@@ -277,9 +278,16 @@ def test_a_stop_between_windows_resumes_to_the_same_run(tmp_path: Path) -> None:
             stops.append(report.step)
             control.request_stop("the test stops it")
 
-    with pytest.raises(RunStopped):
+    with pytest.raises(RunStopped) as stopped:
         run_society(_config(), out=tmp_path / "cut", control=control, on_step=stop_after_five)
     assert stops == [5]
+    # The stop's line counts every call made, those that returned after step 5's report
+    # (the stop came in it) too.
+    said = re.search(r"(\d+) model calls?", str(stopped.value))
+    assert said is not None, str(stopped.value)
+    made = sum(1 for line in (tmp_path / "cut" / "calls.jsonl").read_text().splitlines()
+               if json.loads(line).get("ok", True))
+    assert int(said.group(1)) == made
     resumed = resume_society(tmp_path / "cut")
     assert resumed.result.digest == straight.result.digest
     assert ((tmp_path / "cut" / "action_events.jsonl").read_bytes()
@@ -409,8 +417,6 @@ def test_a_budget_stop_never_checkpoints_a_refused_turn(tmp_path: Path) -> None:
 def test_a_stop_asked_for_during_a_step_counts_its_calls_in_its_line(tmp_path: Path) -> None:
     """A stop that comes while a step runs: the step's end waits for its calls before its
     report, so the stop's line counts every call made (calls.jsonl)."""
-    import re
-
     from simulacra.llm import ScriptedServer
 
     with ScriptedServer(_Sleepy()) as server:

@@ -1972,12 +1972,18 @@ class EventSteps:
         report counts, in this run or in one resumed from this state.
         """
         engine_state = self.engine.state()  # waits for the calls in flight
+        return {"engine": engine_state, "step": self.step,
+                "step_digests": list(self.step_digests), "unreported": self.unreported()}
+
+    def unreported(self) -> tuple[int, int, int]:
+        """What returned after the last window's report, which the next one counts.
+
+        That is ``(calls, prompt tokens, completion tokens)``.
+        """
         engine = self.engine
         with engine._lock:
             now = (engine._calls, engine._prompt_tokens, engine._completion_tokens)
-        unreported = [now[i] - self._counted[i] for i in range(3)]
-        return {"engine": engine_state, "step": self.step,
-                "step_digests": list(self.step_digests), "unreported": unreported}
+        return now[0] - self._counted[0], now[1] - self._counted[1], now[2] - self._counted[2]
 
     def restore(self, state: Mapping[str, Any]) -> None:
         """Continue from :meth:`state`."""

@@ -1777,8 +1777,17 @@ def _drive(engine: StepEngine, config: RunConfig, rundir: RunDirectory | None,
             checkpoint(step)
     if stop is not None:
         kind, why = stop
+        said = spent()
+        # The event engine's calls that returned after the last step's report (a stop
+        # asked for during it): the resumed run's first step counts them; say them here.
+        late = getattr(engine, "unreported", None)
+        if callable(late):
+            calls, prompt, completion = late()
+            said.calls += calls
+            said.prompt_tokens += prompt
+            said.completion_tokens += completion
         raise _run_stopped(kind, _stop_message(kind, why, config, rundir, step=step,
-                                               spent=spent()), step, rundir)
+                                               spent=said), step, rundir)
     if deferring:
         engine.defer_digests = False  # type: ignore[attr-defined]
         result = dataclasses.replace(engine.run(0), llm_calls=result.llm_calls,
