@@ -793,6 +793,11 @@ class EventEngine(SocietyEngine):
             calls, self._calls_reported = (self._calls - self._calls_reported, self._calls)
         return self._result(_time.perf_counter() - start, calls, digests=not held)
 
+    def _counts(self) -> tuple[int, int, int]:
+        """(model calls, prompt tokens, completion tokens) returned so far."""
+        with self._lock:
+            return self._calls, self._prompt_tokens, self._completion_tokens
+
     def drain(self) -> None:
         """Wait for the calls a ``run(drain=False)`` left in flight (if any).
 
@@ -825,12 +830,10 @@ class EventEngine(SocietyEngine):
                 ok, action, _ = entry[5][1]
                 if not ok and isinstance(action, fatal):
                     found.append(((entry[0], entry[1]), action))
-        for early in self._stashed.values():
-            future = early.future
-            if future is not None and future.done():
-                ok, action, _ = future.result()
-                if not ok and isinstance(action, fatal):
-                    found.append(((early.entry[0], early.entry[1]), action))
+        for early in self._stashed.values():  # stash() waited for their calls
+            ok, action, _ = early.future.result()
+            if not ok and isinstance(action, fatal):
+                found.append(((early.entry[0], early.entry[1]), action))
         if found:
             raise min(found, key=lambda item: item[0])[1]
 
@@ -1180,8 +1183,7 @@ class EventEngine(SocietyEngine):
             "early": {self._book[agent_id].key: (early.entry, early.spec, early.observation,
                                                  _plain_outcome(early.future.result()))
                       for agent_id, early in sorted(self._stashed.items(),
-                                                    key=lambda item: self._book[item[0]].key)
-                      if early.future is not None},
+                                                    key=lambda item: self._book[item[0]].key)},
             **({} if self._scenario is None else {"scenario": self._scenario.state()}),
         }
 
@@ -1454,7 +1456,7 @@ class _Early:
         self.when: float = entry[0]
         self.spec = spec
         self.observation = observation
-        self.future: cf.Future[Any] | None = future
+        self.future: cf.Future[Any] = future
 
 
 class _Runner:
@@ -1499,9 +1501,8 @@ class _Runner:
         Their calls return first; the engine adopts them in a later run, or
         checkpoints them.
         """
-        futures = [e.future for e in self.early.values() if e.future is not None]
-        if futures:
-            cf.wait(futures)
+        if self.early:
+            cf.wait([e.future for e in self.early.values()])
         self.engine._stashed.update(self.early)
         self.early.clear()
 
@@ -1895,7 +1896,6 @@ class EventSteps:
         self.barrier = barrier
         #: (calls, prompt tokens, completion tokens) of the engine already reported.
         self._counted = (0, 0, 0)
-        self._wall = 0.0  # the last window's wall-clock seconds
         #: Wall-clock seconds the last run() waited at its end for the calls in flight.
         self.drain_s = 0.0
         self.step = 0
@@ -1975,15 +1975,18 @@ class EventSteps:
         return {"engine": engine_state, "step": self.step,
                 "step_digests": list(self.step_digests), "unreported": self.unreported()}
 
-    def unreported(self) -> tuple[int, int, int]:
+    def unreported(self, *, take: bool = False) -> tuple[int, int, int]:
         """What returned after the last window's report, which the next one counts.
 
-        That is ``(calls, prompt tokens, completion tokens)``.
+        That is ``(calls, prompt tokens, completion tokens)``; *take*: a report
+        counts them now.
         """
-        engine = self.engine
-        with engine._lock:
-            now = (engine._calls, engine._prompt_tokens, engine._completion_tokens)
-        return now[0] - self._counted[0], now[1] - self._counted[1], now[2] - self._counted[2]
+        now = self.engine._counts()
+        late = (now[0] - self._counted[0], now[1] - self._counted[1],
+                now[2] - self._counted[2])
+        if take:
+            self._counted = now
+        return late
 
     def restore(self, state: Mapping[str, Any]) -> None:
         """Continue from :meth:`state`."""
@@ -1992,10 +1995,9 @@ class EventSteps:
         self.step = state["step"]
         self.step_digests = list(state["step_digests"])
         # The calls no report had counted (older checkpoints: none): the next report's.
-        engine = self.engine
         late = state.get("unreported") or (0, 0, 0)
-        self._counted = (engine._calls - late[0], engine._prompt_tokens - late[1],
-                         engine._completion_tokens - late[2])
+        now = self.engine._counts()
+        self._counted = (now[0] - late[0], now[1] - late[1], now[2] - late[2])
 
     def run(self, steps: int, *, pause: Callable[[], bool] | None = None) -> Any:
         """Run *steps* more windows of virtual time; return a ``RoundResult``.
@@ -2018,8 +2020,9 @@ class EventSteps:
         end = (self.step + steps) * self.width
         try:
             for left in range(steps - 1, -1, -1):
-                calls += self._window(engine, left == 0 or barrier, end, pause)
-                wall_total += self._wall
+                window_calls, wall = self._window(engine, left == 0 or barrier, end, pause)
+                calls += window_calls
+                wall_total += wall
                 if pause is not None and pause():
                     break
         except BaseException:
@@ -2039,8 +2042,10 @@ class EventSteps:
                            calls, wall_total)
 
     def _window(self, engine: EventEngine, drain: bool, early_until: float,
-                pause: Callable[[], bool] | None) -> int:
-        """Run the next window (*drain*: it ends with its calls); report it; its calls.
+                pause: Callable[[], bool] | None) -> tuple[int, float]:
+        """Run the next window (*drain*: it ends with its calls); report it.
+
+        Returns its model calls and wall-clock seconds.
 
         A report counts the calls that returned since the last one: those of
         turns carried over from earlier windows too, and, after a run() that
@@ -2067,10 +2072,8 @@ class EventSteps:
                 # The run returns after this window (a checkpoint, a stop): its report
                 # counts the calls its end waits for. (*pause* only reads: asked twice.)
                 engine.drain()
-        with engine._lock:
-            now = (engine._calls, engine._prompt_tokens, engine._completion_tokens)
-        counted, self._counted = self._counted, now
-        wall = self._wall = _time.perf_counter() - start
+        calls, prompt, completion = self.unreported(take=True)
+        wall = _time.perf_counter() - start
         self.step_digests.append(digest)
         self.step = step + 1
         tracer = engine.tracer
@@ -2084,11 +2087,10 @@ class EventSteps:
                       else window.report(step, self.width))
             self.on_step(StepReport(
                 step, engine._turns - before[0], engine._failed - before[1],
-                tuple(self._events), digest, wall, now[0] - counted[0],
-                now[1] - counted[1], now[2] - counted[2],
+                tuple(self._events), digest, wall, calls, prompt, completion,
                 engine.world.probe(step), window=report.telemetry(),
                 quiet=engine._quiet.get(step, 0)))
-        return now[0] - counted[0]
+        return calls, wall
 
 
 def check_step_options(given: Mapping[str, Any]) -> dict[str, Any]:
