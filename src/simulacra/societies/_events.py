@@ -1590,8 +1590,10 @@ class _Runner:
                 f"turn started early for t={early.when:.6g}: {type(world).__name__}.affected_by"
                 f"({agent_id!r}) leaves out an agent that can wake it")
         if _snapshot(world.observation_for(agent_id, None)) != early.observation:
-            assert self.graph is not None  # noqa: S101  (a turn started early had one)
-            named = {engine._ids[i] for i in self.graph[0][engine._index[agent_id]]}
+            # A turn kept by a checkpoint may be adopted by a run with no graph (another
+            # mode): then no agent counts as named.
+            named = (set() if self.graph is None else
+                     {engine._ids[i] for i in self.graph[0][engine._index[agent_id]]})
             since = sorted({str(a) for a in self.resolved[early.mark:]
                             if a not in named and a != agent_id})
             who = (f" (of those resolved since it started and not named: "
