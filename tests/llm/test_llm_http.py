@@ -563,3 +563,27 @@ def test_aclose_loop_keeps_the_provider_usable() -> None:
         asyncio.run(twice(client))
         client.complete(CompletionRequest.chat("three"))
         assert server.calls == 3
+
+
+def test_a_concurrency_above_one_clients_share_is_reached_across_clients() -> None:
+    """Slots over several clients (8 connections each): all 20 open at once, no more."""
+    pairs = _requests(40)
+    with ScriptedServer(latency=0.05) as server, _client(server, concurrency=20) as client:
+        server.rendezvous(20)  # held until twenty are in flight together
+        with ThreadPoolExecutor(max_workers=40) as pool:
+            results = list(pool.map(lambda p: client.complete(p[0], site=p[1]), pairs))
+        assert server.peak_in_flight == 20
+        assert client.usage.peak_in_flight == 20
+        assert server.calls == 40
+    local = ScriptedModel()
+    assert [r.text for r in results] == [local.complete(q, site=s).text for q, s in pairs]
+
+
+def test_a_closed_client_refuses_calls_in_one_line() -> None:
+    with ScriptedServer() as server:
+        client = _client(server, concurrency=12)
+        request, site = _requests(1)[0]
+        client.complete(request, site=site)
+        client.close()
+        with pytest.raises(ConfigError, match="is closed"):
+            client.complete(request, site=site)

@@ -15,6 +15,7 @@ import ipaddress
 import json
 import math
 import os
+import queue
 import random
 import ssl
 import threading
@@ -467,11 +468,13 @@ class _Attempt:
 class OpenAICompatible:
     """A provider that speaks OpenAI's ``POST {base_url}/chat/completions``.
 
-    Thread-safe: one lazily created ``httpx.Client`` serves every thread, and a
-    ``threading.BoundedSemaphore`` keeps at most *concurrency* requests open;
-    :meth:`acomplete` keeps, per running event loop, one ``httpx.AsyncClient``
-    per 8 connections and a queue of *concurrency* slots (an
-    ``asyncio.Semaphore`` that also names the client to use). The loop's
+    Thread-safe: lazily created ``httpx.Client`` objects, one per 8
+    connections, serve every thread, and a queue of *concurrency* slots keeps
+    at most *concurrency* requests open (a slot also names the client to use:
+    one client's connection pool scans all its connections for every request,
+    which costs more than the request itself at hundreds of connections);
+    :meth:`acomplete` keeps the same per running event loop, with
+    ``httpx.AsyncClient`` objects and an ``asyncio.Queue`` of slots. The loop's
     clients close when the loop shuts down its async generators (as
     ``asyncio.run`` does), or at :meth:`aclose_loop` / :meth:`aclose`.
 
@@ -549,8 +552,9 @@ class OpenAICompatible:
         self._loopback = _is_loopback(self.base_url)
         self._jitter = random.Random(jitter_seed)
         self._lock = threading.Lock()
-        self._slots = threading.BoundedSemaphore(self.concurrency)
-        self._client: httpx.Client | None = None
+        #: The sync clients (one per 8 connections) and the queue of slots naming them.
+        self._clients: list[httpx.Client] | None = None
+        self._slots: queue.SimpleQueue[int] = queue.SimpleQueue()
         self._ssl: ssl.SSLContext | None = None
         self._loops: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _LoopState] = (
             weakref.WeakKeyDictionary()
@@ -729,26 +733,32 @@ class OpenAICompatible:
             context = self._ssl = httpx.create_ssl_context()
         return context
 
-    def _sync_client(self) -> httpx.Client:
-        client = self._client
-        if client is not None:
-            return client
+    def _sync_clients(self) -> list[httpx.Client]:
+        clients = self._clients
+        if clients is not None:
+            return clients
         import httpx  # noqa: PLC0415  (an optional extra, imported on first use)
 
         with self._lock:
             if self._closed:
                 raise ConfigError(f"{self!r} is closed")
-            if self._client is None:
-                self._client = httpx.Client(
-                    timeout=httpx.Timeout(self.timeout),
-                    verify=self._ssl_context(),
-                    limits=httpx.Limits(
-                        max_connections=None, max_keepalive_connections=self.concurrency
-                    ),
-                )
-                # A provider dropped without close() still closes its sockets.
-                weakref.finalize(self, self._client.close)
-            return self._client
+            if self._clients is None:
+                shards = -(-self.concurrency // _SHARD)
+                made = [
+                    httpx.Client(
+                        timeout=httpx.Timeout(self.timeout),
+                        verify=self._ssl_context(),
+                        limits=httpx.Limits(max_connections=None, max_keepalive_connections=_SHARD),
+                    )
+                    for _ in range(shards)
+                ]
+                for slot in range(self.concurrency):
+                    self._slots.put(slot % shards)
+                for client in made:
+                    # A provider dropped without close() still closes its sockets.
+                    weakref.finalize(self, client.close)
+                self._clients = made
+            return self._clients
 
     def complete(self, request: CompletionRequest, *, site: CallSite | None = None) -> Completion:
         """Send *request*, retrying as configured, and return the completion.
@@ -762,18 +772,20 @@ class OpenAICompatible:
         """
         body = self._body(request)
         headers = self._headers(site)
-        client = self._sync_client()
+        clients = self._sync_clients()
         attempt = 0
         while True:
             attempt += 1
-            with self._slots:
-                self._enter()
-                try:
-                    outcome = _Attempt(client.post(self.url, content=body, headers=headers), None)
-                except Exception as exc:  # judged below; non-httpx errors are re-raised
-                    outcome = _Attempt(None, exc)
-                finally:
-                    self._leave()
+            shard = self._slots.get()  # the concurrency limit
+            self._enter()
+            try:
+                outcome = _Attempt(
+                    clients[shard].post(self.url, content=body, headers=headers), None)
+            except Exception as exc:  # judged below; non-httpx errors are re-raised
+                outcome = _Attempt(None, exc)
+            finally:
+                self._leave()
+                self._slots.put(shard)
             completion, delay = self._settle(outcome, attempt, request)
             if completion is not None:
                 return completion
@@ -866,9 +878,9 @@ class OpenAICompatible:
         Call :meth:`aclose` from a running loop to close that loop's client.
         """
         with self._lock:
-            client, self._client = self._client, None
+            clients, self._clients = self._clients, None
             self._closed = True
-        if client is not None:
+        for client in clients or ():
             client.close()
 
     async def aclose_loop(self) -> None:

@@ -63,6 +63,7 @@ from simulacra.errors import AgentActionError, CheckpointError, ConfigError, Inv
 from simulacra.rng import SeedTree, as_seed_tree
 
 from ._events_blocking import BlockingAgent
+from ._gates import PriorityGate, PriorityPool
 from ._kernel_agents import fire_at
 from ._rounds import (
     SocietyEngine,
@@ -1073,7 +1074,7 @@ class EventEngine(SocietyEngine):
         else:
             self._own_wake(agent_id, when)
 
-    def _apply_scenario(self, until: float, pool: cf.ThreadPoolExecutor | None) -> None:
+    def _apply_scenario(self, until: float, pool: cf.Executor | None) -> None:
         """Apply the scenario's changes due at the next change's time (at most *until*)."""
         scenario = self._scenario
         if scenario is None:
@@ -1482,13 +1483,14 @@ class _Runner:
         #: The agents resolved while a turn started early waits (to name in an error).
         self.resolved: list[AgentId] = []
         self.graph = engine._dependency_graph() if engine.tracer is None else None
-        self.pool: cf.ThreadPoolExecutor | None = None
+        #: Threads: at most ``concurrency`` calls open, a freed slot to the earliest turn
+        #: waiting (``_gates``); asyncio: the same gate on the loop.
+        self.pool: PriorityPool | None = None
         self.loop_thread: threading.Thread | None = None
         self.aloop: asyncio.AbstractEventLoop | None = None
-        self.gate: asyncio.Semaphore | None = None
+        self.gate: PriorityGate | None = None
         if engine.mode == "threads":
-            self.pool = cf.ThreadPoolExecutor(engine._concurrency,
-                                              thread_name_prefix="simulacra-events")
+            self.pool = PriorityPool(engine._concurrency, "simulacra-events")
         elif engine.mode == "asyncio":
             self.aloop = asyncio.new_event_loop()
             self.loop_thread = threading.Thread(target=self.aloop.run_forever,
@@ -1543,10 +1545,10 @@ class _Runner:
             self._step_blocking(agent_id, flight, functools.partial(
                 blocking.wake, engine._observed, when, spec.step, stream))
         elif self.pool is not None:
-            flight.future = self.pool.submit(engine._act, agent_id, spec)
+            flight.future = self.pool.submit_at(when, engine._act, agent_id, spec)
         elif self.aloop is not None:
-            flight.future = asyncio.run_coroutine_threadsafe(self._gated(agent_id, spec),
-                                                             self.aloop)
+            flight.future = asyncio.run_coroutine_threadsafe(
+                self._gated(agent_id, spec, when), self.aloop)
         else:
             flight.outcome = engine._act(agent_id, spec)
         if not engine._lookahead or flight.future is None:
@@ -1560,10 +1562,8 @@ class _Runner:
         """Put the turn in flight: its kernel process waiting on its act event (telemetry too)."""
         engine = self.engine
         flights = self.flight
-        while len(flights) >= engine._concurrency:
-            # At the cap: wait for the earliest turn in flight, as a full pool would.
-            oldest = next(iter(flights))
-            self.finish(oldest, flights[oldest])
+        # No cap here: the kernel goes on, and calls past ``concurrency`` wait for a slot
+        # in the pool or gate, the earliest turn first (``_gates``).
         act = engine._sim.event()
         engine._sim.spawn(engine._turn(act), name=f"turn {engine._book[agent_id].key} "
                                                      f"{spec.step}")
@@ -1648,7 +1648,12 @@ class _Runner:
         if graph is None:
             return
         engine = self.engine
-        room = engine._concurrency - len(self.flight) - len(self.early)
+        # Calls not yet returned, kernel turns' and early ones': early starts only fill
+        # free slots (a turn started early waits behind every earlier turn anyway).
+        running: list[tuple[AgentId, _Flight | _Early]] = [*self.flight.items(),
+                                                           *self.early.items()]
+        room = engine._concurrency - sum(
+            1 for _, f in running if f.future is not None and not f.future.done())
         if room <= 0:
             return
         affected, affects = graph
@@ -1672,8 +1677,6 @@ class _Runner:
                 if best is None or entry[:2] < best[:2]:
                     first[i] = entry
         blocking = engine._blocking
-        running: list[tuple[AgentId, _Flight | _Early]] = [*self.flight.items(),
-                                                           *self.early.items()]
         for agent_id, flight in running:
             bound = flight.when + m
             future = flight.future
@@ -1714,10 +1717,10 @@ class _Runner:
                 continue
             spec = engine._start_turn(agent_id, when, entry[5][0], observation)
             if self.pool is not None:
-                future = self.pool.submit(engine._act, agent_id, spec)
+                future = self.pool.submit_at(when, engine._act, agent_id, spec)
             else:
                 assert self.aloop is not None  # noqa: S101  (no graph in sequential mode)
-                future = asyncio.run_coroutine_threadsafe(self._gated(agent_id, spec),
+                future = asyncio.run_coroutine_threadsafe(self._gated(agent_id, spec, when),
                                                           self.aloop)
             self.early[agent_id] = _Early(entry, spec, snapshot, future, len(self.resolved))
             engine.early_starts += 1
@@ -1785,11 +1788,16 @@ class _Runner:
                     self.prestart()
         return future.result()
 
-    async def _gated(self, agent_id: AgentId, spec: ActionSpec) -> tuple[bool, Any, float]:
-        if self.gate is None:
-            self.gate = asyncio.Semaphore(self.engine._concurrency)
-        async with self.gate:
+    async def _gated(self, agent_id: AgentId, spec: ActionSpec,
+                     when: float) -> tuple[bool, Any, float]:
+        gate = self.gate
+        if gate is None:
+            gate = self.gate = PriorityGate(self.engine._concurrency)
+        await gate.acquire(when)
+        try:
             return await self.engine._aact(agent_id, spec)
+        finally:
+            gate.release()
 
     # -- blocking agents -----------------------------------------------------------------
 
@@ -1819,19 +1827,22 @@ class _Runner:
                 return request, site, exc
 
         async def acall() -> tuple[Any, Any, Any]:
-            if self.gate is None:
-                self.gate = asyncio.Semaphore(self.engine._concurrency)
-            async with self.gate:
-                try:
-                    return request, site, await model.acomplete(  # type: ignore[union-attr]
-                        request, site=site)
-                except Exception as exc:
-                    return request, site, exc
+            gate = self.gate
+            if gate is None:
+                gate = self.gate = PriorityGate(self.engine._concurrency)
+            await gate.acquire(flight.when)
+            try:
+                return request, site, await model.acomplete(  # type: ignore[union-attr]
+                    request, site=site)
+            except Exception as exc:
+                return request, site, exc
+            finally:
+                gate.release()
 
         with self.engine._lock:
             self.engine._calls += 1
         if self.pool is not None:
-            flight.future = self.pool.submit(call)
+            flight.future = self.pool.submit_at(flight.when, call)
         elif self.aloop is not None:
             flight.future = asyncio.run_coroutine_threadsafe(acall(), self.aloop)
         else:
