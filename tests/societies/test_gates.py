@@ -3,8 +3,8 @@
 The pool and the gate are tested on their own (the order slots are handed out,
 errors, cancellation, shutdown), then inside the engine over real HTTP: with
 fewer slots than agents, the server never sees more than ``concurrency`` calls
-at once, although the kernel no longer waits at that cap, and the run is the
-one-call-at-a-time run.
+at once, the kernel keeps up to twice that many turns in flight (it waited at
+the cap itself before), and the run is the one-call-at-a-time run.
 """
 
 from __future__ import annotations
@@ -184,3 +184,5 @@ def test_the_engine_opens_at_most_concurrency_calls_and_gives_the_sequential_run
     assert result.events_digest == reference.events_digest
     # The limit is the engine's (the client would allow 64): reached, never passed.
     assert peak == 3
+    # The kernel went on past it (turns waited for a slot), up to twice the limit.
+    assert 3 < result.peak_in_flight <= 6

@@ -1562,8 +1562,13 @@ class _Runner:
         """Put the turn in flight: its kernel process waiting on its act event (telemetry too)."""
         engine = self.engine
         flights = self.flight
-        # No cap here: the kernel goes on, and calls past ``concurrency`` wait for a slot
-        # in the pool or gate, the earliest turn first (``_gates``).
+        # At most ``concurrency`` calls are open (the pool or gate, ``_gates``); as many
+        # again wait for a slot, the earliest turn first. Past that the kernel waits for
+        # the earliest turn in flight: a stop or a checkpoint waits for at most two
+        # rounds of calls.
+        while len(flights) >= 2 * engine._concurrency:
+            oldest = next(iter(flights))
+            self.finish(oldest, flights[oldest])
         act = engine._sim.event()
         engine._sim.spawn(engine._turn(act), name=f"turn {engine._book[agent_id].key} "
                                                      f"{spec.step}")
