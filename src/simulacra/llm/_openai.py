@@ -733,6 +733,11 @@ class OpenAICompatible:
             context = self._ssl = httpx.create_ssl_context()
         return context
 
+    def _client_options(self, httpx: Any) -> dict[str, Any]:
+        """What every client of this provider is made with: 8 connections at most kept."""
+        return {"timeout": httpx.Timeout(self.timeout), "verify": self._ssl_context(),
+                "limits": httpx.Limits(max_connections=None, max_keepalive_connections=_SHARD)}
+
     def _sync_clients(self) -> list[httpx.Client]:
         clients = self._clients
         if clients is not None:
@@ -744,14 +749,7 @@ class OpenAICompatible:
                 raise ConfigError(f"{self!r} is closed")
             if self._clients is None:
                 shards = -(-self.concurrency // _SHARD)
-                made = [
-                    httpx.Client(
-                        timeout=httpx.Timeout(self.timeout),
-                        verify=self._ssl_context(),
-                        limits=httpx.Limits(max_connections=None, max_keepalive_connections=_SHARD),
-                    )
-                    for _ in range(shards)
-                ]
+                made = [httpx.Client(**self._client_options(httpx)) for _ in range(shards)]
                 for slot in range(self.concurrency):
                     self._slots.put(slot % shards)
                 for client in made:
@@ -826,14 +824,8 @@ class OpenAICompatible:
             state = self._loops.get(loop)
             if state is None:
                 shards = -(-self.concurrency // _SHARD)
-                clients = [
-                    httpx.AsyncClient(
-                        timeout=httpx.Timeout(self.timeout),
-                        verify=self._ssl_context(),
-                        limits=httpx.Limits(max_connections=None, max_keepalive_connections=_SHARD),
-                    )
-                    for _ in range(shards)
-                ]
+                clients = [httpx.AsyncClient(**self._client_options(httpx))
+                           for _ in range(shards)]
                 slots: asyncio.Queue[int] = asyncio.Queue()
                 for slot in range(self.concurrency):
                     slots.put_nowait(slot % shards)
