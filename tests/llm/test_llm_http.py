@@ -587,3 +587,21 @@ def test_a_closed_client_refuses_calls_in_one_line() -> None:
         client.close()
         with pytest.raises(ConfigError, match="is closed"):
             client.complete(request, site=site)
+
+
+def test_close_while_calls_are_in_flight_or_waiting_gives_them_one_line_each() -> None:
+    pairs = _requests(6)
+    with ScriptedServer(latency=0.3) as server:
+        client = _client(server, concurrency=2, max_retries=0)
+        with ThreadPoolExecutor(max_workers=6) as pool:
+            futures = [pool.submit(client.complete, q, site=s) for q, s in pairs]
+            deadline = time.monotonic() + 10
+            while server.calls < 2 and time.monotonic() < deadline:
+                time.sleep(0.01)  # two in flight, four waiting for a slot
+            client.close()
+            errors = [f.exception(30) for f in futures]
+    refused = [e for e in errors if e is not None]
+    assert refused  # the calls cut by close(), and those that waited for a slot
+    for error in refused:
+        assert isinstance(error, ConfigError), repr(error)
+        assert "is closed: close() was called while this call was in flight" in str(error)

@@ -186,3 +186,16 @@ def test_the_engine_opens_at_most_concurrency_calls_and_gives_the_sequential_run
     assert peak == 3
     # The kernel went on past it (turns waited for a slot), up to twice the limit.
     assert 3 < result.peak_in_flight <= 6
+
+
+def test_a_burst_after_a_quiet_spell_runs_on_as_many_threads_as_it_may() -> None:
+    """One idle thread must not stand for all: a burst of 6 runs 6 at once (a rendezvous)."""
+    pool = PriorityPool(6, "test-gates")
+    try:
+        pool.submit_at(0.0, int).result(30)  # one thread now exists, and goes idle
+        together = threading.Barrier(6, timeout=30)
+        futures = [pool.submit_at(float(i), together.wait) for i in range(6)]
+        for future in futures:
+            future.result(30)  # a BrokenBarrierError here: fewer than 6 ran at once
+    finally:
+        pool.shutdown()

@@ -110,3 +110,20 @@ def test_a_run_directory_counts_the_turns_started_early(tmp_path: Any) -> None:
     off = run_society(load_config(CONFIG, settings), out=tmp_path / "off", model=Unsteady())
     assert off.llm["throughput"]["turns_started_early"] == 0
     assert off.digest == early.digest
+
+
+@pytest.mark.parametrize("mode", ["threads", "asyncio"])
+def test_no_turn_starts_early_while_a_run_waits_for_its_calls_to_return(mode: str) -> None:
+    """A stop or a checkpoint waits for the calls in flight: none is added meanwhile."""
+    reference = EventEngine(*street(60), model=ScriptedModel(seed=3), mode="sequential",
+                            latency=LatencyModel(base=0.5, min_duration=0.5, noise_sigma=0.6),
+                            wake_interval=0.7, reaction_delay=0.1).run(max_turns=3)
+    world, people = street(60)
+    engine = EventEngine(world, people, model=Unsteady(), mode=mode, concurrency=4,
+                         latency=LatencyModel(base=0.5, min_duration=0.5, noise_sigma=0.6),
+                         wake_interval=0.7, reaction_delay=0.1)
+    engine.run(max_turns=3, until=1.5, drain=False, early_until=100.0)
+    before = engine.early_starts
+    engine.drain()
+    assert engine.early_starts == before
+    assert engine.run(max_turns=3).digest == reference.digest

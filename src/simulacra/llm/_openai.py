@@ -784,10 +784,22 @@ class OpenAICompatible:
             finally:
                 self._leave()
                 self._slots.put(shard)
+            self._refuse_if_closed(outcome, attempt)
             completion, delay = self._settle(outcome, attempt, request)
             if completion is not None:
                 return completion
             time.sleep(delay)
+
+    def _refuse_if_closed(self, outcome: _Attempt, attempt: int) -> None:
+        """A call that failed because :meth:`close` came while it was in flight: one line.
+
+        Raises:
+            ConfigError: the provider is closed (httpx's own error is chained).
+        """
+        if outcome.error is not None and self._closed:
+            self._account(None, attempt)
+            raise ConfigError(f"{self!r} is closed: close() was called while this call "
+                              "was in flight or waiting for a slot") from outcome.error
 
     def _settle(self, outcome: _Attempt, attempt: int,
                 request: CompletionRequest) -> tuple[Completion | None, float]:
@@ -857,6 +869,7 @@ class OpenAICompatible:
             finally:
                 self._leave()
                 state.slots.put_nowait(shard)
+            self._refuse_if_closed(outcome, attempt)
             completion, delay = self._settle(outcome, attempt, request)
             if completion is not None:
                 return completion

@@ -1482,6 +1482,8 @@ class _Runner:
         self.early: dict[AgentId, _Early] = {}
         #: The agents resolved while a turn started early waits (to name in an error).
         self.resolved: list[AgentId] = []
+        #: Set by finish_all: the run returns once its calls are in, so none starts early.
+        self.draining = False
         self.graph = engine._dependency_graph() if engine.tracer is None else None
         #: Threads: at most ``concurrency`` calls open, a freed slot to the earliest turn
         #: waiting (``_gates``); asyncio: the same gate on the loop.
@@ -1650,7 +1652,7 @@ class _Runner:
         starts; only the calls begin sooner in wall-clock time.
         """
         graph = self.graph
-        if graph is None:
+        if graph is None or self.draining:
             return
         engine = self.engine
         # Calls not yet returned, kernel turns' and early ones': early starts only fill
@@ -1772,7 +1774,13 @@ class _Runner:
         engine._schedule_act(flight, flight.when + outcome[2], outcome)
 
     def finish_all(self) -> None:
-        """At the end of a run: every turn in flight gets its resolution scheduled."""
+        """At the end of a run: every turn in flight gets its resolution scheduled.
+
+        No turn starts early meanwhile: the run returns (a stop, a checkpoint)
+        once these calls are in, and a turn started now would only make it wait
+        longer, for a call the checkpoint then keeps.
+        """
+        self.draining = True
         for agent_id in sorted(self.flight, key=lambda a: self.engine._book[a].key):
             self.finish(agent_id, self.flight[agent_id])
 

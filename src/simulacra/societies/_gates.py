@@ -48,6 +48,7 @@ class PriorityPool(cf.Executor):
         self._seq = itertools.count()
         self._cond = threading.Condition()
         self._threads: list[threading.Thread] = []
+        #: Threads waiting for work that no submit has claimed yet.
         self._idle = 0
         self._closed = False
 
@@ -59,6 +60,9 @@ class PriorityPool(cf.Executor):
                 raise RuntimeError("cannot submit work to a pool that was shut down")
             heapq.heappush(self._heap, (priority, next(self._seq), future, fn, args))
             if self._idle:
+                # Claim an idle thread now: the next submit, before it wakes, must
+                # not count it again, or a burst runs on fewer threads than it may.
+                self._idle -= 1
                 self._cond.notify()
             elif len(self._threads) < self._workers:
                 thread = threading.Thread(target=self._work, daemon=True,
@@ -78,9 +82,8 @@ class PriorityPool(cf.Executor):
         while True:
             with cond:
                 while not self._heap and not self._closed:
-                    self._idle += 1
+                    self._idle += 1  # the submit that wakes it takes it off
                     cond.wait()
-                    self._idle -= 1
                 if not self._heap:
                     return
                 _, _, future, fn, args = heapq.heappop(self._heap)
