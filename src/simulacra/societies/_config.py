@@ -292,7 +292,7 @@ def _parse_value(raw: str) -> Any:
     import yaml  # type: ignore[import-untyped]  # noqa: PLC0415  (lazy)
 
     try:
-        return yaml.safe_load(raw) if raw.strip() else ""
+        return yaml.load(raw, Loader=_unique_keys_loader()) if raw.strip() else ""  # noqa: S506
     except yaml.YAMLError:
         return raw
 
@@ -669,7 +669,12 @@ def load_config(path: str | os.PathLike[str] | None = None,
 
 @cache
 def _unique_keys_loader() -> Any:
-    """A ``yaml.SafeLoader`` that refuses a mapping with one key twice (YAML keeps the last)."""
+    """A ``yaml.SafeLoader`` that refuses a mapping with one key twice (YAML keeps the last).
+
+    It also reads ``1e-3`` as a number, as YAML 1.2 does: PyYAML follows YAML 1.1,
+    whose floats need a dot (``1.0e-3``), and handed ``1e-3`` on as a string, which
+    the config's number fields then refused.
+    """
     import yaml  # noqa: PLC0415  (lazy)
 
     class UniqueKeys(yaml.SafeLoader):  # type: ignore[misc]  # untyped base
@@ -688,7 +693,20 @@ def _unique_keys_loader() -> Any:
                 seen.add(key)
             return super().construct_mapping(node, deep=deep)
 
+    # PyYAML's float pattern, with the exponent's dot optional (YAML 1.2's 1e-3, 2E5).
+    UniqueKeys.yaml_implicit_resolvers = {
+        first: list(resolvers) for first, resolvers in UniqueKeys.yaml_implicit_resolvers.items()}
+    UniqueKeys.add_implicit_resolver("tag:yaml.org,2002:float", _FLOAT, list("-+0123456789."))
     return UniqueKeys
+
+
+#: A float, YAML 1.1's forms (as PyYAML reads them) and YAML 1.2's exponent without a dot.
+_FLOAT = re.compile(r"""^(?:[-+]?(?:[0-9][0-9_]*)\.[0-9_]*(?:[eE][-+]?[0-9]+)?
+    |[-+]?(?:[0-9][0-9_]*)[eE][-+]?[0-9]+
+    |\.[0-9][0-9_]*(?:[eE][-+]?[0-9]+)?
+    |[-+]?[0-9][0-9_]*(?::[0-5]?[0-9])+\.[0-9_]*
+    |[-+]?\.(?:inf|Inf|INF)
+    |\.(?:nan|NaN|NAN))$""", re.VERBOSE)
 
 
 def _absolute_ref(ref: object, base: Path) -> object:
