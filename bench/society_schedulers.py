@@ -71,6 +71,9 @@ identical, and (a), (b) and (b')'s must be one.
 
 The bench warns when a scheduler made fewer than N K calls.
 
+CPU is the process's (``time.process_time``: the engine, the HTTP client and
+the loopback server, all in this process) during the run.
+
 Mean calls in flight is the sum of the calls' wall seconds (``calls.jsonl``
 ``wall_s``, client side, queueing at the server included) over the run's wall
 time; the peak is a sweep over the intervals ``[at, at + wall_s]``.
@@ -211,15 +214,16 @@ def run_once(scheduler: str, args: argparse.Namespace, agents: int,
                                                think=args.think, base_url=server.base_url,
                                                local=args.world == "local",
                                                follows=args.follows, window=args.window))
-        start = time.perf_counter()
+        start, cpu = time.perf_counter(), time.process_time()
         run = run_society(config, out=out)
         wall = time.perf_counter() - start
+        cpu = time.process_time() - cpu
     calls = [c for c in read_jsonl(out / "calls.jsonl") if c.get("ok", True)]
     if len(calls) != agents * args.turns:
         print(f"  warning: {scheduler} made {len(calls)} calls, not {agents * args.turns}")
     mean, peak = in_flight(calls, wall)
     return {"wall_s": wall, "digest": run.result.digest, "calls": len(calls),
-            "mean": mean, "peak": peak, "served_peak": server_model.peak}
+            "mean": mean, "peak": peak, "served_peak": server_model.peak, "cpu_s": cpu}
 
 
 def recorded_turns(run_dir: Path, scale: float) -> dict[tuple[str, int], dict[str, Any]]:
@@ -424,7 +428,7 @@ def main() -> None:
             print(f"  {scheduler:<12} wall {wall:7.2f} s  calls {row['calls']:5d}  in flight "
                   f"mean {row['mean']:6.1f} peak {row['peak']:4d}  x{row['speedup']:.2f} "
                   f"over sync  {row['oracle_share']:.0%} of its oracle  "
-                  f"digests of {len(runs)} runs identical: {same}")
+                  f"cpu {first['cpu_s']:5.1f} s  digests of {len(runs)} runs identical: {same}")
         event_digests = {r["digest"] for s in EVENT_SCHEDULERS for r in results[s]}
         if len(event_digests) != 1:
             failed = True
