@@ -693,20 +693,13 @@ def _unique_keys_loader() -> Any:
                 seen.add(key)
             return super().construct_mapping(node, deep=deep)
 
-    # PyYAML's float pattern, with the exponent's dot optional (YAML 1.2's 1e-3, 2E5).
-    UniqueKeys.yaml_implicit_resolvers = {
-        first: list(resolvers) for first, resolvers in UniqueKeys.yaml_implicit_resolvers.items()}
-    UniqueKeys.add_implicit_resolver("tag:yaml.org,2002:float", _FLOAT, list("-+0123456789."))
+    # Beside PyYAML's own float forms (add_implicit_resolver copies the base's lists).
+    UniqueKeys.add_implicit_resolver("tag:yaml.org,2002:float", _EXPONENT, list("-+0123456789"))
     return UniqueKeys
 
 
-#: A float, YAML 1.1's forms (as PyYAML reads them) and YAML 1.2's exponent without a dot.
-_FLOAT = re.compile(r"""^(?:[-+]?(?:[0-9][0-9_]*)\.[0-9_]*(?:[eE][-+]?[0-9]+)?
-    |[-+]?(?:[0-9][0-9_]*)[eE][-+]?[0-9]+
-    |\.[0-9][0-9_]*(?:[eE][-+]?[0-9]+)?
-    |[-+]?[0-9][0-9_]*(?::[0-5]?[0-9])+\.[0-9_]*
-    |[-+]?\.(?:inf|Inf|INF)
-    |\.(?:nan|NaN|NAN))$""", re.VERBOSE)
+#: The one float form YAML 1.2 adds to PyYAML's (YAML 1.1's): an exponent without a dot.
+_EXPONENT = re.compile(r"^[-+]?[0-9][0-9_]*[eE][-+]?[0-9]+$")
 
 
 def _absolute_ref(ref: object, base: Path) -> object:

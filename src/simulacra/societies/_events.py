@@ -1494,6 +1494,7 @@ class _Runner:
         if engine.mode == "threads":
             self.pool = PriorityPool(engine._concurrency, "simulacra-events")
         elif engine.mode == "asyncio":
+            self.gate = PriorityGate(engine._concurrency)  # used on the loop's thread only
             self.aloop = asyncio.new_event_loop()
             self.loop_thread = threading.Thread(target=self.aloop.run_forever,
                                                 name="simulacra-events-asyncio", daemon=True)
@@ -1803,14 +1804,9 @@ class _Runner:
 
     async def _gated(self, agent_id: AgentId, spec: ActionSpec,
                      when: float) -> tuple[bool, Any, float]:
-        gate = self.gate
-        if gate is None:
-            gate = self.gate = PriorityGate(self.engine._concurrency)
-        await gate.acquire(when)
-        try:
+        assert self.gate is not None  # noqa: S101  (made with the loop)
+        async with self.gate.slot(when):
             return await self.engine._aact(agent_id, spec)
-        finally:
-            gate.release()
 
     # -- blocking agents -----------------------------------------------------------------
 
@@ -1840,17 +1836,13 @@ class _Runner:
                 return request, site, exc
 
         async def acall() -> tuple[Any, Any, Any]:
-            gate = self.gate
-            if gate is None:
-                gate = self.gate = PriorityGate(self.engine._concurrency)
-            await gate.acquire(flight.when)
-            try:
-                return request, site, await model.acomplete(  # type: ignore[union-attr]
-                    request, site=site)
-            except Exception as exc:
-                return request, site, exc
-            finally:
-                gate.release()
+            assert self.gate is not None  # noqa: S101  (made with the loop)
+            async with self.gate.slot(flight.when):
+                try:
+                    return request, site, await model.acomplete(  # type: ignore[union-attr]
+                        request, site=site)
+                except Exception as exc:
+                    return request, site, exc
 
         with self.engine._lock:
             self.engine._calls += 1

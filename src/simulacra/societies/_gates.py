@@ -18,11 +18,12 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures as cf
+import contextlib
 import heapq
 import itertools
 import math
 import threading
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 __all__ = ["PriorityGate", "PriorityPool"]
@@ -132,6 +133,15 @@ class PriorityGate:
             if granted.done() and not granted.cancelled():
                 self.release()  # granted, then cancelled before it could run: pass it on
             raise
+
+    @contextlib.asynccontextmanager
+    async def slot(self, priority: Any) -> AsyncIterator[None]:
+        """Hold a slot (:meth:`acquire` at *priority*) for the block, then release it."""
+        await self.acquire(priority)
+        try:
+            yield
+        finally:
+            self.release()
 
     def release(self) -> None:
         """Give the slot to the waiter of the lowest priority, or free it."""
