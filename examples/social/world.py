@@ -72,7 +72,10 @@ class SocialWorld(World):
             answers, likes and follows only them (and the system account's posts);
             its feed has no "newest posts of all". The world then says so
             (:meth:`affected_by`), and the event-driven engine starts turns early
-            while turns far away are still in flight.
+            while turns far away are still in flight. A post's id then depends
+            on its author and how many posts the author wrote before, not on
+            the posts far away (``n * (agents + 1) + the author's place``), so
+            the engine may also commit turns out of order (``out_of_order``).
     """
 
     def __init__(self, handles: Sequence[str], follows: Mapping[str, Sequence[str]],
@@ -102,10 +105,34 @@ class SocialWorld(World):
                 for other in followed:
                     near[other].add(handle)
             self._near = {h: frozenset(others - {h}) for h, others in near.items()}
+        #: Local networks: the author's place in the ids, and each post's place in posts.
+        self._rank = {h: i for i, h in enumerate([*self.handles, SYSTEM])}
+        self._at: dict[int, int] = {}
 
-    _NOT_STATE = World._NOT_STATE | {"_known", "_local", "_near"}
+    _NOT_STATE = World._NOT_STATE | {"_known", "_local", "_near", "_rank", "_at"}
     #: The state is plain JSON (str keys only): the digest skips the canonical walk.
     PLAIN_STATE = True
+
+    def set_state(self, state: Mapping[str, Any]) -> None:
+        """Restore a state from :meth:`get_state` (and where each post id is)."""
+        super().set_state(state)
+        self._at = {}
+        if self._local:
+            written: dict[str, int] = {}
+            for at, post in enumerate(self.posts):
+                n = written.get(post[0], 0)
+                written[post[0]] = n + 1
+                self._at[n * len(self._rank) + self._rank[post[0]]] = at
+
+    def _post(self, post_id: int) -> list[Any]:
+        """The post of id *post_id*."""
+        return self.posts[self._at[post_id] if self._local else post_id]
+
+    def _next_id(self, author: str) -> int:
+        """The id of *author*'s next post."""
+        if self._local:
+            return len(self.by_author.get(author, ())) * len(self._rank) + self._rank[author]
+        return len(self.posts)
 
     # -- observing ---------------------------------------------------------------
 
@@ -118,7 +145,7 @@ class SocialWorld(World):
         """
         me = str(agent_id)
         posts = self.posts
-        limit = len(posts) if snapshot is None else int(snapshot)
+        limit = len(posts) if snapshot is None or self._local else int(snapshot)
         by_author = self.by_author
         follows = self.follows[me]
         if limit >= len(posts):  # every post is seen (the engines' case): nothing to filter
@@ -141,8 +168,9 @@ class SocialWorld(World):
         done = self.answered[me]
         mentions = [i for i in inbox if i not in done]
         shown = sorted(picked)[-self.feed_size:]
-        feed = tuple([(i, *posts[i][:3]) for i in shown])  # (id, author, text, reply_to)
-        authors = {post[0] for post in map(posts.__getitem__, shown)}
+        post = self._post
+        feed = tuple([(i, *post(i)[:3]) for i in shown])  # (id, author, text, reply_to)
+        authors = {line[1] for line in feed}
         authors.update(follows)
         authors.discard(me)
         authors.discard(SYSTEM)
@@ -179,9 +207,10 @@ class SocialWorld(World):
 
     def _target(self, action: SocialAction, who: str) -> list[Any]:
         target = action.target
-        if target is None or not 0 <= target < len(self.posts):
+        if target is None or not (target in self._at if self._local
+                                  else 0 <= target < len(self.posts)):
             raise InvalidAction(f"{action.kind} by @{who}: no post #{target}")
-        return self.posts[target]
+        return self._post(target)
 
     def decide(self, agent_id: AgentId, action: Any, step: int,
                time: float) -> list[tuple[str, dict[str, Any], tuple[str, ...]]]:
@@ -195,7 +224,8 @@ class SocialWorld(World):
             if not text:
                 raise InvalidAction(f"{kind} by @{who} has no text")
             mentions = self._mentions(who, text)
-            data: dict[str, Any] = {"post": len(self.posts), "text": text, "mentions": mentions}
+            data: dict[str, Any] = {"post": self._next_id(who), "text": text,
+                                    "mentions": mentions}
             triggers = list(mentions)
             if kind == "reply":
                 parent = self._target(action, who)
@@ -247,7 +277,7 @@ class SocialWorld(World):
                 raise InvalidAction("the post has no text")
             text = text[:280]
             mentions = self._mentions(author, text)
-            return [(author, "post", {"post": len(self.posts), "text": text,
+            return [(author, "post", {"post": self._next_id(author), "text": text,
                                       "mentions": mentions, "injected": True},
                      tuple(mentions))]
         if knob == "interview":
@@ -277,22 +307,24 @@ class SocialWorld(World):
             mentions: list[str] = data["mentions"]
             chain = 1 if mentions else 0
             if reply_to is not None:
-                parent = self.posts[reply_to]
+                parent = self._post(reply_to)
                 if who in parent[4]:  # answering a mention: the chain grows
                     chain = parent[6] + 1
                     self.answered[who].append(reply_to)
                 if parent[0] != who and parent[0] in self.inbox:
                     self.inbox[parent[0]].append(post_id)
                     self.received[parent[0]][1] += 1
+            if self._local:
+                self._at[post_id] = len(self.posts)
             self.posts.append([who, data["text"], reply_to, event.step, mentions, [], chain])
             self.by_author.setdefault(who, []).append(post_id)  # the system account too
             for name in mentions:
-                if reply_to is None or self.posts[reply_to][0] != name:
+                if reply_to is None or self._post(reply_to)[0] != name:
                     self.inbox[name].append(post_id)
                 self.received[name][2] += 1
             self.counts["mention"] += len(mentions)
         elif kind == "like":
-            self.posts[data["post"]][5].append(who)
+            self._post(data["post"])[5].append(who)
             if data["author"] in self.received:
                 self.received[data["author"]][0] += 1
         elif kind == "follow":
@@ -317,16 +349,18 @@ class SocialWorld(World):
     def samples(self, limit: int = 3) -> list[list[str]]:
         """The longest mention threads (up to *limit*), each as ``@author: text`` lines."""
         ends = sorted(range(len(self.posts)), key=lambda i: (-self.posts[i][6], i))
+        at = self._at if self._local else None
         threads: list[list[str]] = []
         used: set[int] = set()
         for end in ends:
             if len(threads) >= limit or self.posts[end][6] < 2:
                 break
-            chain: list[int] = []
+            chain: list[int] = []  # places in posts
             post: int | None = end
             while post is not None and len(chain) < 6:
                 chain.append(post)
-                post = self.posts[post][2]
+                parent = self.posts[post][2]  # an id
+                post = None if parent is None else parent if at is None else at[parent]
             if used.intersection(chain):
                 continue  # a part of a thread already shown
             used.update(chain)

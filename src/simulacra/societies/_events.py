@@ -38,6 +38,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures as cf
 import contextlib
+import copy
 import dataclasses
 import functools
 import hashlib
@@ -328,6 +329,12 @@ class EventEngine(SocietyEngine):
             (:meth:`World.affected_by <simulacra.World.affected_by>`), start a
             turn early, while calls far away are in flight (threads or asyncio,
             with *lookahead*; the same results). ``docs/events.md``, "Early starts".
+        out_of_order: With *dependencies*, also commit turns out of timestamp
+            order to a forward copy of the world, and start an agent's next
+            turns from it while calls far away are still out (``docs/events.md``,
+            "Out-of-order commit"). The world's identities must not depend on
+            the order of independent turns; the check that guards early starts
+            stops a run whose world's do.
 
     Raises:
         ConfigError: A bad option, duplicate or mixed-type agent ids, or a
@@ -345,7 +352,7 @@ class EventEngine(SocietyEngine):
                  on_window: Callable[[WindowReport], None] | None = None,
                  on_turn: Callable[[], None] | None = None,
                  fatal: tuple[type[BaseException], ...] = (),
-                 dependencies: bool = True) -> None:
+                 dependencies: bool = True, out_of_order: bool = False) -> None:
         if not isinstance(world, World):
             raise ConfigError(f"world must be a simulacra World, got {type(world).__name__}")
         mode = canonical_mode(mode)  # type: ignore[assignment]
@@ -363,7 +370,7 @@ class EventEngine(SocietyEngine):
         self._world = world
         self._mode = mode
         for name, flag in (("lookahead", lookahead), ("fail_fast", fail_fast),
-                           ("dependencies", dependencies)):
+                           ("dependencies", dependencies), ("out_of_order", out_of_order)):
             if not isinstance(flag, bool):
                 raise ConfigError(
                     f"{name} must be true or false, got {type(flag).__name__} {flag!r}")
@@ -371,6 +378,11 @@ class EventEngine(SocietyEngine):
         self._fail_fast = fail_fast
         #: Start turns early where the world names who affects whom (affected_by).
         self._dependencies = dependencies
+        #: Commit turns ahead of the kernel to a forward world (_Forward), or not.
+        self._out_of_order = out_of_order
+        #: The forward world and its book-keeping, made at the first early start (None:
+        #: none yet, or thrown away by restore() or a scenario).
+        self._fwd: _Forward | None = None
         #: Turns started early so far (telemetry, not state: the run is the same without).
         self.early_starts = 0
         #: Turns whose calls were still in flight at the end of a ``run(drain=False)``,
@@ -429,6 +441,8 @@ class EventEngine(SocietyEngine):
         #: Each agent's model calls when its turn in flight started, and per window
         #: the turns that asked the model nothing (state: checkpointed beside it).
         self._calls_at_start: dict[str, int] = {}
+        #: The same for an agent's later turns, started out of order before it resolved.
+        self._calls_next: dict[str, list[int]] = {}
         self._quiet: dict[int, int] = {}
         self._harvests = 0
         self._scenario_at: float | None = None
@@ -470,6 +484,7 @@ class EventEngine(SocietyEngine):
         any wake-up or resolution at its time.
         """
         self._scenario = scenario
+        self._fwd = None  # out of order: a world that scenarios change is not copied
 
     # -- properties (world, agents, mode: SocietyEngine) ------------------------------
 
@@ -633,11 +648,12 @@ class EventEngine(SocietyEngine):
         book.wakes = n + 1
         self._push(when, _WAKE, book.key, n, (reason, chain))
 
-    def _own_wake(self, agent_id: AgentId, now: float) -> None:
+    def _own_wake(self, agent_id: AgentId, now: float, turns: int) -> None:
+        """Push *agent_id*'s own next wake-up after its turn *turns* - 1 resolved at *now*."""
         book = self._book[agent_id]
         chooser = self._choosers.get(agent_id)
         if chooser is not None:
-            when = chooser(now, self._stream("wake", book.key, book.turns))
+            when = chooser(now, self._stream("wake", book.key, turns))
             if when is None:
                 return
             valid: object = when
@@ -647,7 +663,7 @@ class EventEngine(SocietyEngine):
                     f"None, got {when!r}")
             self._wake(agent_id, float(when), "wake", 0)
         else:
-            self._wake(agent_id, now + self._pause("wake", book.key, book.turns), "wake", 0)
+            self._wake(agent_id, now + self._pause("wake", book.key, turns), "wake", 0)
 
     def _open_window(self, index: int) -> None:
         """Tell the tracer that window *index* has begun (once; it has one, or nothing).
@@ -734,8 +750,8 @@ class EventEngine(SocietyEngine):
         if early_until is not None:
             early_until = _check_float("early_until", early_until, positive=False)
         if limit is not None:  # a turn started early under a higher limit cannot be undone
-            pending = [*self._stashed.values(),
-                       *(() if self._runner is None else self._runner.early.values())]
+            pending = [*_all_early(self._stashed),
+                       *(() if self._runner is None else _all_early(self._runner.early))]
             over = sorted((e for e in pending if e.spec.step >= limit),
                           key=lambda e: e.entry[:2])
             if over:
@@ -831,7 +847,7 @@ class EventEngine(SocietyEngine):
                 ok, action, _ = entry[5][1]
                 if not ok and isinstance(action, fatal):
                     found.append(((entry[0], entry[1]), action))
-        for early in self._stashed.values():  # stash() waited for their calls
+        for early in _all_early(self._stashed):  # stash() waited for their calls
             ok, action, _ = early.future.result()
             if not ok and isinstance(action, fatal):
                 found.append(((early.entry[0], early.entry[1]), action))
@@ -909,6 +925,48 @@ class EventEngine(SocietyEngine):
         graph = self._graph = (by_index, [tuple(e) for e in affects])
         return graph
 
+    def _forward(self) -> _Forward | None:
+        """The forward world (``out_of_order``), made now if it may be; or None."""
+        fwd = self._fwd
+        if fwd is None and self._out_of_order and self._scenario is None and self._graph:
+            fwd = self._fwd = _Forward(self._world, len(self._ids))
+        return fwd
+
+    def _commit_forward(self, fwd: _Forward, agent_id: AgentId, when: float, spec: ActionSpec,
+                        outcome: tuple[bool, Any, float]) -> tuple[str, ...]:
+        """Resolve a turn in the forward world, as :meth:`_resolve` does in the world.
+
+        Returns the keys of the other agents its events wake.
+        """
+        ok, action, _ = outcome
+        world = fwd.world
+        if self._event_step == "window":
+            step, turn = int(when // self._width), spec.step
+        else:
+            step, turn = spec.step, None
+        takes = self._takes_turn
+        if takes is None:
+            takes = self._takes_turn = (_accepts(world.resolve, "turn"),
+                                        _accepts(world.failed, "turn"))
+        failure: BaseException | None = None if ok else action
+        events: list[ActionEvent] = []
+        with world.lock:
+            if failure is None:
+                try:
+                    events = (world.resolve(agent_id, action, step=step, time=when, turn=turn)
+                              if turn is not None and takes[0] else
+                              world.resolve(agent_id, action, step=step, time=when))
+                except InvalidAction as exc:
+                    failure = exc
+            if failure is not None:
+                events = [world.failed(agent_id, failure, step=step, time=when, turn=turn)
+                          if turn is not None and takes[1] else
+                          world.failed(agent_id, failure, step=step, time=when)]
+        fwd.last[self._index[agent_id]] = when
+        key = self._book[agent_id].key
+        return tuple(dict.fromkeys(t for e in events for t in e.triggers
+                                   if t != key and t in self._by_key))
+
     # -- turns -------------------------------------------------------------------------
 
     def _start_turn(self, agent_id: AgentId, when: float, reason: str,
@@ -919,7 +977,11 @@ class EventEngine(SocietyEngine):
         """
         book = self._book[agent_id]
         spec = ActionSpec(book.turns, when, reason)
-        self._calls_at_start[book.key] = int(getattr(self._agents[agent_id], "calls", 0) or 0)
+        calls = int(getattr(self._agents[agent_id], "calls", 0) or 0)
+        if book.key in self._calls_at_start:  # a turn started ahead of its previous one's end
+            self._calls_next.setdefault(book.key, []).append(calls)
+        else:
+            self._calls_at_start[book.key] = calls
         book.turns += 1
         book.busy = True
         book.woke = when
@@ -1037,10 +1099,28 @@ class EventEngine(SocietyEngine):
                 if event.index != expected:
                     raise misnumbered(world, event, expected)
                 expected += 1
+        fwd = self._fwd
+        if fwd is not None:  # the forward world has it too: committed ahead, or now
+            ahead = fwd.ahead.pop((book.key, spec.step), None)
+            if ahead is None:
+                self._commit_forward(fwd, agent_id, when, spec, outcome)
+            else:
+                for target in ahead[1]:
+                    times = fwd.triggers[target]
+                    times.remove(ahead[0])
+                    if not times:
+                        del fwd.triggers[target]
         window = self._window(when)
         window.resolved += 1
         start = self._calls_at_start.pop(book.key, None)
-        if start is not None and int(getattr(self._agents[agent_id], "calls", 0) or 0) == start:
+        later = self._calls_next.get(book.key)
+        if later:  # its next turn started out of order: its calls began where this one's ended
+            end = self._calls_at_start[book.key] = later.pop(0)
+            if not later:
+                del self._calls_next[book.key]
+        else:
+            end = int(getattr(self._agents[agent_id], "calls", 0) or 0)
+        if start is not None and end == start:
             index = int(when // self._width)
             self._quiet[index] = self._quiet.get(index, 0) + 1
         window.latency_sum += duration
@@ -1066,13 +1146,14 @@ class EventEngine(SocietyEngine):
         if self._on_turn is not None:
             self._on_turn()
         book = self._book[agent_id]
-        book.busy = False
+        # Not busy, unless its next turn started early, out of order, before this one resolved.
+        book.busy = book.turns > spec.step + 1
         if book.pending is not None:
             reason, pending_chain = book.pending
             book.pending = None
             self._wake(agent_id, when, reason, pending_chain)
         else:
-            self._own_wake(agent_id, when)
+            self._own_wake(agent_id, when, spec.step + 1)
 
     def _apply_scenario(self, until: float, pool: cf.Executor | None) -> None:
         """Apply the scenario's changes due at the next change's time (at most *until*)."""
@@ -1180,11 +1261,21 @@ class EventEngine(SocietyEngine):
                         for index, w in self._windows.items()},
             "reported": self._reported,
             "calls_at_start": dict(self._calls_at_start), "quiet": dict(self._quiet),
+            **({"calls_next": {k: list(v) for k, v in self._calls_next.items()}}
+               if self._calls_next else {}),
             # Turns started early beyond the run's time (run's early_until), done.
             "early": {self._book[agent_id].key: (early.entry, early.spec, early.observation,
                                                  _plain_outcome(early.future.result()))
                       for agent_id, early in sorted(self._stashed.items(),
                                                     key=lambda item: self._book[item[0]].key)},
+            # An agent's further turns started early, out of order (out_of_order), in order.
+            **({"early_more": {
+                self._book[agent_id].key: [(e.entry, e.spec, e.observation,
+                                            _plain_outcome(e.future.result())) for e in early.later]
+                for agent_id, early in sorted(self._stashed.items(),
+                                              key=lambda item: self._book[item[0]].key)
+                if early.later}}
+               if any(e.later for e in self._stashed.values()) else {}),
             **({} if self._scenario is None else {"scenario": self._scenario.state()}),
         }
 
@@ -1233,12 +1324,20 @@ class EventEngine(SocietyEngine):
         self._window_index = -1
         self._reported = state["reported"]
         self._calls_at_start = dict(state.get("calls_at_start", {}))
+        self._calls_next = {k: list(v) for k, v in state.get("calls_next", {}).items()}
+        self._fwd = None  # made again from the restored world when a turn may start early
         self._quiet = dict(state.get("quiet", {}))
         self._stashed = {}
         for key, (entry, spec, observation, outcome) in state.get("early", {}).items():
             done: cf.Future[Any] = cf.Future()
             done.set_result(_live_outcome(tuple(outcome)))
             self._stashed[self._by_key[key]] = _Early(tuple(entry), spec, observation, done, 0)
+        for key, more in state.get("early_more", {}).items():
+            first = self._stashed[self._by_key[key]]
+            for entry, spec, observation, outcome in more:
+                done = cf.Future()
+                done.set_result(_live_outcome(tuple(outcome)))
+                first.later.append(_Early(tuple(entry), spec, observation, done, 0))
         if self._scenario is not None:
             self._scenario.restore(state.get("scenario", 0))
 
@@ -1448,7 +1547,7 @@ class _Early:
     ``observation`` holds the pickled bytes of what it saw (:func:`_snapshot`).
     """
 
-    __slots__ = ("entry", "future", "mark", "observation", "spec", "when")
+    __slots__ = ("entry", "future", "later", "mark", "observation", "spec", "when")
 
     def __init__(self, entry: tuple[Any, ...], spec: ActionSpec, observation: Any,
                  future: cf.Future[Any], mark: int) -> None:
@@ -1458,6 +1557,44 @@ class _Early:
         self.spec = spec
         self.observation = observation
         self.future: cf.Future[Any] = future
+        #: The agent's next turns started early after this one (out of order), in order.
+        self.later: list[_Early] = []
+
+
+def _all_early(early: Mapping[AgentId, _Early]) -> Iterator[_Early]:
+    """Every turn started early in *early*: each agent's first, then its later ones."""
+    for first in early.values():
+        yield first
+        yield from first.later
+
+
+class _Forward:
+    """The forward world (``out_of_order``): the world with turns committed ahead of the kernel.
+
+    A copy of the world to which a turn's resolution is applied as soon as no
+    turn it could be ordered against is still to come (``_Runner.prestart``),
+    and every other resolution when the kernel reaches it. Turns started early
+    observe it; the world itself, and so the digest, the events and the
+    checkpoints, still resolves every turn in timestamp order on the kernel.
+    """
+
+    __slots__ = ("ahead", "hood", "last", "triggers", "world")
+
+    def __init__(self, world: World, size: int) -> None:
+        try:
+            self.world: World = copy.deepcopy(world, {id(world.lock): threading.Lock()})
+        except Exception as exc:
+            raise ConfigError(
+                f"out_of_order: {type(world).__name__} cannot be copied for the forward world "
+                f"({type(exc).__name__}: {exc})"[:300]) from exc
+        #: Turns committed ahead of the kernel, (agent key, turn) -> (time, keys it wakes).
+        self.ahead: dict[tuple[str, int], tuple[float, tuple[str, ...]]] = {}
+        #: Per agent index: the time of its latest resolution in the forward world.
+        self.last: list[float] = [-math.inf] * size
+        #: Per agent key: the times of turns committed ahead whose events wake it.
+        self.triggers: dict[str, list[float]] = {}
+        #: Per agent index: the agents within two hops in the graph (either way), it included.
+        self.hood: list[tuple[int, ...]] | None = None
 
 
 class _Runner:
@@ -1507,12 +1644,12 @@ class _Runner:
         checkpoints them.
         """
         if self.early:
-            cf.wait([e.future for e in self.early.values()])
+            cf.wait([e.future for e in _all_early(self.early)])
         self.engine._stashed.update(self.early)
         self.early.clear()
 
     def close(self) -> None:
-        pending: list[_Flight | _Early] = [*self.flight.values(), *self.early.values()]
+        pending: list[_Flight | _Early] = [*self.flight.values(), *_all_early(self.early)]
         for flight in pending:
             if flight.future is not None:
                 flight.future.cancel()
@@ -1565,17 +1702,18 @@ class _Runner:
         """Put the turn in flight: its kernel process waiting on its act event (telemetry too)."""
         engine = self.engine
         flights = self.flight
-        # At most ``concurrency`` calls are open (the pool or gate, ``_gates``); as many
-        # again wait for a slot, the earliest turn first. Past that the kernel waits for
-        # the earliest turn in flight: a stop or a checkpoint waits for at most two
-        # rounds of calls.
-        while len(flights) >= 2 * engine._concurrency:
-            oldest = next(iter(flights))
-            self.finish(oldest, flights[oldest])
         act = engine._sim.event()
         engine._sim.spawn(engine._turn(act), name=f"turn {engine._book[agent_id].key} "
                                                      f"{spec.step}")
         flight = flights[agent_id] = _Flight(agent_id, when, spec, chain, act)
+        # At most ``concurrency`` calls are open (the pool or gate, ``_gates``); as many
+        # again wait for a slot, the earliest turn first. Past that the kernel waits for
+        # the earliest turn in flight: a stop or a checkpoint waits for at most two
+        # rounds of calls. The new turn is in flight first: while the kernel waits, turns
+        # start early (prestart), and its bound must hold it back as any turn's does.
+        while len(flights) > 2 * engine._concurrency:
+            oldest = next(iter(flights))
+            self.finish(oldest, flights[oldest])
         engine._peak = max(engine._peak, len(flights))
         window.in_flight_max = max(window.in_flight_max, len(flights))
         return flight
@@ -1591,8 +1729,13 @@ class _Runner:
         """
         engine = self.engine
         early = self.early.pop(agent_id)
+        if early.later:  # its next turn, started out of order, waits for the kernel in turn
+            after = early.later.pop(0)
+            after.later, early.later = early.later, []
+            self.early[agent_id] = after
         world = engine._world
-        if entry[2:5] != early.entry[2:5]:
+        if entry[2:5] != early.entry[2:5] or entry[:2] != early.entry[:2] \
+                or tuple(entry[5]) != tuple(early.entry[5]):
             raise ConfigError(
                 f"agent {agent_id!r} was woken at t={entry[0]:.6g} ({entry[5][0]}) before its "
                 f"turn started early for t={early.when:.6g}: {type(world).__name__}.affected_by"
@@ -1614,6 +1757,7 @@ class _Runner:
                 f"no agent's action changes, such as the number of all posts)")
         if not self.early:
             self.resolved.clear()
+        engine._book[agent_id].busy = True  # its turn is in flight from now
         window.wakes += 1
         flight = self._fly(agent_id, early.when, early.spec, chain, window)
         flight.future = early.future
@@ -1651,6 +1795,14 @@ class _Runner:
         ``affects`` graph from every agent's own bound. Resolutions still go in
         timestamp order on the kernel, so the run is the one without early
         starts; only the calls begin sooner in wall-clock time.
+
+        Out of order (``out_of_order``), the same bounds count only the turns
+        not yet in the forward world (:class:`_Forward`), and first commit
+        there, in time order, each turn whose outcome is known and that no turn
+        within two hops can still precede. Turns then observe the forward world,
+        and an agent whose last turn is committed there starts its next one at
+        the wake-up the kernel will give it (its own pause after that turn),
+        with nothing pending for it.
         """
         graph = self.graph
         if graph is None or self.draining:
@@ -1658,47 +1810,93 @@ class _Runner:
         engine = self.engine
         # Calls not yet returned, kernel turns' and early ones': early starts only fill
         # free slots (a turn started early waits behind every earlier turn anyway).
-        running: list[tuple[AgentId, _Flight | _Early]] = [*self.flight.items(),
-                                                           *self.early.items()]
+        running: list[tuple[AgentId, _Flight | _Early]] = [*self.flight.items()]
+        for agent_id, early in self.early.items():
+            running.append((agent_id, early))
+            running.extend((agent_id, later) for later in early.later)
         room = engine._concurrency - sum(
             1 for _, f in running if f.future is not None and not f.future.done())
         if room <= 0:
             return
+        fwd = engine._forward()
         affected, affects = graph
         index = engine._index
         by_key = engine._by_key
+        book = engine._book
         m = engine._min
         inf = math.inf
         limit = self.early_limit
         scenario = engine._scenario
         if scenario is not None:
             limit = min(limit, math.nextafter(scenario.next_time(), -inf))
+        ahead = {} if fwd is None else fwd.ahead
+        step = engine._reaction + m
         dist = [inf] * len(affected)
         first: dict[int, tuple[Any, ...]] = {}
+        #: Turns whose outcome is known, not yet in the forward world: (time, index, spec,
+        #: outcome).
+        ready: list[tuple[float, int, ActionSpec, tuple[bool, Any, float]]] = []
+        blocking = engine._blocking
         for entry in engine._entries.values():
-            when, _, kind, key, _, _ = entry
+            when, _, kind, key, n, payload = entry
             i = index[by_key[key]]
-            bound = when if kind == _RESOLVE else when + m
-            dist[i] = min(dist[i], bound)
-            if kind == _WAKE:
+            if kind == _RESOLVE:
+                if (key, n) in ahead:
+                    continue
+                if fwd is not None and by_key[key] not in blocking:
+                    ready.append((when, i, payload[0], payload[1]))
+                bound = when
+            else:
+                bound = when + m
                 best = first.get(i)
                 if best is None or entry[:2] < best[:2]:
                     first[i] = entry
-        blocking = engine._blocking
+            dist[i] = min(dist[i], bound)
         for agent_id, flight in running:
+            if ahead and (book[agent_id].key, flight.spec.step) in ahead:
+                continue
             bound = flight.when + m
             future = flight.future
             if (future is not None and future.done() and not future.cancelled()
                     and future.exception() is None and agent_id not in blocking):
-                bound = flight.when + future.result()[2]
+                outcome = future.result()
+                bound = flight.when + outcome[2]
+                if fwd is not None:
+                    ready.append((bound, index[agent_id], flight.spec, outcome))
             i = index[agent_id]
             dist[i] = min(dist[i], bound)
-        candidates = sorted(
-            (entry[:2], i, entry) for i, entry in first.items() if entry[0] <= limit)
+        candidates = [(entry[:2], i, entry) for i, entry in first.items()
+                      if entry[0] <= limit and not book[engine._ids[i]].busy]
+        if fwd is not None:
+            for (key, n), (r, _) in ahead.items():
+                agent_id = by_key[key]
+                i = index[agent_id]
+                dist[i] = min(dist[i], r + m)  # its next turn resolves after its next wake-up
+                mine = book[agent_id]
+                # Its latest turn, committed ahead: its next wake-up is its own pause after
+                # it, the (wakes + turns still to resolve - 1)-th, unless something wakes
+                # it first: a wake-up already queued (which would fold into a turn, or
+                # start one), or one an agent it is affected by gives it (checked below:
+                # none resolves before).
+                if (n == mine.turns - 1 and mine.pending is None and i not in first
+                        and self.admissible(agent_id)
+                        and agent_id not in engine._choosers and agent_id not in blocking):
+                    when = r + engine._pause("wake", key, n + 1)
+                    if r < when <= limit:
+                        wake = mine.wakes + mine.turns - mine.resolved - 1
+                        candidates.append(((when, engine._tiebreak(_WAKE, key, wake)), i,
+                                           (when, engine._tiebreak(_WAKE, key, wake), _WAKE,
+                                            key, wake, ("wake", 0))))
+            for key, times in fwd.triggers.items():
+                j = index[by_key[key]]
+                dist[j] = min(dist[j], min(times) + step)
         if not candidates:
             return
+        candidates.sort()
         horizon = candidates[-1][0][0]
-        step = engine._reaction + m
+        if ready:
+            ready.sort(key=lambda item: item[:2])
+            horizon = max(horizon, ready[-1][0])
         heap = [(t, i) for i, t in enumerate(dist) if t <= horizon]
         heapq.heapify(heap)
         while heap:
@@ -1712,14 +1910,26 @@ class _Runner:
                 if reach < dist[j]:
                     dist[j] = reach
                     heapq.heappush(heap, (reach, j))
-        book = engine._book
+        cap = inf  # bounds past it would need the shortest paths again (a commit woke someone)
+        if fwd is not None and ready:
+            cap = self._commit_ahead(fwd, ready, dist)
         ids = engine._ids
+        last = None if fwd is None else fwd.last
+        world = engine._world if fwd is None else fwd.world
         for (when, _), i, entry in candidates:
+            if when >= cap:
+                break
             agent_id = ids[i]
-            if (book[agent_id].busy or agent_id in blocking or not self.admissible(agent_id)
+            if (agent_id in blocking or not self.admissible(agent_id)
                     or any(dist[c] <= when for c in affected[i])):
                 continue
-            observation = engine._world.observation_for(agent_id, None)
+            if last is not None:
+                assert fwd is not None  # noqa: S101
+                wakes_at = fwd.triggers.get(entry[3])
+                if (last[i] >= when or any(last[c] >= when for c in affected[i])
+                        or (wakes_at and min(wakes_at) <= when)):
+                    continue
+            observation = world.observation_for(agent_id, None)
             snapshot = _snapshot(observation)
             if snapshot is None:  # cannot be checked at its own time: not started early
                 continue
@@ -1730,11 +1940,67 @@ class _Runner:
                 assert self.aloop is not None  # noqa: S101  (no graph in sequential mode)
                 future = asyncio.run_coroutine_threadsafe(self._gated(agent_id, spec, when),
                                                           self.aloop)
-            self.early[agent_id] = _Early(entry, spec, snapshot, future, len(self.resolved))
+            started = _Early(entry, spec, snapshot, future, len(self.resolved))
+            before = self.early.get(agent_id)
+            if before is None:
+                self.early[agent_id] = started
+            else:  # out of order: after the turns it started early before
+                before.later.append(started)
             engine.early_starts += 1
             room -= 1
             if room <= 0:
                 return
+
+    def _commit_ahead(self, fwd: _Forward,
+                      ready: list[tuple[float, int, ActionSpec, tuple[bool, Any, float]]],
+                      dist: list[float]) -> float:
+        """Commit to the forward world, in time order, the *ready* turns nothing can precede.
+
+        A turn of agent ``b`` resolving at ``r`` goes in when no agent within two
+        hops of ``b`` (``World.affected_by`` either way) can still resolve at or
+        before ``r`` outside the forward world (*dist*, which this updates), and
+        none has a resolution there at or after ``r``: each agent then sees its
+        neighbours' turns in the forward world in the order the kernel will
+        resolve them. Returns the time from which *dist* may be too late (a
+        commit woke an agent: the shortest paths from it were not followed).
+        """
+        engine = self.engine
+        graph = self.graph
+        assert graph is not None  # noqa: S101
+        affected, affects = graph
+        if fwd.hood is None:
+            near = [set(affected[i]).union(affects[i]) for i in range(len(affected))]
+            fwd.hood = [tuple(sorted(near[i].union(*(near[j] for j in near[i])) - {i}))
+                        for i in range(len(near))]
+        hood = fwd.hood
+        last = fwd.last
+        ids = engine._ids
+        book = engine._book
+        by_key = engine._by_key
+        index = engine._index
+        m = engine._min
+        step = engine._reaction + m
+        cap = math.inf
+        for r, i, spec, outcome in ready:
+            if r >= cap:
+                break
+            if dist[i] < r or last[i] >= r or any(dist[c] <= r or last[c] >= r for c in hood[i]):
+                continue
+            ok, action, _ = outcome
+            if not ok and (engine._fail_fast or isinstance(action, engine._fatal)):
+                continue  # the kernel stops the run there: nothing may go ahead of it
+            agent_id = ids[i]
+            targets = engine._commit_forward(fwd, agent_id, r, spec, outcome)
+            fwd.ahead[book[agent_id].key, spec.step] = (r, targets)
+            # Its next resolution: after its next wake-up, or one that an agent it is
+            # affected by gives it.
+            dist[i] = min(r + m, min((dist[j] for j in affected[i]), default=math.inf) + step)
+            for target in targets:
+                fwd.triggers.setdefault(target, []).append(r)
+                j = index[by_key[target]]
+                dist[j] = min(dist[j], r + step)
+                cap = min(cap, r + 2 * step)
+        return cap
 
     def _harvest(self, agent_id: AgentId, flight: _Flight, _: object = None) -> None:
         if self.flight.get(agent_id) is flight:
@@ -1794,7 +2060,8 @@ class _Runner:
             self.prestart()
             while not future.done():
                 # Any call that returns may tighten a bound: look again after each.
-                pending: list[_Flight | _Early] = [*self.flight.values(), *self.early.values()]
+                pending: list[_Flight | _Early] = [*self.flight.values(),
+                                                   *_all_early(self.early)]
                 others = [f.future for f in pending
                           if f.future is not None and not f.future.done()]
                 cf.wait([future, *others], return_when=cf.FIRST_COMPLETED)
@@ -1882,7 +2149,7 @@ def _accepts(method: Callable[..., Any], name: str) -> bool:
 
 #: The options ``sim.engine.step.options`` takes for this engine.
 STEP_OPTIONS: Final = frozenset({"wake_interval", "reaction_delay", "window", "lookahead",
-                                 "max_turns", "dependencies", "barrier"})
+                                 "max_turns", "dependencies", "out_of_order", "barrier"})
 
 
 class EventSteps:
@@ -2132,7 +2399,7 @@ def check_step_options(given: Mapping[str, Any]) -> dict[str, Any]:
                            ("reaction_delay", False)):
         if name in options:
             options[name] = _check_float(f"{prefix}.{name}", options[name], positive=positive)
-    for name in ("lookahead", "dependencies", "barrier"):
+    for name in ("lookahead", "dependencies", "out_of_order", "barrier"):
         if name in options and not isinstance(options[name], bool):
             value = options[name]
             raise ConfigError(f"{prefix}.{name} must be true or false, got "
