@@ -19,14 +19,17 @@ virtual time:
     ``dependencies=false``;
 (b') **dependencies**: (b), starting turns early where the world names who
     affects whom (``World.affected_by``; ``docs/events.md``, "Early starts");
+(b'') **out of order**: (b'), committing turns to a forward copy of the world
+    out of timestamp order, so that an agent runs several turns ahead
+    (``out_of_order=true``; ``docs/events.md``, "Out-of-order commit");
 (c) **oracle**: an idealised schedule computed, not run, from (b')'s recorded
     dependency graph (below).
 
-(a), (b) and (b') are one run: their digests must be equal (the script exits 1
-if not). For reference, the round engine's own run is timed too (``round``:
+(a), (b), (b') and (b'') are one run: their digests must be equal (the script
+exits 1 if not). For reference, the round engine's own run is timed too (``round``:
 ``concurrency`` calls open at once and a barrier after each of K rounds); it
 is another engine, whose turns see other worlds, so its digest differs by
-design and it is not one of the three.
+design and it is not one of the four.
 
 The mock server. Each call's service time is the seeded latency model of the
 bench (prefill per prompt token, decode per completion token over the server's
@@ -163,8 +166,8 @@ class ServedModel:
 
 #: The schedulers, in the order they run: (a), (b) and (b') of the module's docstring,
 #: and the round engine's run for reference.
-SCHEDULERS = ("global sync", "lookahead", "dependencies", "round")
-EVENT_SCHEDULERS = SCHEDULERS[:3]
+SCHEDULERS = ("global sync", "lookahead", "dependencies", "out of order", "round")
+EVENT_SCHEDULERS = SCHEDULERS[:4]
 
 
 def overrides(scheduler: str, agents: int, turns: int, concurrency: int, *, think: float,
@@ -187,7 +190,9 @@ def overrides(scheduler: str, agents: int, turns: int, concurrency: int, *, thin
             f"sim.engine.step.options.wake_interval={think}",
             f"sim.engine.step.options.reaction_delay={think / 5}",
             "sim.engine.step.options.dependencies="
-            + ("true" if scheduler == "dependencies" else "false")]
+            + ("true" if scheduler in ("dependencies", "out of order") else "false"),
+            "sim.engine.step.options.out_of_order="
+            + ("true" if scheduler == "out of order" else "false")]
 
 
 def read_jsonl(path: Path) -> list[dict[str, Any]]:
@@ -433,9 +438,10 @@ def main() -> None:
         if len(event_digests) != 1:
             failed = True
             print("  MISMATCH: the event engine's digests differ between global sync, "
-                  f"lookahead and dependencies: {sorted(d[:12] for d in event_digests)}")
+                  f"lookahead, dependencies and out of order: "
+                  f"{sorted(d[:12] for d in event_digests)}")
         else:
-            print(f"  global sync, lookahead and dependencies: one digest "
+            print(f"  global sync, lookahead, dependencies and out of order: one digest "
                   f"({next(iter(event_digests))[:12]}); the round engine, another engine, "
                   f"{results['round'][0]['digest'][:12]}")
     print("\n| N | scheduler | wall s | calls | in flight mean | peak | x sync | of its oracle "

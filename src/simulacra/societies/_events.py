@@ -1621,6 +1621,8 @@ class _Runner:
         self.resolved: list[AgentId] = []
         #: Set by finish_all: the run returns once its calls are in, so none starts early.
         self.draining = False
+        #: Set when any call of this run returns (the kernel's wait looks again then).
+        self.returned = threading.Event()
         self.graph = engine._dependency_graph() if engine.tracer is None else None
         #: Threads: at most ``concurrency`` calls open, a freed slot to the earliest turn
         #: waiting (``_gates``); asyncio: the same gate on the loop.
@@ -1685,10 +1687,10 @@ class _Runner:
             self._step_blocking(agent_id, flight, functools.partial(
                 blocking.wake, engine._observed, when, spec.step, stream))
         elif self.pool is not None:
-            flight.future = self.pool.submit_at(when, engine._act, agent_id, spec)
+            flight.future = self._watch(self.pool.submit_at(when, engine._act, agent_id, spec))
         elif self.aloop is not None:
-            flight.future = asyncio.run_coroutine_threadsafe(
-                self._gated(agent_id, spec, when), self.aloop)
+            flight.future = self._watch(asyncio.run_coroutine_threadsafe(
+                self._gated(agent_id, spec, when), self.aloop))
         else:
             flight.outcome = engine._act(agent_id, spec)
         if not engine._lookahead or flight.future is None:
@@ -1801,12 +1803,22 @@ class _Runner:
         there, in time order, each turn whose outcome is known and that no turn
         within two hops can still precede. Turns then observe the forward world,
         and an agent whose last turn is committed there starts its next one at
-        the wake-up the kernel will give it (its own pause after that turn),
-        with nothing pending for it.
+        the wake-up the kernel will give it (its own pause after that turn, or
+        at once if a wake-up is pending for it). A commit there also waits for
+        every agent that observes the committing one and may still observe
+        before its time: what it sees must not hold the future. A pass that
+        committed a turn is followed by another (up to four): the agents it
+        lets wake may start at once.
         """
+        for _ in range(4):
+            if not self._prestart_pass():
+                return
+
+    def _prestart_pass(self) -> bool:
+        """One pass of :meth:`prestart`; whether it committed a turn ahead (and room is left)."""
         graph = self.graph
         if graph is None or self.draining:
-            return
+            return False
         engine = self.engine
         # Calls not yet returned, kernel turns' and early ones': early starts only fill
         # free slots (a turn started early waits behind every earlier turn anyway).
@@ -1817,7 +1829,7 @@ class _Runner:
         room = engine._concurrency - sum(
             1 for _, f in running if f.future is not None and not f.future.done())
         if room <= 0:
-            return
+            return False
         fwd = engine._forward()
         affected, affects = graph
         index = engine._index
@@ -1832,11 +1844,16 @@ class _Runner:
         ahead = {} if fwd is None else fwd.ahead
         step = engine._reaction + m
         dist = [inf] * len(affected)
+        #: Out of order: the earliest time each agent may take its next observation
+        #: (before wake-ups that others give it: _commit_ahead adds those).
+        seen = [inf] * len(affected)
         first: dict[int, tuple[Any, ...]] = {}
         #: Turns whose outcome is known, not yet in the forward world: (time, index, spec,
         #: outcome).
         ready: list[tuple[float, int, ActionSpec, tuple[bool, Any, float]]] = []
         blocking = engine._blocking
+        # Wake-ups whose turns started early: their turns are running (below), not to come.
+        begun = {(e.entry[3], e.entry[4]) for _, e in running if isinstance(e, _Early)}
         for entry in engine._entries.values():
             when, _, kind, key, n, payload = entry
             i = index[by_key[key]]
@@ -1845,13 +1862,14 @@ class _Runner:
                     continue
                 if fwd is not None and by_key[key] not in blocking:
                     ready.append((when, i, payload[0], payload[1]))
-                bound = when
-            else:
-                bound = when + m
+                dist[i] = min(dist[i], when)
+                seen[i] = min(seen[i], when)  # it wakes again once this turn has resolved
+            elif (key, n) not in begun:
+                dist[i] = min(dist[i], when + m)
+                seen[i] = min(seen[i], when)
                 best = first.get(i)
                 if best is None or entry[:2] < best[:2]:
                     first[i] = entry
-            dist[i] = min(dist[i], bound)
         for agent_id, flight in running:
             if ahead and (book[agent_id].key, flight.spec.step) in ahead:
                 continue
@@ -1865,35 +1883,33 @@ class _Runner:
                     ready.append((bound, index[agent_id], flight.spec, outcome))
             i = index[agent_id]
             dist[i] = min(dist[i], bound)
+            seen[i] = min(seen[i], bound)  # it wakes again once this turn has resolved
         candidates = [(entry[:2], i, entry) for i, entry in first.items()
                       if entry[0] <= limit and not book[engine._ids[i]].busy]
         if fwd is not None:
             for (key, n), (r, _) in ahead.items():
                 agent_id = by_key[key]
                 i = index[agent_id]
-                dist[i] = min(dist[i], r + m)  # its next turn resolves after its next wake-up
-                mine = book[agent_id]
-                # Its latest turn, committed ahead: its next wake-up is its own pause after
-                # it, the (wakes + turns still to resolve - 1)-th, unless something wakes
-                # it first: a wake-up already queued (which would fold into a turn, or
-                # start one), or one an agent it is affected by gives it (checked below:
-                # none resolves before).
-                if (n == mine.turns - 1 and mine.pending is None and i not in first
-                        and self.admissible(agent_id)
-                        and agent_id not in engine._choosers and agent_id not in blocking):
-                    when = r + engine._pause("wake", key, n + 1)
-                    if r < when <= limit:
-                        wake = mine.wakes + mine.turns - mine.resolved - 1
-                        candidates.append(((when, engine._tiebreak(_WAKE, key, wake)), i,
-                                           (when, engine._tiebreak(_WAKE, key, wake), _WAKE,
-                                            key, wake, ("wake", 0))))
+                wake = self._next_wake(agent_id, n, r, first)
+                if wake is None:  # its next turn is in flight, queued, or its own to choose
+                    if n == book[agent_id].turns - 1:
+                        dist[i] = min(dist[i], r + m)
+                        seen[i] = min(seen[i], r)
+                    continue
+                entry = wake[0]
+                # Its next turn resolves after the wake-up the kernel will give it, unless
+                # an agent it is affected by wakes it first (the shortest paths, below).
+                dist[i] = min(dist[i], entry[0] + m)
+                seen[i] = min(seen[i], entry[0])
+                if entry[0] <= limit and self.admissible(agent_id):
+                    candidates.append((entry[:2], i, entry))
             for key, times in fwd.triggers.items():
                 j = index[by_key[key]]
                 dist[j] = min(dist[j], min(times) + step)
-        if not candidates:
-            return
+        if not candidates and not ready:
+            return False
         candidates.sort()
-        horizon = candidates[-1][0][0]
+        horizon = candidates[-1][0][0] if candidates else -inf
         if ready:
             ready.sort(key=lambda item: item[:2])
             horizon = max(horizon, ready[-1][0])
@@ -1911,8 +1927,9 @@ class _Runner:
                     dist[j] = reach
                     heapq.heappush(heap, (reach, j))
         cap = inf  # bounds past it would need the shortest paths again (a commit woke someone)
+        committed = False
         if fwd is not None and ready:
-            cap = self._commit_ahead(fwd, ready, dist)
+            cap, committed = self._commit_ahead(fwd, ready, dist, seen)
         ids = engine._ids
         last = None if fwd is None else fwd.last
         world = engine._world if fwd is None else fwd.world
@@ -1926,7 +1943,7 @@ class _Runner:
             if last is not None:
                 assert fwd is not None  # noqa: S101
                 wakes_at = fwd.triggers.get(entry[3])
-                if (last[i] >= when or any(last[c] >= when for c in affected[i])
+                if (last[i] > when or any(last[c] >= when for c in affected[i])
                         or (wakes_at and min(wakes_at) <= when)):
                     continue
             observation = world.observation_for(agent_id, None)
@@ -1935,11 +1952,11 @@ class _Runner:
                 continue
             spec = engine._start_turn(agent_id, when, entry[5][0], observation)
             if self.pool is not None:
-                future = self.pool.submit_at(when, engine._act, agent_id, spec)
+                future = self._watch(self.pool.submit_at(when, engine._act, agent_id, spec))
             else:
                 assert self.aloop is not None  # noqa: S101  (no graph in sequential mode)
-                future = asyncio.run_coroutine_threadsafe(self._gated(agent_id, spec, when),
-                                                          self.aloop)
+                future = self._watch(asyncio.run_coroutine_threadsafe(
+                    self._gated(agent_id, spec, when), self.aloop))
             started = _Early(entry, spec, snapshot, future, len(self.resolved))
             before = self.early.get(agent_id)
             if before is None:
@@ -1949,11 +1966,39 @@ class _Runner:
             engine.early_starts += 1
             room -= 1
             if room <= 0:
-                return
+                return False
+        return committed
+
+    def _next_wake(self, agent_id: AgentId, n: int, r: float, first: Mapping[int, Any]
+                   ) -> tuple[tuple[Any, ...]] | None:
+        """The wake entry the kernel will push for *agent_id* when its turn *n* resolves at *r*.
+
+        For a turn committed ahead that is the agent's latest, with no wake-up
+        queued for it: its coalesced wake-up at *r* if one is pending for it,
+        else its own pause after *r* (the (wakes + turns still to resolve - 1)-th entry).
+        None where that is not known: a later turn has started, a wake-up is
+        queued (it would fold into a turn, or start one), the agent chooses its
+        own wake-ups (``next_wake``), or it blocks. Something may still wake it
+        first: an agent it is affected by that resolves before (the callers'
+        bounds see to that).
+        """
+        engine = self.engine
+        mine = engine._book[agent_id]
+        if (n != mine.turns - 1 or engine._index[agent_id] in first
+                or agent_id in engine._choosers or agent_id in engine._blocking):
+            return None
+        key = mine.key
+        wake = mine.wakes + mine.turns - mine.resolved - 1
+        tiebreak = engine._tiebreak(_WAKE, key, wake)
+        # A coalesced wake-up is the oldest unresolved turn's: it is *n*'s if n is that one.
+        if mine.pending is not None and mine.turns - mine.resolved == 1:
+            return ((r, tiebreak, _WAKE, key, wake, mine.pending),)
+        when = r + engine._pause("wake", key, n + 1)
+        return ((when, tiebreak, _WAKE, key, wake, ("wake", 0)),)
 
     def _commit_ahead(self, fwd: _Forward,
                       ready: list[tuple[float, int, ActionSpec, tuple[bool, Any, float]]],
-                      dist: list[float]) -> float:
+                      dist: list[float], seen: list[float]) -> tuple[float, bool]:
         """Commit to the forward world, in time order, the *ready* turns nothing can precede.
 
         A turn of agent ``b`` resolving at ``r`` goes in when no agent within two
@@ -1961,8 +2006,11 @@ class _Runner:
         before ``r`` outside the forward world (*dist*, which this updates), and
         none has a resolution there at or after ``r``: each agent then sees its
         neighbours' turns in the forward world in the order the kernel will
-        resolve them. Returns the time from which *dist* may be too late (a
-        commit woke an agent: the shortest paths from it were not followed).
+        resolve them. And no agent that ``b`` affects may still observe at or
+        before ``r`` (*seen*, or a wake-up a neighbour gives it): what it sees
+        there must not hold ``b``'s turn. Returns the time from which *dist* may
+        be too late (a commit woke an agent: the shortest paths from it were not
+        followed), and whether any turn went in.
         """
         engine = self.engine
         graph = self.graph
@@ -1981,10 +2029,28 @@ class _Runner:
         m = engine._min
         step = engine._reaction + m
         cap = math.inf
+        committed = False
+        reaction = engine._reaction
+        triggers = fwd.triggers
+        begun = {(e.entry[3], e.entry[4]) for e in _all_early(self.early)}
+        first = {index[by_key[e[3]]] for e in engine._entries.values()
+                 if e[2] == _WAKE and (e[3], e[4]) not in begun}
+
+        def observes_by(a: int, r: float) -> bool:
+            """Whether agent *a* may take an observation at or before *r*."""
+            if seen[a] <= r:
+                return True
+            times = triggers.get(book[ids[a]].key)
+            if times and min(times) + reaction <= r:
+                return True
+            return any(dist[j] + reaction <= r for j in affected[a])
+
         for r, i, spec, outcome in ready:
             if r >= cap:
                 break
             if dist[i] < r or last[i] >= r or any(dist[c] <= r or last[c] >= r for c in hood[i]):
+                continue
+            if any(observes_by(a, r) for a in affects[i]):
                 continue
             ok, action, _ = outcome
             if not ok and (engine._fail_fast or isinstance(action, engine._fatal)):
@@ -1992,15 +2058,19 @@ class _Runner:
             agent_id = ids[i]
             targets = engine._commit_forward(fwd, agent_id, r, spec, outcome)
             fwd.ahead[book[agent_id].key, spec.step] = (r, targets)
+            committed = True
             # Its next resolution: after its next wake-up, or one that an agent it is
             # affected by gives it.
-            dist[i] = min(r + m, min((dist[j] for j in affected[i]), default=math.inf) + step)
+            wake = self._next_wake(agent_id, spec.step, r, dict.fromkeys(first))
+            own = r + m if wake is None else wake[0][0] + m
+            dist[i] = min(own, min((dist[j] for j in affected[i]), default=math.inf) + step)
+            seen[i] = own - m
             for target in targets:
                 fwd.triggers.setdefault(target, []).append(r)
                 j = index[by_key[target]]
                 dist[j] = min(dist[j], r + step)
                 cap = min(cap, r + 2 * step)
-        return cap
+        return cap, committed
 
     def _harvest(self, agent_id: AgentId, flight: _Flight, _: object = None) -> None:
         if self.flight.get(agent_id) is flight:
@@ -2056,18 +2126,24 @@ class _Runner:
         future, flight.future = flight.future, None
         if future is None:
             return flight.outcome
-        if self.graph is not None and not future.done():
-            self.prestart()
+        if self.graph is not None:
+            # Any call that returns may tighten a bound: look again after each, those
+            # that return while the engine looks (a turn it started early) included.
+            returned = self.returned
             while not future.done():
-                # Any call that returns may tighten a bound: look again after each.
-                pending: list[_Flight | _Early] = [*self.flight.values(),
-                                                   *_all_early(self.early)]
-                others = [f.future for f in pending
-                          if f.future is not None and not f.future.done()]
-                cf.wait([future, *others], return_when=cf.FIRST_COMPLETED)
+                returned.clear()
+                self.prestart()
                 if not future.done():
-                    self.prestart()
+                    returned.wait()
         return future.result()
+
+    def _watch(self, future: cf.Future[Any]) -> cf.Future[Any]:
+        """*future*, which wakes the kernel's wait (:meth:`_wait`) when it is done."""
+        future.add_done_callback(self._returned)
+        return future
+
+    def _returned(self, _: object) -> None:
+        self.returned.set()
 
     async def _gated(self, agent_id: AgentId, spec: ActionSpec,
                      when: float) -> tuple[bool, Any, float]:
@@ -2114,9 +2190,9 @@ class _Runner:
         with self.engine._lock:
             self.engine._calls += 1
         if self.pool is not None:
-            flight.future = self.pool.submit_at(flight.when, call)
+            flight.future = self._watch(self.pool.submit_at(flight.when, call))
         elif self.aloop is not None:
-            flight.future = asyncio.run_coroutine_threadsafe(acall(), self.aloop)
+            flight.future = self._watch(asyncio.run_coroutine_threadsafe(acall(), self.aloop))
         else:
             flight.future, flight.outcome = None, call()
 

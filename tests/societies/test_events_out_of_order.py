@@ -1,0 +1,273 @@
+"""Out-of-order commit (``out_of_order``): turns committed ahead of the kernel, the same run.
+
+A street of our own: each agent sees the last posts of the agents it watches
+and its own mentions, and mentions (wakes) only agents that watch it. Post
+ids are per author, so what an agent sees does not depend on turns far away.
+With ``out_of_order=True`` the event-driven engine commits a turn to a forward
+copy of the world as soon as no turn within two hops can precede it, and
+starts an agent's next turns from that copy while a call far away is still
+out. The run must be the sequential one, whatever the graph, the wall-clock
+speed of each call and the wake-ups (Hypothesis); a world whose identities do
+depend on the order of far-away turns is stopped with one clear error, never
+a different run.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from simulacra import ConfigError, EventEngine, LatencyModel, World, load_config
+from simulacra.agents import ActionSpec, AgentId
+from simulacra.societies import run_society
+
+LATENCY = LatencyModel(base=0.3, min_duration=0.3)
+
+
+class Street(World):
+    """Posts numbered per author; agent X sees the last posts of those it watches."""
+
+    PLAIN_STATE = True
+
+    def __init__(self, watches: Mapping[str, Sequence[str]], *, global_ids: bool = False) -> None:
+        super().__init__()
+        self.watches = {k: sorted(v) for k, v in watches.items()}
+        self.posts: dict[str, list[str]] = {k: [] for k in watches}
+        self.inbox: dict[str, list[list[Any]]] = {k: [] for k in watches}
+        self.total = 0
+        self._global_ids = global_ids
+
+    _NOT_STATE = World._NOT_STATE | {"_global_ids"}
+
+    def affected_by(self, agent_id: AgentId) -> Sequence[str]:
+        return self.watches[str(agent_id)]
+
+    def observation_for(self, agent_id: AgentId, snapshot: Any = None) -> tuple[Any, ...]:
+        me = str(agent_id)
+        seen = tuple((other, len(self.posts[other]), tuple(self.posts[other][-2:]))
+                     for other in self.watches[me])
+        inbox = tuple(tuple(m) for m in self.inbox[me][-3:])
+        # A world that numbers posts with one counter for all: the order of far-away
+        # turns shows.
+        return (seen, inbox, self.total) if self._global_ids else (seen, inbox)
+
+    def decide(self, agent_id: AgentId, action: Any, step: int,
+               time: float) -> list[tuple[str, dict[str, Any], tuple[str, ...]]]:
+        text, mentions = action
+        return [("post", {"text": text, "mentions": list(mentions)}, tuple(mentions))]
+
+    def apply(self, event: Any) -> None:
+        super().apply(event)
+        who = event.agent
+        self.posts[who].append(event.data["text"])
+        self.total += 1
+        for name in event.data["mentions"]:
+            self.inbox[name].append([who, len(self.posts[who]) - 1])
+
+
+class Walker:
+    """Posts a digest of what it saw; mentions one of its watchers now and then."""
+
+    def __init__(self, name: str, watchers: Sequence[str], *, sleeps: Sequence[float],
+                 gate: Gate | None = None, mentions: bool = True) -> None:
+        self.id = name
+        self.watchers = list(watchers)
+        self.sleeps = list(sleeps) or [0.0]
+        self.seen: Any = None
+        self.turns = 0
+        self.gate = gate
+        self.mentions = mentions
+
+    def observe(self, observation: Any) -> None:
+        self.seen = observation
+
+    def act(self, spec: ActionSpec) -> Any:
+        if self.gate is not None:
+            self.gate.acted(self.id, spec.step)
+        time.sleep(self.sleeps[spec.step % len(self.sleeps)])
+        digest = hashlib.sha256(repr((self.id, spec.step, self.seen)).encode()).hexdigest()[:8]
+        self.turns += 1
+        picked: tuple[str, ...] = ()
+        if self.mentions and self.watchers and int(digest, 16) % 3 == 0:
+            picked = (self.watchers[int(digest, 16) % len(self.watchers)],)
+        return f"{self.id}/{spec.step}/{digest}", picked
+
+    def get_state(self) -> dict[str, Any]:
+        return {"turns": self.turns, "seen": repr(self.seen)}
+
+    def set_state(self, state: Mapping[str, Any]) -> None:
+        self.turns = state["turns"]
+
+
+class Gate:
+    """Holds the first turn of one slow agent until the far agents have acted *needed* times."""
+
+    def __init__(self, slow: str, far: set[str], needed: int, *, timeout: float) -> None:
+        self.slow, self.far, self.needed, self.timeout = slow, far, needed, timeout
+        self.lock = threading.Lock()
+        self.far_acts = 0
+        self.opened = threading.Event()
+        #: Whether the far agents' turns released the slow one (not its timeout).
+        self.in_time = False
+        self.before = 0
+
+    def acted(self, name: str, step: int) -> None:
+        if name == self.slow and step == 0:
+            self.in_time = self.opened.wait(self.timeout)
+            with self.lock:
+                self.before = self.far_acts  # the far turns acted while it was out
+            return
+        if name in self.far:
+            with self.lock:
+                self.far_acts += 1
+                if self.far_acts >= self.needed:
+                    self.opened.set()
+
+
+def society(watches: Mapping[str, Sequence[str]], sleeps: Mapping[str, Sequence[float]], *,
+            gate: Gate | None = None, global_ids: bool = False,
+            mentions: bool = True) -> tuple[Street, list[Walker]]:
+    watchers = {n: sorted(o for o, seen in watches.items() if n in seen) for n in watches}
+    agents = [Walker(n, watchers[n], sleeps=sleeps.get(n, ()), gate=gate, mentions=mentions)
+              for n in sorted(watches)]
+    return Street(watches, global_ids=global_ids), agents
+
+
+def engine_for(world: Street, agents: list[Walker], *, mode: str = "threads",
+               dependencies: bool = True, out_of_order: bool = False, reaction: float = 0.1,
+               wake: float = 0.4, concurrency: int = 8) -> EventEngine:
+    return EventEngine(world, agents, latency=LATENCY, mode=mode, concurrency=concurrency,
+                       dependencies=dependencies, out_of_order=out_of_order,
+                       wake_interval=wake, reaction_delay=reaction)
+
+
+def ring(n: int, reach: int = 1) -> dict[str, list[str]]:
+    names = [f"a{i:02d}" for i in range(n)]
+    return {names[i]: sorted({names[(i + d) % n] for d in range(-reach, reach + 1)} - {names[i]})
+            for i in range(n)}
+
+
+@st.composite
+def streets(draw: st.DrawFn) -> dict[str, Any]:
+    n = draw(st.integers(3, 9))
+    names = [f"a{i:02d}" for i in range(n)]
+    watches = {}
+    for name in names:
+        others = [o for o in names if o != name]
+        watches[name] = draw(st.lists(st.sampled_from(others), unique=True, max_size=3))
+    sleeps = {name: draw(st.lists(st.sampled_from([0.0, 0.0, 0.001, 0.005, 0.02]), min_size=1,
+                                  max_size=4)) for name in names}
+    return {"watches": watches, "sleeps": sleeps,
+            "reaction": draw(st.sampled_from([0.0, 0.05, 0.5, 2.0])),
+            "wake": draw(st.sampled_from([0.05, 0.4, 1.5])),
+            "turns": draw(st.integers(1, 5)), "concurrency": draw(st.sampled_from([1, 2, 8]))}
+
+
+@settings(max_examples=25, deadline=None)
+@given(street=streets(), mode=st.sampled_from(["threads", "asyncio"]))
+def test_out_of_order_changes_nothing_but_the_wall_clock(street: dict[str, Any], mode: str) -> None:
+    def digest(**options: Any) -> str:
+        world, agents = society(street["watches"], street["sleeps"])
+        engine = engine_for(world, agents, reaction=street["reaction"], wake=street["wake"],
+                            concurrency=street["concurrency"], **options)
+        return engine.run(max_turns=street["turns"]).digest
+
+    reference = digest(mode="sequential")
+    assert digest(mode=mode, out_of_order=True) == reference
+    assert digest(mode=mode, dependencies=True) == reference
+
+
+def test_far_agents_run_further_ahead_of_a_slow_call_out_of_order() -> None:
+    """One slow first call; agents far from it act more turns while it is out.
+
+    In timestamp order they cannot run more than one turn ahead: the kernel
+    waits at the slow turn's resolution, and an agent's next turn starts only
+    once its last one is resolved there. Out of order they commit their turns
+    to the forward world, and each agent runs ahead as far as the agents
+    within two hops of it let it (a turn waits for every earlier one near it).
+    Nobody mentions anybody here: a wake-up that a turn committed ahead gives
+    an agent holds that agent back until the kernel resolves the turn.
+    """
+    watches = ring(24)
+    far = {f"a{i:02d}" for i in range(8, 17)}  # eight hops and more from a00
+    turns = 4
+
+    def run(out_of_order: bool) -> tuple[str, int]:
+        gate = Gate("a00", far, needed=len(far) * turns, timeout=1.0)
+        world, agents = society(watches, {}, gate=gate, mentions=False)
+        engine = engine_for(world, agents, out_of_order=out_of_order, reaction=5.0, wake=0.2)
+        result = engine.run(max_turns=turns)
+        return result.digest, gate.before
+
+    world, agents = society(watches, {}, mentions=False)
+    reference = engine_for(world, agents, mode="sequential", reaction=5.0,
+                           wake=0.2).run(max_turns=turns).digest
+    ahead, further = run(True)
+    in_order, nearer = run(False)
+    assert ahead == in_order == reference
+    assert nearer <= len(far)  # at most one turn each
+    assert further > nearer
+
+
+def test_a_world_whose_ids_are_global_stops_or_runs_right_never_wrong() -> None:
+    watches = ring(10)
+    sleeps = {"a00": [0.05, 0.0], "a05": [0.0, 0.03]}
+    world, agents = society(watches, sleeps)
+    reference = engine_for(world, agents, mode="sequential").run(max_turns=4).digest
+    world, agents = society(watches, sleeps, global_ids=True)
+    engine = engine_for(world, agents, out_of_order=True)
+    stopped: ConfigError | None = None
+    try:
+        digest = engine.run(max_turns=4).digest
+    except ConfigError as exc:
+        stopped = exc
+    if stopped is not None:
+        assert "sees another world" in str(stopped)
+    else:  # it ran: then it is the sequential run
+        world, agents = society(watches, sleeps, global_ids=True)
+        assert digest == engine_for(world, agents, mode="sequential").run(max_turns=4).digest
+    del reference
+
+
+def test_a_checkpoint_keeps_every_turn_started_ahead() -> None:
+    """Stop while far agents hold several turns started early; resume elsewhere: the same run."""
+    watches = ring(24)
+    far = {f"a{i:02d}" for i in range(8, 17)}
+    world, agents = society(watches, {}, mentions=False)
+    reference = engine_for(world, agents, mode="sequential", reaction=5.0,
+                           wake=0.2).run(max_turns=4).digest
+    gate = Gate("a00", far, needed=len(far) * 4, timeout=1.0)
+    world, agents = society(watches, {}, gate=gate, mentions=False)
+    engine = engine_for(world, agents, out_of_order=True, reaction=5.0, wake=0.2)
+    # The kernel waits at the slow turn's end, before 0.4; turns start early up to 50.
+    engine.run(max_turns=4, until=0.4, early_until=50.0)
+    state = engine.state()
+    assert state["early_more"]  # some agent holds more than one turn started early
+    world, agents = society(watches, {}, mentions=False)
+    resumed = engine_for(world, agents, out_of_order=True, reaction=5.0, wake=0.2)
+    resumed.restore(state)
+    assert resumed.run(max_turns=4).digest == reference
+
+
+def test_out_of_order_is_a_step_option_and_must_be_a_boolean() -> None:
+    base = ["sim.agents=6", "sim.world.local=true", "sim.engine.step.built_in=async_event",
+            "sim.steps=3", "run.checkpoint_every=null"]
+    config = load_config("examples/social/config.yaml",
+                         [*base, "sim.engine.step.options.out_of_order=true"])
+    assert config.sim.engine.step.options["out_of_order"] is True
+    plain = load_config("examples/social/config.yaml", base)
+    assert run_society(config, write=False).result.digest == run_society(
+        plain, write=False).result.digest
+    wrong = load_config("examples/social/config.yaml",
+                        [*base, "sim.engine.step.options.out_of_order=maybe"])
+    with pytest.raises(ConfigError, match=r"out_of_order must be true or false, got str 'maybe'"):
+        run_society(wrong, write=False)
+    with pytest.raises(ConfigError, match="out_of_order must be true or false"):
+        EventEngine(Street({"a": []}), [], out_of_order=1)  # type: ignore[arg-type]
