@@ -332,20 +332,26 @@ class _Sleepy:
         return await asyncio.to_thread(self.complete, request, site=site)
 
 
-def test_turns_started_early_past_a_stop_are_kept_and_adopted(tmp_path: Path) -> None:
-    """A stop returns mid-run: turns started early beyond it go into the checkpoint, done."""
+@pytest.mark.parametrize("out_of_order", ["false", "true"])
+def test_turns_started_early_past_a_stop_are_kept_and_adopted(tmp_path: Path,
+                                                              out_of_order: str) -> None:
+    """A stop returns mid-run: turns started early beyond it go into the checkpoint, done.
+
+    Out of order too (``out_of_order``): an agent may then hold several.
+    """
     from simulacra.llm import ScriptedServer
     from simulacra.societies._checkpoint import checkpoint_files, read_checkpoint
 
     with ScriptedServer(_Sleepy()) as server:
         def config() -> Any:
-            return _config("sim.agents=16", "sim.world.local=true", "sim.world.follows=2",
+            return _config("sim.agents=32", "sim.world.local=true", "sim.world.follows=2",
                            "sim.llm.provider=openai_compatible",
-                           f"sim.llm.base_url={server.base_url}")
+                           f"sim.llm.base_url={server.base_url}",
+                           f"sim.engine.step.options.out_of_order={out_of_order}")
 
         straight = run_society(config(), out=tmp_path / "straight")
         kept = 0
-        for stop_at in (2, 5, 9):
+        for stop_at in (2, 3, 5, 7, 9):
             control = RunControl()
 
             def stop(report: Any, at: int = stop_at, control: RunControl = control) -> None:

@@ -184,7 +184,8 @@ def test_out_of_order_changes_nothing_but_the_wall_clock(street: dict[str, Any],
     assert digest(mode=mode, dependencies=True) == reference
 
 
-def test_far_agents_run_further_ahead_of_a_slow_call_out_of_order() -> None:
+@pytest.mark.parametrize("mentions", [False, True])
+def test_far_agents_run_further_ahead_of_a_slow_call_out_of_order(mentions: bool) -> None:
     """One slow first call; agents far from it act more turns while it is out.
 
     In timestamp order they cannot run more than one turn ahead: the kernel
@@ -192,8 +193,8 @@ def test_far_agents_run_further_ahead_of_a_slow_call_out_of_order() -> None:
     once its last one is resolved there. Out of order they commit their turns
     to the forward world, and each agent runs ahead as far as the agents
     within two hops of it let it (a turn waits for every earlier one near it).
-    Nobody mentions anybody here: a wake-up that a turn committed ahead gives
-    an agent holds that agent back until the kernel resolves the turn.
+    With mentions, a wake-up that a turn committed ahead gives an agent is
+    folded into the wake-up predicted for it, as the kernel will fold it.
     """
     watches = ring(24)
     far = {f"a{i:02d}" for i in range(8, 17)}  # eight hops and more from a00
@@ -201,12 +202,12 @@ def test_far_agents_run_further_ahead_of_a_slow_call_out_of_order() -> None:
 
     def run(out_of_order: bool) -> tuple[str, int]:
         gate = Gate("a00", far, needed=len(far) * turns, timeout=1.0)
-        world, agents = society(watches, {}, gate=gate, mentions=False)
+        world, agents = society(watches, {}, gate=gate, mentions=mentions)
         engine = engine_for(world, agents, out_of_order=out_of_order, reaction=5.0, wake=0.2)
         result = engine.run(max_turns=turns)
         return result.digest, gate.before
 
-    world, agents = society(watches, {}, mentions=False)
+    world, agents = society(watches, {}, mentions=mentions)
     reference = engine_for(world, agents, mode="sequential", reaction=5.0,
                            wake=0.2).run(max_turns=turns).digest
     ahead, further = run(True)

@@ -933,10 +933,11 @@ class EventEngine(SocietyEngine):
         return fwd
 
     def _commit_forward(self, fwd: _Forward, agent_id: AgentId, when: float, spec: ActionSpec,
-                        outcome: tuple[bool, Any, float]) -> tuple[str, ...]:
+                        outcome: tuple[bool, Any, float]) -> tuple[tuple[str, str], ...]:
         """Resolve a turn in the forward world, as :meth:`_resolve` does in the world.
 
-        Returns the keys of the other agents its events wake.
+        Returns ``(key, event kind)`` of each wake-up its events give other agents, in
+        the order the kernel gives them.
         """
         ok, action, _ = outcome
         world = fwd.world
@@ -964,8 +965,8 @@ class EventEngine(SocietyEngine):
                           world.failed(agent_id, failure, step=step, time=when)]
         fwd.last[self._index[agent_id]] = when
         key = self._book[agent_id].key
-        return tuple(dict.fromkeys(t for e in events for t in e.triggers
-                                   if t != key and t in self._by_key))
+        return tuple((t, e.kind) for e in events for t in e.triggers
+                     if t != key and t in self._by_key)
 
     # -- turns -------------------------------------------------------------------------
 
@@ -1105,9 +1106,9 @@ class EventEngine(SocietyEngine):
             if ahead is None:
                 self._commit_forward(fwd, agent_id, when, spec, outcome)
             else:
-                for target in ahead[1]:
+                for target, kind in ahead[1]:
                     times = fwd.triggers[target]
-                    times.remove(ahead[0])
+                    times.remove((ahead[0], kind, ahead[3]))
                     if not times:
                         del fwd.triggers[target]
         window = self._window(when)
@@ -1140,7 +1141,8 @@ class EventEngine(SocietyEngine):
                 target_id = self._by_key.get(target)
                 if target_id is not None and target_id != agent_id:
                     runner = self._runner
-                    if runner is not None and target_id in runner.early:
+                    if (runner is not None and target_id in runner.early
+                            and not runner.busy_in_kernel(target_id)):
                         runner.check_trigger(agent_id, target_id, when + self._reaction)
                     self._trigger(target_id, when + self._reaction, event.kind, chain)
         if self._on_turn is not None:
@@ -1587,12 +1589,15 @@ class _Forward:
             raise ConfigError(
                 f"out_of_order: {type(world).__name__} cannot be copied for the forward world "
                 f"({type(exc).__name__}: {exc})"[:300]) from exc
-        #: Turns committed ahead of the kernel, (agent key, turn) -> (time, keys it wakes).
-        self.ahead: dict[tuple[str, int], tuple[float, tuple[str, ...]]] = {}
+        #: Turns committed ahead of the kernel, (agent key, turn) -> (time, the (key, event
+        #: kind) of each wake-up its events give, in order, its wake time, its chain).
+        self.ahead: dict[tuple[str, int],
+                         tuple[float, tuple[tuple[str, str], ...], float, int]] = {}
         #: Per agent index: the time of its latest resolution in the forward world.
         self.last: list[float] = [-math.inf] * size
-        #: Per agent key: the times of turns committed ahead whose events wake it.
-        self.triggers: dict[str, list[float]] = {}
+        #: Per agent key: (time, event kind, chain) of each wake-up that a turn committed
+        #: ahead gives it, in the order the kernel will give them.
+        self.triggers: dict[str, list[tuple[float, str, int]]] = {}
         #: Per agent index: the agents within two hops in the graph (either way), it included.
         self.hood: list[tuple[int, ...]] | None = None
 
@@ -1766,8 +1771,21 @@ class _Runner:
         engine._schedule_harvest(early.when + engine._min, functools.partial(
             self._harvest, agent_id, flight))
 
+    def busy_in_kernel(self, agent_id: AgentId) -> bool:
+        """Whether a turn of *agent_id* that the kernel has reached is still to resolve.
+
+        It is then busy as in a sequential run, whatever turns it started early
+        after that one: a wake-up given it now folds into the pending one, which
+        its next turn started early (out of order) was predicted with, and the
+        kernel checks that when it reaches that turn (:meth:`adopt`).
+        """
+        early = self.early.get(agent_id)
+        ahead = 0 if early is None else 1 + len(early.later)
+        book = self.engine._book[agent_id]
+        return book.turns - book.resolved > ahead
+
     def check_trigger(self, source: AgentId, target: AgentId, when: float) -> None:
-        """*source*'s event wakes *target*, whose turn started early: always refused.
+        """*source*'s event wakes *target*, whose turn started early and is not busy: refused.
 
         *source* resolved before the kernel reached *target*'s wake-up, so it
         could affect *target* there; had the world named it, the turn would
@@ -1849,8 +1867,8 @@ class _Runner:
         seen = [inf] * len(affected)
         first: dict[int, tuple[Any, ...]] = {}
         #: Turns whose outcome is known, not yet in the forward world: (time, index, spec,
-        #: outcome).
-        ready: list[tuple[float, int, ActionSpec, tuple[bool, Any, float]]] = []
+        #: outcome, chain).
+        ready: list[tuple[float, int, ActionSpec, tuple[bool, Any, float], int]] = []
         blocking = engine._blocking
         # Wake-ups whose turns started early: their turns are running (below), not to come.
         begun = {(e.entry[3], e.entry[4]) for _, e in running if isinstance(e, _Early)}
@@ -1861,7 +1879,7 @@ class _Runner:
                 if (key, n) in ahead:
                     continue
                 if fwd is not None and by_key[key] not in blocking:
-                    ready.append((when, i, payload[0], payload[1]))
+                    ready.append((when, i, payload[0], payload[1], payload[2]))
                 dist[i] = min(dist[i], when)
                 seen[i] = min(seen[i], when)  # it wakes again once this turn has resolved
             elif (key, n) not in begun:
@@ -1880,17 +1898,21 @@ class _Runner:
                 outcome = future.result()
                 bound = flight.when + outcome[2]
                 if fwd is not None:
-                    ready.append((bound, index[agent_id], flight.spec, outcome))
+                    chain = (flight.chain if isinstance(flight, _Flight)
+                             else int(flight.entry[5][1]) + 1)  # as adopt() will make it
+                    ready.append((bound, index[agent_id], flight.spec, outcome, chain))
             i = index[agent_id]
             dist[i] = min(dist[i], bound)
             seen[i] = min(seen[i], bound)  # it wakes again once this turn has resolved
         candidates = [(entry[:2], i, entry) for i, entry in first.items()
                       if entry[0] <= limit and not book[engine._ids[i]].busy]
+        #: Candidates at a wake-up predicted (_next_wake), by index: (turn, time, woke).
+        predicted: dict[int, tuple[int, float, float]] = {}
         if fwd is not None:
-            for (key, n), (r, _) in ahead.items():
+            for (key, n), (r, _, woke, _) in ahead.items():
                 agent_id = by_key[key]
                 i = index[agent_id]
-                wake = self._next_wake(agent_id, n, r, first)
+                wake = self._next_wake(agent_id, n, r, woke, first)
                 if wake is None:  # its next turn is in flight, queued, or its own to choose
                     if n == book[agent_id].turns - 1:
                         dist[i] = min(dist[i], r + m)
@@ -1903,9 +1925,10 @@ class _Runner:
                 seen[i] = min(seen[i], entry[0])
                 if entry[0] <= limit and self.admissible(agent_id):
                     candidates.append((entry[:2], i, entry))
+                    predicted[i] = (n, r, woke)
             for key, times in fwd.triggers.items():
                 j = index[by_key[key]]
-                dist[j] = min(dist[j], min(times) + step)
+                dist[j] = min(dist[j], min(t for t, _, _ in times) + step)
         if not candidates and not ready:
             return False
         candidates.sort()
@@ -1942,9 +1965,16 @@ class _Runner:
                 continue
             if last is not None:
                 assert fwd is not None  # noqa: S101
-                wakes_at = fwd.triggers.get(entry[3])
+                # A wake-up a turn committed ahead gives it before then: a queued
+                # wake-up's turn would change. A predicted one has them folded in,
+                # those committed in this pass too (the prediction is made again).
+                wakes_at = None if i in predicted else fwd.triggers.get(entry[3])
+                if i in predicted:
+                    again = self._next_wake(agent_id, *predicted[i], first)
+                    if again is None or again[0] != entry:
+                        continue
                 if (last[i] > when or any(last[c] >= when for c in affected[i])
-                        or (wakes_at and min(wakes_at) <= when)):
+                        or (wakes_at and min(t for t, _, _ in wakes_at) <= when)):
                     continue
             observation = world.observation_for(agent_id, None)
             snapshot = _snapshot(observation)
@@ -1969,18 +1999,21 @@ class _Runner:
                 return False
         return committed
 
-    def _next_wake(self, agent_id: AgentId, n: int, r: float, first: Mapping[int, Any]
-                   ) -> tuple[tuple[Any, ...]] | None:
+    def _next_wake(self, agent_id: AgentId, n: int, r: float, woke: float,
+                   first: Mapping[int, Any]) -> tuple[tuple[Any, ...]] | None:
         """The wake entry the kernel will push for *agent_id* when its turn *n* resolves at *r*.
 
         For a turn committed ahead that is the agent's latest, with no wake-up
         queued for it: its coalesced wake-up at *r* if one is pending for it,
         else its own pause after *r* (the (wakes + turns still to resolve - 1)-th entry).
+        The wake-ups that turns committed ahead give it while turn *n* (woken at
+        *woke*) is out fold into the pending one, as the kernel will fold them.
         None where that is not known: a later turn has started, a wake-up is
-        queued (it would fold into a turn, or start one), the agent chooses its
-        own wake-ups (``next_wake``), or it blocks. Something may still wake it
-        first: an agent it is affected by that resolves before (the callers'
-        bounds see to that).
+        queued (it would fold into a turn, or start one), a turn committed ahead
+        wakes it between *r* and that wake-up (or at either instant), the agent
+        chooses its own wake-ups (``next_wake``), or it blocks. Something may
+        still wake it first: an agent it is affected by that resolves before (the
+        callers' bounds see to that).
         """
         engine = self.engine
         mine = engine._book[agent_id]
@@ -1991,13 +2024,29 @@ class _Runner:
         wake = mine.wakes + mine.turns - mine.resolved - 1
         tiebreak = engine._tiebreak(_WAKE, key, wake)
         # A coalesced wake-up is the oldest unresolved turn's: it is *n*'s if n is that one.
-        if mine.pending is not None and mine.turns - mine.resolved == 1:
-            return ((r, tiebreak, _WAKE, key, wake, mine.pending),)
-        when = r + engine._pause("wake", key, n + 1)
+        pending = mine.pending if n == mine.resolved else None
+        fwd = engine._fwd
+        given = [] if fwd is None else fwd.triggers.get(key, [])
+        later: list[float] = []
+        for t, kind, chain in sorted(given, key=lambda item: item[0]):  # stable: event order
+            if t < woke:  # before turn n started, which allowed for it
+                continue
+            if t in (woke, r):  # the same instant: the order is the kernel's keys'
+                return None
+            if t < r:  # while turn n is out: folded, as _trigger folds it
+                if pending is None or chain > pending[1]:
+                    pending = (kind, chain)
+            else:
+                later.append(t)
+        when = r if pending is not None else r + engine._pause("wake", key, n + 1)
+        if any(t <= when for t in later):  # it is woken between its turns: not known
+            return None
+        if pending is not None:
+            return ((r, tiebreak, _WAKE, key, wake, pending),)
         return ((when, tiebreak, _WAKE, key, wake, ("wake", 0)),)
 
     def _commit_ahead(self, fwd: _Forward,
-                      ready: list[tuple[float, int, ActionSpec, tuple[bool, Any, float]]],
+                      ready: list[tuple[float, int, ActionSpec, tuple[bool, Any, float], int]],
                       dist: list[float], seen: list[float]) -> tuple[float, bool]:
         """Commit to the forward world, in time order, the *ready* turns nothing can precede.
 
@@ -2041,11 +2090,11 @@ class _Runner:
             if seen[a] <= r:
                 return True
             times = triggers.get(book[ids[a]].key)
-            if times and min(times) + reaction <= r:
+            if times and min(t for t, _, _ in times) + reaction <= r:
                 return True
             return any(dist[j] + reaction <= r for j in affected[a])
 
-        for r, i, spec, outcome in ready:
+        for r, i, spec, outcome, chain in ready:
             if r >= cap:
                 break
             if dist[i] < r or last[i] >= r or any(dist[c] <= r or last[c] >= r for c in hood[i]):
@@ -2057,16 +2106,17 @@ class _Runner:
                 continue  # the kernel stops the run there: nothing may go ahead of it
             agent_id = ids[i]
             targets = engine._commit_forward(fwd, agent_id, r, spec, outcome)
-            fwd.ahead[book[agent_id].key, spec.step] = (r, targets)
+            fwd.ahead[book[agent_id].key, spec.step] = (r, targets, spec.time, chain)
             committed = True
+            for target, kind in targets:
+                fwd.triggers.setdefault(target, []).append((r, kind, chain))
             # Its next resolution: after its next wake-up, or one that an agent it is
             # affected by gives it.
-            wake = self._next_wake(agent_id, spec.step, r, dict.fromkeys(first))
+            wake = self._next_wake(agent_id, spec.step, r, spec.time, dict.fromkeys(first))
             own = r + m if wake is None else wake[0][0] + m
             dist[i] = min(own, min((dist[j] for j in affected[i]), default=math.inf) + step)
             seen[i] = own - m
-            for target in targets:
-                fwd.triggers.setdefault(target, []).append(r)
+            for target, _ in targets:
                 j = index[by_key[target]]
                 dist[j] = min(dist[j], r + step)
                 cap = min(cap, r + 2 * step)
