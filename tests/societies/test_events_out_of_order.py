@@ -272,3 +272,38 @@ def test_out_of_order_is_a_step_option_and_must_be_a_boolean() -> None:
         run_society(wrong, write=False)
     with pytest.raises(ConfigError, match="out_of_order must be true or false"):
         EventEngine(Street({"a": []}), [], out_of_order=1)  # type: ignore[arg-type]
+
+
+class Unsteady(Street):
+    """A street that keeps a generator: it cannot be copied for the forward world."""
+
+    def __init__(self, watches: Mapping[str, Sequence[str]]) -> None:
+        super().__init__(watches)
+        self.ticker = (i for i in range(10))
+
+    _NOT_STATE = Street._NOT_STATE | {"ticker"}
+
+
+def test_a_world_that_cannot_be_copied_stops_before_any_turn() -> None:
+    watches = ring(8)
+    _, agents = society(watches, {})
+    world = Unsteady(watches)
+    engine = engine_for(world, agents, out_of_order=True)
+    with pytest.raises(ConfigError, match=r"^out_of_order: Unsteady cannot be copied for the "
+                                          r"forward world \(TypeError: .*generator"):
+        engine.run(max_turns=3)
+    assert world.events == 0  # no turn resolved, none paid: the copy is made first
+
+
+def test_out_of_order_without_dependencies_is_refused() -> None:
+    world, agents = society(ring(4), {})
+    with pytest.raises(ConfigError, match="out_of_order needs dependencies"):
+        engine_for(world, agents, dependencies=False, out_of_order=True)
+    config = load_config("examples/social/config.yaml",
+                         ["sim.agents=6", "sim.world.local=true",
+                          "sim.engine.step.built_in=async_event", "sim.steps=2",
+                          "sim.engine.step.options.out_of_order=true",
+                          "sim.engine.step.options.dependencies=false"])
+    with pytest.raises(ConfigError, match=r"^sim\.engine\.step\.options\.out_of_order needs "
+                                          r"sim\.engine\.step\.options\.dependencies"):
+        run_society(config, write=False)

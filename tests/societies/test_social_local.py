@@ -8,6 +8,7 @@ early starts that ends at all ends on the digest of the run without them.
 from __future__ import annotations
 
 import asyncio
+import json
 import random
 import sys
 import time
@@ -35,6 +36,15 @@ class Unsteady:
 
     async def acomplete(self, request: Any, *, site: Any = None) -> Any:
         return await asyncio.to_thread(self.complete, request, site=site)
+
+
+class Laggard(Unsteady):
+    """Unsteady, but the first agent's calls take 0.3 s: the kernel waits behind them."""
+
+    def complete(self, request: Any, *, site: Any = None) -> Any:
+        if site is not None and site.agent.strip("ad") in ("0", "00", "000"):  # ada0, ada00...
+            time.sleep(0.3)
+        return super().complete(request, site=site)
 
 
 def street(agents: int, *extra: str) -> tuple[Any, list[Any]]:
@@ -110,6 +120,13 @@ def test_a_run_directory_counts_the_turns_started_early(tmp_path: Any) -> None:
     off = run_society(load_config(CONFIG, settings), out=tmp_path / "off", model=Unsteady())
     assert off.llm["throughput"]["turns_started_early"] == 0
     assert off.digest == early.digest
+    assert "turns_committed_ahead" not in early.llm["throughput"]  # in timestamp order
+    settings[-1] = "sim.engine.step.options.out_of_order=true"
+    ahead = run_society(load_config(CONFIG, settings), out=tmp_path / "ahead", model=Laggard())
+    assert ahead.llm["throughput"]["turns_committed_ahead"] > 0
+    assert ahead.digest == early.digest
+    summary = json.loads((tmp_path / "ahead" / "summary.json").read_text(encoding="utf-8"))
+    assert summary["llm"]["throughput"]["turns_committed_ahead"] > 0
 
 
 @pytest.mark.parametrize("mode", ["threads", "asyncio"])

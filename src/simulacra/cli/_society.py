@@ -543,6 +543,9 @@ def _rows(config: Any, run: Any) -> dict[str, Any]:
         if speed.get("turns_started_early"):
             rows["  started early"] = (f"{speed['turns_started_early']} (the world names who "
                                        "affects whom)")
+        if speed.get("turns_committed_ahead"):
+            rows["  committed ahead"] = (f"{speed['turns_committed_ahead']} (out of order: "
+                                         "before the kernel reached them)")
         if speed.get("turns_carried_over"):
             rows["  carried over"] = (f"{speed['turns_carried_over']} (this session's turns "
                                       "whose calls went on past a step's end)")

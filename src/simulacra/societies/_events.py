@@ -374,6 +374,9 @@ class EventEngine(SocietyEngine):
             if not isinstance(flag, bool):
                 raise ConfigError(
                     f"{name} must be true or false, got {type(flag).__name__} {flag!r}")
+        if out_of_order and not dependencies:
+            raise ConfigError("out_of_order needs dependencies: it commits turns ahead where the "
+                              "world names who affects whom (dependencies=True)")
         self._lookahead = lookahead
         self._fail_fast = fail_fast
         #: Start turns early where the world names who affects whom (affected_by).
@@ -385,6 +388,9 @@ class EventEngine(SocietyEngine):
         self._fwd: _Forward | None = None
         #: Turns started early so far (telemetry, not state: the run is the same without).
         self.early_starts = 0
+        #: Turns committed to the forward world before the kernel reached them
+        #: (out_of_order; telemetry, not state).
+        self.committed_ahead = 0
         #: Turns whose calls were still in flight at the end of a ``run(drain=False)``,
         #: carried into the next (telemetry, not state).
         self.carried = 0
@@ -734,7 +740,9 @@ class EventEngine(SocietyEngine):
         turn started early whose time the run did not reach is kept, with its
         outcome, in :meth:`state`. The caller promises to run to *early_until*
         before the run's end (a run must not end with an agent that acted
-        beyond it).
+        beyond it): until then the agents (their digest, their states in
+        :meth:`state`) include the turns they started early beyond *until*,
+        and a resumed run adopts those turns rather than acting them again.
 
         Raises:
             ConfigError: Neither limit, or a bad one.
@@ -778,6 +786,8 @@ class EventEngine(SocietyEngine):
             runner = self._runner = _Runner(self, limit, horizon)
             runner.early.update(self._stashed)  # turns started early, kept by a run before
             self._stashed.clear()
+            if runner.graph is not None:  # out of order: the forward world, before any call
+                self._forward()
         else:  # held by the run before (drain=False): its calls in flight go on
             runner.limit, runner.until = limit, horizon
         runner.early_limit = horizon if early_until is None else max(horizon, early_until)
@@ -1865,6 +1875,10 @@ class _Runner:
         #: Out of order: the earliest time each agent may take its next observation
         #: (before wake-ups that others give it: _commit_ahead adds those).
         seen = [inf] * len(affected)
+        #: Agents with a turn started and not yet resolved (in the forward world, out of
+        #: order): a wake-up given them before it resolves folds into it, so their
+        #: earliest resolution is that turn's, whatever wakes them.
+        pinned = [False] * len(affected)
         first: dict[int, tuple[Any, ...]] = {}
         #: Turns whose outcome is known, not yet in the forward world: (time, index, spec,
         #: outcome, chain).
@@ -1882,6 +1896,7 @@ class _Runner:
                     ready.append((when, i, payload[0], payload[1], payload[2]))
                 dist[i] = min(dist[i], when)
                 seen[i] = min(seen[i], when)  # it wakes again once this turn has resolved
+                pinned[i] = True
             elif (key, n) not in begun:
                 dist[i] = min(dist[i], when + m)
                 seen[i] = min(seen[i], when)
@@ -1904,6 +1919,7 @@ class _Runner:
             i = index[agent_id]
             dist[i] = min(dist[i], bound)
             seen[i] = min(seen[i], bound)  # it wakes again once this turn has resolved
+            pinned[i] = True
         candidates = [(entry[:2], i, entry) for i, entry in first.items()
                       if entry[0] <= limit and not book[engine._ids[i]].busy]
         #: Candidates at a wake-up predicted (_next_wake), by index: (turn, time, woke).
@@ -1946,13 +1962,13 @@ class _Runner:
             if reach > horizon:
                 continue
             for j in affects[i]:
-                if reach < dist[j]:
+                if reach < dist[j] and not pinned[j]:
                     dist[j] = reach
                     heapq.heappush(heap, (reach, j))
         cap = inf  # bounds past it would need the shortest paths again (a commit woke someone)
         committed = False
         if fwd is not None and ready:
-            cap, committed = self._commit_ahead(fwd, ready, dist, seen)
+            cap, committed = self._commit_ahead(fwd, ready, dist, seen, pinned)
         ids = engine._ids
         last = None if fwd is None else fwd.last
         world = engine._world if fwd is None else fwd.world
@@ -2047,7 +2063,8 @@ class _Runner:
 
     def _commit_ahead(self, fwd: _Forward,
                       ready: list[tuple[float, int, ActionSpec, tuple[bool, Any, float], int]],
-                      dist: list[float], seen: list[float]) -> tuple[float, bool]:
+                      dist: list[float], seen: list[float], pinned: list[bool]
+                      ) -> tuple[float, bool]:
         """Commit to the forward world, in time order, the *ready* turns nothing can precede.
 
         A turn of agent ``b`` resolving at ``r`` goes in when no agent within two
@@ -2089,6 +2106,8 @@ class _Runner:
             """Whether agent *a* may take an observation at or before *r*."""
             if seen[a] <= r:
                 return True
+            if pinned[a]:  # busy until after r: a wake-up given it now folds into that turn
+                return False
             times = triggers.get(book[ids[a]].key)
             if times and min(t for t, _, _ in times) + reaction <= r:
                 return True
@@ -2097,7 +2116,8 @@ class _Runner:
         for r, i, spec, outcome, chain in ready:
             if r >= cap:
                 break
-            if dist[i] < r or last[i] >= r or any(dist[c] <= r or last[c] >= r for c in hood[i]):
+            # Its own bound is this turn's (pinned): only the others' count.
+            if last[i] >= r or any(dist[c] <= r or last[c] >= r for c in hood[i]):
                 continue
             if any(observes_by(a, r) for a in affects[i]):
                 continue
@@ -2107,6 +2127,7 @@ class _Runner:
             agent_id = ids[i]
             targets = engine._commit_forward(fwd, agent_id, r, spec, outcome)
             fwd.ahead[book[agent_id].key, spec.step] = (r, targets, spec.time, chain)
+            engine.committed_ahead += 1
             committed = True
             for target, kind in targets:
                 fwd.triggers.setdefault(target, []).append((r, kind, chain))
@@ -2116,9 +2137,11 @@ class _Runner:
             own = r + m if wake is None else wake[0][0] + m
             dist[i] = min(own, min((dist[j] for j in affected[i]), default=math.inf) + step)
             seen[i] = own - m
+            pinned[i] = False
             for target, _ in targets:
                 j = index[by_key[target]]
-                dist[j] = min(dist[j], r + step)
+                if not pinned[j]:  # a busy one folds it into its turn out
+                    dist[j] = min(dist[j], r + step)
                 cap = min(cap, r + 2 * step)
         return cap, committed
 
@@ -2530,6 +2553,9 @@ def check_step_options(given: Mapping[str, Any]) -> dict[str, Any]:
             value = options[name]
             raise ConfigError(f"{prefix}.{name} must be true or false, got "
                               f"{type(value).__name__} {value!r}")
+    if options.get("out_of_order") and options.get("dependencies") is False:
+        raise ConfigError(f"{prefix}.out_of_order needs {prefix}.dependencies: it commits turns "
+                          "ahead where the world names who affects whom")
     return options
 
 

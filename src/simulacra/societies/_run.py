@@ -1472,6 +1472,11 @@ def _execute(config: RunConfig, rundir: RunDirectory | None, model: LanguageMode
             # The event engine's (this session's): turns begun before the kernel reached
             # them, where the world names who affects whom (World.affected_by).
             llm["throughput"]["turns_started_early"] = early
+        ahead = getattr(getattr(engine, "engine", None), "committed_ahead", None)
+        if isinstance(ahead, int) and not isinstance(ahead, bool) and ahead:
+            # Out of order (this session's): turns resolved in the forward world before
+            # the kernel reached them.
+            llm["throughput"]["turns_committed_ahead"] = ahead
         carried = getattr(getattr(engine, "engine", None), "carried", None)
         if isinstance(carried, int) and not isinstance(carried, bool):
             # The event engine's (this session's): turns whose calls were still in flight
