@@ -951,28 +951,9 @@ class EventEngine(SocietyEngine):
         """
         ok, action, _ = outcome
         world = fwd.world
-        if self._event_step == "window":
-            step, turn = int(when // self._width), spec.step
-        else:
-            step, turn = spec.step, None
-        takes = self._takes_turn
-        if takes is None:
-            takes = self._takes_turn = (_accepts(world.resolve, "turn"),
-                                        _accepts(world.failed, "turn"))
-        failure: BaseException | None = None if ok else action
-        events: list[ActionEvent] = []
         with world.lock:
-            if failure is None:
-                try:
-                    events = (world.resolve(agent_id, action, step=step, time=when, turn=turn)
-                              if turn is not None and takes[0] else
-                              world.resolve(agent_id, action, step=step, time=when))
-                except InvalidAction as exc:
-                    failure = exc
-            if failure is not None:
-                events = [world.failed(agent_id, failure, step=step, time=when, turn=turn)
-                          if turn is not None and takes[1] else
-                          world.failed(agent_id, failure, step=step, time=when)]
+            events, _ = self._apply_turn(world, agent_id, when, spec, action=action,
+                                         failure=None if ok else action, fail_fast=False)
         fwd.last[self._index[agent_id]] = when
         key = self._book[agent_id].key
         return tuple((t, e.kind) for e in events for t in e.triggers
@@ -1076,36 +1057,10 @@ class EventEngine(SocietyEngine):
         failure: BaseException | None = None if ok else action
         if failure is not None and isinstance(failure, self._fatal):
             raise failure
-        if self._event_step == "window":
-            step, turn = int(when // self._width), spec.step
-        else:  # a run directory written before ActionEvent.turn: as it was made
-            step, turn = spec.step, None
-        takes = self._takes_turn
-        if takes is None:  # a world that overrides resolve()/failed() may not take turn=
-            takes = self._takes_turn = (_accepts(world.resolve, "turn"),
-                                        _accepts(world.failed, "turn"))
         with world.lock:
             expected = world.events
-            if failure is None:
-                try:
-                    events = (world.resolve(agent_id, action, step=step, time=when, turn=turn)
-                              if turn is not None and takes[0] else
-                              world.resolve(agent_id, action, step=step, time=when))
-                except InvalidAction as exc:
-                    failure = exc
-            if failure is not None:
-                if self._fail_fast:
-                    error = AgentActionError(
-                        f"agent {agent_id!r} failed in turn {spec.step} at t={spec.time}: "
-                        f"{type(failure).__name__}: {failure}")
-                    error.agent, error.step, error.phase = agent_id, spec.step, "act"
-                    raise error from failure
-                events = [world.failed(agent_id, failure, step=step, time=when, turn=turn)
-                          if turn is not None and takes[1] else
-                          world.failed(agent_id, failure, step=step, time=when)]
-            if turn is not None and not all(takes):  # stamped here, as resolve() would
-                events = [e if e.turn is not None else dataclasses.replace(e, turn=turn)
-                          for e in events]
+            events, failure = self._apply_turn(world, agent_id, when, spec, action=action,
+                                               failure=failure, fail_fast=self._fail_fast)
             for event in events:
                 if event.index != expected:
                     raise misnumbered(world, event, expected)
@@ -1166,6 +1121,46 @@ class EventEngine(SocietyEngine):
             self._wake(agent_id, when, reason, pending_chain)
         else:
             self._own_wake(agent_id, when, spec.step + 1)
+
+    def _apply_turn(self, world: World, agent_id: AgentId, when: float, spec: ActionSpec, *,
+                    action: Any, failure: BaseException | None, fail_fast: bool
+                    ) -> tuple[list[ActionEvent], BaseException | None]:
+        """Resolve a turn in *world* (the world, or the forward one): its events, and its failure.
+
+        The caller holds ``world.lock``. A turn that failed, or whose action the world
+        refused (InvalidAction), makes the world's ``failed`` event, or with
+        *fail_fast* raises AgentActionError.
+        """
+        if self._event_step == "window":
+            step, turn = int(when // self._width), spec.step
+        else:  # a run directory written before ActionEvent.turn: as it was made
+            step, turn = spec.step, None
+        takes = self._takes_turn
+        if takes is None:  # a world that overrides resolve()/failed() may not take turn=
+            takes = self._takes_turn = (_accepts(world.resolve, "turn"),
+                                        _accepts(world.failed, "turn"))
+        events: list[ActionEvent] = []
+        if failure is None:
+            try:
+                events = (world.resolve(agent_id, action, step=step, time=when, turn=turn)
+                          if turn is not None and takes[0] else
+                          world.resolve(agent_id, action, step=step, time=when))
+            except InvalidAction as exc:
+                failure = exc
+        if failure is not None:
+            if fail_fast:
+                error = AgentActionError(
+                    f"agent {agent_id!r} failed in turn {spec.step} at t={spec.time}: "
+                    f"{type(failure).__name__}: {failure}")
+                error.agent, error.step, error.phase = agent_id, spec.step, "act"
+                raise error from failure
+            events = [world.failed(agent_id, failure, step=step, time=when, turn=turn)
+                      if turn is not None and takes[1] else
+                      world.failed(agent_id, failure, step=step, time=when)]
+        if turn is not None and not all(takes):  # stamped here, as resolve() would
+            events = [e if e.turn is not None else dataclasses.replace(e, turn=turn)
+                      for e in events]
+        return events, failure
 
     def _apply_scenario(self, until: float, pool: cf.Executor | None) -> None:
         """Apply the scenario's changes due at the next change's time (at most *until*)."""
