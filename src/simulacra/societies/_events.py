@@ -383,8 +383,8 @@ class EventEngine(SocietyEngine):
         self._dependencies = dependencies
         #: Commit turns ahead of the kernel to a forward world (_Forward), or not.
         self._out_of_order = out_of_order
-        #: The forward world and its book-keeping, made at the first early start (None:
-        #: none yet, or thrown away by restore() or a scenario).
+        #: The forward world and its book-keeping, made when a run starts (None: none
+        #: yet, or thrown away by restore() or a scenario).
         self._fwd: _Forward | None = None
         #: Turns started early so far (telemetry, not state: the run is the same without).
         self.early_starts = 0
@@ -1066,16 +1066,9 @@ class EventEngine(SocietyEngine):
                     raise misnumbered(world, event, expected)
                 expected += 1
         fwd = self._fwd
-        if fwd is not None:  # the forward world has it too: committed ahead, or now
-            ahead = fwd.ahead.pop((book.key, spec.step), None)
-            if ahead is None:
-                self._commit_forward(fwd, agent_id, when, spec, outcome)
-            else:
-                for target, kind in ahead[1]:
-                    times = fwd.triggers[target]
-                    times.remove((ahead[0], kind, ahead[3]))
-                    if not times:
-                        del fwd.triggers[target]
+        # The forward world has it too: committed ahead, or now.
+        if fwd is not None and fwd.ahead.pop((book.key, spec.step), None) is None:
+            self._commit_forward(fwd, agent_id, when, spec, outcome)
         window = self._window(when)
         window.resolved += 1
         start = self._calls_at_start.pop(book.key, None)
@@ -1332,7 +1325,7 @@ class EventEngine(SocietyEngine):
         self._reported = state["reported"]
         self._calls_at_start = dict(state.get("calls_at_start", {}))
         self._calls_next = {k: list(v) for k, v in state.get("calls_next", {}).items()}
-        self._fwd = None  # made again from the restored world when a turn may start early
+        self._fwd = None  # made again from the restored world when the next run starts
         self._quiet = dict(state.get("quiet", {}))
         self._stashed = {}
         for key, (entry, spec, observation, outcome) in state.get("early", {}).items():
@@ -1581,11 +1574,11 @@ class _Forward:
     A copy of the world to which a turn's resolution is applied as soon as no
     turn it could be ordered against is still to come (``_Runner.prestart``),
     and every other resolution when the kernel reaches it. Turns started early
-    observe it; the world itself, and so the digest, the events and the
-    checkpoints, still resolves every turn in timestamp order on the kernel.
+    observe it; the world itself, and so the digest and the events, still
+    resolves every turn in timestamp order on the kernel.
     """
 
-    __slots__ = ("ahead", "hood", "last", "triggers", "world")
+    __slots__ = ("ahead", "hood", "last", "world")
 
     def __init__(self, world: World, size: int) -> None:
         try:
@@ -1600,11 +1593,19 @@ class _Forward:
                          tuple[float, tuple[tuple[str, str], ...], float, int]] = {}
         #: Per agent index: the time of its latest resolution in the forward world.
         self.last: list[float] = [-math.inf] * size
-        #: Per agent key: (time, event kind, chain) of each wake-up that a turn committed
-        #: ahead gives it, in the order the kernel will give them.
-        self.triggers: dict[str, list[tuple[float, str, int]]] = {}
-        #: Per agent index: the agents within two hops in the graph (either way), it included.
+        #: Per agent index: the other agents within two hops in the graph (either way).
         self.hood: list[tuple[int, ...]] | None = None
+
+    def wakes_given(self) -> dict[str, list[tuple[float, str, int]]]:
+        """Per agent key: each wake-up a turn committed ahead gives it, in kernel order.
+
+        As (time, event kind, chain), in the order of the commits, which go in time order.
+        """
+        given: dict[str, list[tuple[float, str, int]]] = {}
+        for r, targets, _, chain in self.ahead.values():
+            for target, kind in targets:
+                given.setdefault(target, []).append((r, kind, chain))
+        return given
 
 
 class _Runner:
@@ -1746,8 +1747,7 @@ class _Runner:
             after.later, early.later = early.later, []
             self.early[agent_id] = after
         world = engine._world
-        if entry[2:5] != early.entry[2:5] or entry[:2] != early.entry[:2] \
-                or tuple(entry[5]) != tuple(early.entry[5]):
+        if entry[:5] != early.entry[:5] or tuple(entry[5]) != tuple(early.entry[5]):
             raise ConfigError(
                 f"agent {agent_id!r} was woken at t={entry[0]:.6g} ({entry[5][0]}) before its "
                 f"turn started early for t={early.when:.6g}: {type(world).__name__}.affected_by"
@@ -1865,6 +1865,8 @@ class _Runner:
         if scenario is not None:
             limit = min(limit, math.nextafter(scenario.next_time(), -inf))
         ahead = {} if fwd is None else fwd.ahead
+        #: Wake-ups that turns committed ahead give (_Forward.wakes_given).
+        given = {} if fwd is None else fwd.wakes_given()
         step = engine._reaction + m
         dist = [inf] * len(affected)
         #: Out of order: the earliest time each agent may take its next observation
@@ -1923,21 +1925,20 @@ class _Runner:
             for (key, n), (r, _, woke, _) in ahead.items():
                 agent_id = by_key[key]
                 i = index[agent_id]
-                wake = self._next_wake(agent_id, n, r, woke, first)
+                wake = self._next_wake(agent_id, n, r, woke, first=first, given=given)
                 if wake is None:  # its next turn is in flight, queued, or its own to choose
                     if n == book[agent_id].turns - 1:
                         dist[i] = min(dist[i], r + m)
                         seen[i] = min(seen[i], r)
                     continue
-                entry = wake[0]
                 # Its next turn resolves after the wake-up the kernel will give it, unless
                 # an agent it is affected by wakes it first (the shortest paths, below).
-                dist[i] = min(dist[i], entry[0] + m)
-                seen[i] = min(seen[i], entry[0])
-                if entry[0] <= limit and self.admissible(agent_id):
-                    candidates.append((entry[:2], i, entry))
+                dist[i] = min(dist[i], wake[0] + m)
+                seen[i] = min(seen[i], wake[0])
+                if wake[0] <= limit and self.admissible(agent_id):
+                    candidates.append((wake[:2], i, wake))
                     predicted[i] = (n, r, woke)
-            for key, times in fwd.triggers.items():
+            for key, times in given.items():
                 j = index[by_key[key]]
                 dist[j] = min(dist[j], min(t for t, _, _ in times) + step)
         if not candidates and not ready:
@@ -1963,7 +1964,8 @@ class _Runner:
         cap = inf  # bounds past it would need the shortest paths again (a commit woke someone)
         committed = False
         if fwd is not None and ready:
-            cap, committed = self._commit_ahead(fwd, ready, dist, seen, pinned)
+            cap, committed = self._commit_ahead(fwd, ready, dist=dist, seen=seen, pinned=pinned,
+                                                first=first, given=given)
         ids = engine._ids
         last = None if fwd is None else fwd.last
         world = engine._world if fwd is None else fwd.world
@@ -1979,10 +1981,10 @@ class _Runner:
                 # A wake-up a turn committed ahead gives it before then: a queued
                 # wake-up's turn would change. A predicted one has them folded in,
                 # those committed in this pass too (the prediction is made again).
-                wakes_at = None if i in predicted else fwd.triggers.get(entry[3])
+                wakes_at = None if i in predicted else given.get(entry[3])
                 if i in predicted:
-                    again = self._next_wake(agent_id, *predicted[i], first)
-                    if again is None or again[0] != entry:
+                    again = self._next_wake(agent_id, *predicted[i], first=first, given=given)
+                    if again != entry:
                         continue
                 if (last[i] > when or any(last[c] >= when for c in affected[i])
                         or (wakes_at and min(t for t, _, _ in wakes_at) <= when)):
@@ -2010,15 +2012,17 @@ class _Runner:
                 return False
         return committed
 
-    def _next_wake(self, agent_id: AgentId, n: int, r: float, woke: float,
-                   first: Mapping[int, Any]) -> tuple[tuple[Any, ...]] | None:
+    def _next_wake(self, agent_id: AgentId, n: int, r: float, woke: float, *,
+                   first: Mapping[int, Any], given: Mapping[str, list[tuple[float, str, int]]]
+                   ) -> tuple[Any, ...] | None:
         """The wake entry the kernel will push for *agent_id* when its turn *n* resolves at *r*.
 
         For a turn committed ahead that is the agent's latest, with no wake-up
         queued for it: its coalesced wake-up at *r* if one is pending for it,
         else its own pause after *r* (the (wakes + turns still to resolve - 1)-th entry).
-        The wake-ups that turns committed ahead give it while turn *n* (woken at
-        *woke*) is out fold into the pending one, as the kernel will fold them.
+        The wake-ups that turns committed ahead give it (*given*) while turn *n*
+        (woken at *woke*) is out fold into the pending one, as the kernel will
+        fold them.
         None where that is not known: a later turn has started, a wake-up is
         queued (it would fold into a turn, or start one), a turn committed ahead
         wakes it between *r* and that wake-up (or at either instant), the agent
@@ -2036,10 +2040,8 @@ class _Runner:
         tiebreak = engine._tiebreak(_WAKE, key, wake)
         # A coalesced wake-up is the oldest unresolved turn's: it is *n*'s if n is that one.
         pending = mine.pending if n == mine.resolved else None
-        fwd = engine._fwd
-        given = [] if fwd is None else fwd.triggers.get(key, [])
         later: list[float] = []
-        for t, kind, chain in sorted(given, key=lambda item: item[0]):  # stable: event order
+        for t, kind, chain in sorted(given.get(key, ()), key=lambda item: item[0]):  # stable
             if t < woke:  # before turn n started, which allowed for it
                 continue
             if t in (woke, r):  # the same instant: the order is the kernel's keys'
@@ -2052,13 +2054,12 @@ class _Runner:
         when = r if pending is not None else r + engine._pause("wake", key, n + 1)
         if any(t <= when for t in later):  # it is woken between its turns: not known
             return None
-        if pending is not None:
-            return ((r, tiebreak, _WAKE, key, wake, pending),)
-        return ((when, tiebreak, _WAKE, key, wake, ("wake", 0)),)
+        return (when, tiebreak, _WAKE, key, wake, pending or ("wake", 0))
 
     def _commit_ahead(self, fwd: _Forward,
-                      ready: list[tuple[float, int, ActionSpec, tuple[bool, Any, float], int]],
-                      dist: list[float], seen: list[float], pinned: list[bool]
+                      ready: list[tuple[float, int, ActionSpec, tuple[bool, Any, float], int]], *,
+                      dist: list[float], seen: list[float], pinned: list[bool],
+                      first: Mapping[int, Any], given: dict[str, list[tuple[float, str, int]]]
                       ) -> tuple[float, bool]:
         """Commit to the forward world, in time order, the *ready* turns nothing can precede.
 
@@ -2071,7 +2072,8 @@ class _Runner:
         before ``r`` (*seen*, or a wake-up a neighbour gives it): what it sees
         there must not hold ``b``'s turn. Returns the time from which *dist* may
         be too late (a commit woke an agent: the shortest paths from it were not
-        followed), and whether any turn went in.
+        followed), and whether any turn went in. *first* (agents with a wake-up
+        queued) and *given* (_Forward.wakes_given, which this updates) are the pass's.
         """
         engine = self.engine
         graph = self.graph
@@ -2092,10 +2094,6 @@ class _Runner:
         cap = math.inf
         committed = False
         reaction = engine._reaction
-        triggers = fwd.triggers
-        begun = {(e.entry[3], e.entry[4]) for e in _all_early(self.early)}
-        first = {index[by_key[e[3]]] for e in engine._entries.values()
-                 if e[2] == _WAKE and (e[3], e[4]) not in begun}
 
         def observes_by(a: int, r: float) -> bool:
             """Whether agent *a* may take an observation at or before *r*."""
@@ -2103,7 +2101,7 @@ class _Runner:
                 return True
             if pinned[a]:  # busy until after r: a wake-up given it now folds into that turn
                 return False
-            times = triggers.get(book[ids[a]].key)
+            times = given.get(book[ids[a]].key)
             if times and min(t for t, _, _ in times) + reaction <= r:
                 return True
             return any(dist[j] + reaction <= r for j in affected[a])
@@ -2125,11 +2123,11 @@ class _Runner:
             engine.committed_ahead += 1
             committed = True
             for target, kind in targets:
-                fwd.triggers.setdefault(target, []).append((r, kind, chain))
+                given.setdefault(target, []).append((r, kind, chain))
             # Its next resolution: after its next wake-up, or one that an agent it is
             # affected by gives it.
-            wake = self._next_wake(agent_id, spec.step, r, spec.time, dict.fromkeys(first))
-            own = r + m if wake is None else wake[0][0] + m
+            wake = self._next_wake(agent_id, spec.step, r, spec.time, first=first, given=given)
+            own = r + m if wake is None else wake[0] + m
             dist[i] = min(own, min((dist[j] for j in affected[i]), default=math.inf) + step)
             seen[i] = own - m
             pinned[i] = False
