@@ -122,7 +122,7 @@ class SocialWorld(World):
             for at, post in enumerate(self.posts):
                 n = written.get(post[0], 0)
                 written[post[0]] = n + 1
-                self._at[n * len(self._rank) + self._rank[post[0]]] = at
+                self._at[self._local_id(post[0], n)] = at
 
     def _post(self, post_id: int) -> list[Any]:
         """The post of id *post_id*."""
@@ -131,8 +131,12 @@ class SocialWorld(World):
     def _next_id(self, author: str) -> int:
         """The id of *author*'s next post."""
         if self._local:
-            return len(self.by_author.get(author, ())) * len(self._rank) + self._rank[author]
+            return self._local_id(author, len(self.by_author.get(author, ())))
         return len(self.posts)
+
+    def _local_id(self, author: str, n: int) -> int:
+        """On a street, the id of *author*'s post number *n* (from 0)."""
+        return n * len(self._rank) + self._rank[author]
 
     # -- observing ---------------------------------------------------------------
 

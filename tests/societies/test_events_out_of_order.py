@@ -220,8 +220,6 @@ def test_far_agents_run_further_ahead_of_a_slow_call_out_of_order(mentions: bool
 def test_a_world_whose_ids_are_global_stops_or_runs_right_never_wrong() -> None:
     watches = ring(10)
     sleeps = {"a00": [0.05, 0.0], "a05": [0.0, 0.03]}
-    world, agents = society(watches, sleeps)
-    reference = engine_for(world, agents, mode="sequential").run(max_turns=4).digest
     world, agents = society(watches, sleeps, global_ids=True)
     engine = engine_for(world, agents, out_of_order=True)
     stopped: ConfigError | None = None
@@ -234,7 +232,6 @@ def test_a_world_whose_ids_are_global_stops_or_runs_right_never_wrong() -> None:
     else:  # it ran: then it is the sequential run
         world, agents = society(watches, sleeps, global_ids=True)
         assert digest == engine_for(world, agents, mode="sequential").run(max_turns=4).digest
-    del reference
 
 
 def test_a_checkpoint_keeps_every_turn_started_ahead() -> None:

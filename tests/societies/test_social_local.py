@@ -111,7 +111,8 @@ def test_local_must_be_a_boolean() -> None:
 def test_a_run_directory_counts_the_turns_started_early(tmp_path: Any) -> None:
     from simulacra.societies import run_society
 
-    settings = ["sim.agents=30", "sim.world.local=true", "sim.engine.step.built_in=async_event",
+    settings = ["sim.agents=60", "sim.world.local=true", "sim.world.follows=1",
+                "sim.engine.step.built_in=async_event",
                 "sim.steps=1", "sim.engine.step.options.window=100",
                 "sim.engine.step.options.max_turns=3"]
     early = run_society(load_config(CONFIG, settings), out=tmp_path / "early", model=Unsteady())
