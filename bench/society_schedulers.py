@@ -39,7 +39,11 @@ the call site) times ``--scale`` wall seconds per simulated second, and at most
 (a semaphore), as on an inference server with a fixed batch. The reply is
 ``ScriptedModel(seed=0)``'s, so the replies over HTTP equal the scripted model's
 in process, and a repeated run of one scheduler sees the same replies and the
-same service times.
+same service times. The server runs in a child process of its own
+(``--server process``, the default since 2026-12-06), as an inference server
+runs apart from the engine: its HTTP handling then takes none of the run's
+CPU or GIL. ``--server thread`` serves from threads of the bench's process, as
+the rows before that date did.
 
 Think time. "Issue the next turn's call as the previous one completes plus its
 recorded think time": on (b) an agent's next wake-up is the resolution of its
@@ -74,8 +78,8 @@ identical, and (a), (b) and (b')'s must be one.
 
 The bench warns when a scheduler made fewer than N K calls.
 
-CPU is the process's (``time.process_time``: the engine, the HTTP client and
-the loopback server, all in this process) during the run.
+CPU is the process's (``time.process_time``: the engine and the HTTP client,
+and with ``--server thread`` the loopback server) during the run.
 
 Mean calls in flight is the sum of the calls' wall seconds (``calls.jsonl``
 ``wall_s``, client side, queueing at the server included) over the run's wall
@@ -91,15 +95,18 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import heapq
 import json
 import math
 import random
 import re
+import subprocess
 import sys
 import tempfile
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -210,13 +217,54 @@ def in_flight(calls: list[dict[str, Any]], wall: float) -> tuple[float, int]:
     return sum(c["wall_s"] for c in calls) / wall, peak
 
 
+@contextlib.contextmanager
+def served(capacity: int, scale: float, where: str) -> Iterator[tuple[str, dict[str, int]]]:
+    """The mock server's base URL, and (once the block ends) its ``peak`` of calls served.
+
+    *where* ``process``: in a child process of its own (``--serve``), as a
+    real inference server runs beside the engine, not in its interpreter; its
+    HTTP handling then takes none of the engine's CPU or GIL. ``thread``: in
+    this process (threads), as before ``--server`` existed.
+    """
+    stats: dict[str, int] = {}
+    if where == "thread":
+        model = ServedModel(capacity, scale)
+        with ScriptedServer(model) as server:
+            yield server.base_url, stats
+        stats["peak"] = model.peak
+        return
+    child = subprocess.Popen(
+        [sys.executable, __file__, "--serve", str(capacity), str(scale)],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    assert child.stdin is not None
+    assert child.stdout is not None
+    try:
+        url = child.stdout.readline().strip()
+        if not url.startswith("http"):
+            raise SystemExit(f"the mock server did not start (it said {url!r})")
+        yield url, stats
+    finally:
+        child.stdin.close()  # the child prints its peak and exits
+        tail = child.stdout.read()
+        child.wait(30)
+    stats["peak"] = json.loads(tail)["peak"]
+
+
+def serve(capacity: int, scale: float) -> None:
+    """``--serve``: the mock server until standard input closes (:func:`served`)."""
+    model = ServedModel(capacity, scale)
+    with ScriptedServer(model) as server:
+        print(server.base_url, flush=True)
+        sys.stdin.read()
+    print(json.dumps({"peak": model.peak}), flush=True)
+
+
 def run_once(scheduler: str, args: argparse.Namespace, agents: int,
              out: Path) -> dict[str, Any]:
-    server_model = ServedModel(args.capacity, args.scale)
     concurrency = min(agents, args.concurrency)
-    with ScriptedServer(server_model) as server:
+    with served(args.capacity, args.scale, args.server) as (base_url, stats):
         config = load_config(CONFIG, overrides(scheduler, agents, args.turns, concurrency,
-                                               think=args.think, base_url=server.base_url,
+                                               think=args.think, base_url=base_url,
                                                local=args.world == "local",
                                                follows=args.follows, window=args.window))
         start, cpu = time.perf_counter(), time.process_time()
@@ -228,7 +276,7 @@ def run_once(scheduler: str, args: argparse.Namespace, agents: int,
         print(f"  warning: {scheduler} made {len(calls)} calls, not {agents * args.turns}")
     mean, peak = in_flight(calls, wall)
     return {"wall_s": wall, "digest": run.result.digest, "calls": len(calls),
-            "mean": mean, "peak": peak, "served_peak": server_model.peak, "cpu_s": cpu}
+            "mean": mean, "peak": peak, "served_peak": stats["peak"], "cpu_s": cpu}
 
 
 def recorded_turns(run_dir: Path, scale: float) -> dict[tuple[str, int], dict[str, Any]]:
@@ -373,6 +421,9 @@ def forward_estimate(run_dir: Path, near: dict[str, frozenset[str]] | None, slot
 
 
 def main() -> None:
+    if len(sys.argv) == 4 and sys.argv[1] == "--serve":
+        serve(int(sys.argv[2]), float(sys.argv[3]))
+        return
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--agents", default="25,100", help="comma-separated sizes")
     parser.add_argument("--turns", type=int, default=4, help="turns (calls) per agent")
@@ -392,6 +443,9 @@ def main() -> None:
     parser.add_argument("--window", type=float, default=1.0,
                         help="a step of the event engine: a window of this much virtual time "
                              "(global sync waits for every call in flight at its end)")
+    parser.add_argument("--server", choices=("process", "thread"), default="process",
+                        help="where the mock server runs: a child process of its own (as a "
+                             "real server runs apart from the engine), or threads of this one")
     args = parser.parse_args()
     print(f"latency (simulated s) {LATENCY}, x{args.scale} wall; server capacity "
           f"{args.capacity}; {args.turns} turns an agent; think {args.think}; event engine "

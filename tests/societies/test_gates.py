@@ -199,3 +199,22 @@ def test_a_burst_after_a_quiet_spell_runs_on_as_many_threads_as_it_may() -> None
             future.result(30)  # a BrokenBarrierError here: fewer than 6 ran at once
     finally:
         pool.shutdown()
+
+
+def test_a_submit_never_waits_for_the_workers() -> None:
+    """The kernel submits while a worker holds the pool's lock (moving work into its heap):
+    the submit returns at once, and the work runs once the lock is let go."""
+    pool = PriorityPool(3, "test-gates")
+    try:
+        pool.submit_at(0.0, int).result(30)  # a worker exists
+        futures: list[Any] = []
+        with pool._lock:  # as a worker taking work holds it
+            kernel = threading.Thread(
+                target=lambda: futures.extend(pool.submit_at(float(i), abs, -i) for i in range(5)))
+            kernel.start()
+            kernel.join(30)
+            assert not kernel.is_alive(), "submit_at waited for the workers' lock"
+            assert len(futures) == 5
+        assert [f.result(30) for f in futures] == [0, 1, 2, 3, 4]
+    finally:
+        pool.shutdown()

@@ -36,6 +36,7 @@ bit-identical to one that makes one call at a time (``lookahead=False``).
 from __future__ import annotations
 
 import asyncio
+import collections
 import concurrent.futures as cf
 import contextlib
 import copy
@@ -52,7 +53,7 @@ import random
 import threading
 import time as _time
 import types
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final, NamedTuple, final
 
@@ -1608,6 +1609,67 @@ class _Forward:
         return given
 
 
+def _inbound_matrix(affected: Sequence[Sequence[int]], widest: int = 64) -> Any:
+    """Each agent's inbound neighbours (*affected*) as a numpy index matrix, or False.
+
+    Rows are padded with ``len(affected)``, the index of an infinite bound that
+    :func:`_relax_vector` appends. False where some agent has more than
+    *widest* (the matrix would be too wide to pay) or none has any.
+    """
+    import numpy as np  # noqa: PLC0415  (lazy: only runs that start turns early need it)
+
+    size = len(affected)
+    width = max((len(a) for a in affected), default=0)
+    if not 0 < width <= widest:
+        return False
+    matrix = np.full((size, width), size, dtype=np.intp)
+    for j, sources in enumerate(affected):
+        matrix[j, :len(sources)] = sources
+    return matrix
+
+
+def _relax_vector(dist: list[float], pinned: list[bool], inbound: Any, step: float,
+                  horizon: float) -> list[float]:
+    """The bounds *dist* lowered along the agents' inbound edges: shortest paths, *step* a hop.
+
+    An agent is reached from one it is affected by at that one's bound plus
+    *step*, where that is at most *horizon* (later bounds decide nothing) and
+    the agent is not *pinned* (a pinned one still reaches others). A fixed
+    point over *inbound* (:func:`_inbound_matrix`), one numpy operation per
+    hop; the numbers equal :func:`_relax_heap`'s, each the least of the same sums.
+    """
+    import numpy as np  # noqa: PLC0415  (lazy: only runs that start turns early need it)
+
+    size = len(dist)
+    bound = np.array([*dist, math.inf])
+    free = ~np.array(pinned, dtype=bool)
+    while True:
+        reach = bound[inbound].min(axis=1) + step
+        lower = free & (reach < bound[:size]) & (reach <= horizon)
+        if not lower.any():
+            return bound[:size].tolist()  # type: ignore[no-any-return]
+        bound[:size][lower] = reach[lower]
+
+
+def _relax_heap(dist: list[float], pinned: list[bool], affects: Sequence[Sequence[int]],
+                step: float, horizon: float) -> list[float]:
+    """:func:`_relax_vector` by Dijkstra's algorithm on the outbound edges (*affects*), in place."""
+    heap = [(t, i) for i, t in enumerate(dist) if t <= horizon]
+    heapq.heapify(heap)
+    while heap:
+        t, i = heapq.heappop(heap)
+        if t > dist[i]:
+            continue
+        reach = t + step
+        if reach > horizon:
+            continue
+        for j in affects[i]:
+            if reach < dist[j] and not pinned[j]:
+                dist[j] = reach
+                heapq.heappush(heap, (reach, j))
+    return dist
+
+
 class _Runner:
     """One call of :meth:`EventEngine.run`: the kernel's run loop and the calls in flight.
 
@@ -1634,6 +1696,15 @@ class _Runner:
         self.draining = False
         #: Set when any call of this run returns (the kernel's wait looks again then).
         self.returned = threading.Event()
+        #: Calls that returned, as their done-callbacks put them (any thread), and those
+        #: the kernel has read (:meth:`_landed`): the outcome of each that returned one,
+        #: else None (cancelled or raised). The kernel reads a call's state once, not at
+        #: each look: a future's ``done()`` takes a lock the worker threads contend for.
+        self.returned_calls: collections.deque[cf.Future[Any]] = collections.deque()
+        self.landed: dict[cf.Future[Any], Any] = {}
+        #: The agents' inbound neighbours (``World.affected_by``) as a padded index matrix
+        #: for :meth:`_relax`, or False where some agent has too many; None: not made yet.
+        self.inbound: Any = None
         self.graph = engine._dependency_graph() if engine.tracer is None else None
         #: Threads: at most ``concurrency`` calls open, a freed slot to the earliest turn
         #: waiting (``_gates``); asyncio: the same gate on the loop.
@@ -1849,12 +1920,13 @@ class _Runner:
         for agent_id, early in self.early.items():
             running.append((agent_id, early))
             running.extend((agent_id, later) for later in early.later)
+        landed = self._landed()
         room = engine._concurrency - sum(
-            1 for _, f in running if f.future is not None and not f.future.done())
+            1 for _, f in running if f.future is not None and f.future not in landed)
         if room <= 0:
             return False
         fwd = engine._forward()
-        affected, affects = graph
+        affected = graph[0]
         index = engine._index
         by_key = engine._by_key
         book = engine._book
@@ -1905,9 +1977,8 @@ class _Runner:
                 continue
             bound = flight.when + m
             future = flight.future
-            if (future is not None and future.done() and not future.cancelled()
-                    and future.exception() is None and agent_id not in blocking):
-                outcome = future.result()
+            outcome = None if future is None else landed.get(future)
+            if outcome is not None and agent_id not in blocking:
                 bound = flight.when + outcome[2]
                 if fwd is not None:
                     chain = (flight.chain if isinstance(flight, _Flight)
@@ -1948,19 +2019,7 @@ class _Runner:
         if ready:
             ready.sort(key=lambda item: item[:2])
             horizon = max(horizon, ready[-1][0])
-        heap = [(t, i) for i, t in enumerate(dist) if t <= horizon]
-        heapq.heapify(heap)
-        while heap:
-            t, i = heapq.heappop(heap)
-            if t > dist[i]:
-                continue
-            reach = t + step
-            if reach > horizon:
-                continue
-            for j in affects[i]:
-                if reach < dist[j] and not pinned[j]:
-                    dist[j] = reach
-                    heapq.heappush(heap, (reach, j))
+        dist = self._relax(dist, pinned, step, horizon)
         cap = inf  # bounds past it would need the shortest paths again (a commit woke someone)
         committed = False
         if fwd is not None and ready:
@@ -2011,6 +2070,19 @@ class _Runner:
             if room <= 0:
                 return False
         return committed
+
+    def _relax(self, dist: list[float], pinned: list[bool], step: float,
+               horizon: float) -> list[float]:
+        """*dist* lowered along the ``affects`` edges: :func:`_relax_vector`.
+
+        :func:`_relax_heap` where some agent has over 64 inbound neighbours.
+        """
+        assert self.graph is not None  # noqa: S101
+        if self.inbound is None:
+            self.inbound = _inbound_matrix(self.graph[0])
+        if self.inbound is False:
+            return _relax_heap(dist, pinned, self.graph[1], step, horizon)
+        return _relax_vector(dist, pinned, self.inbound, step, horizon)
 
     def _next_wake(self, agent_id: AgentId, n: int, r: float, woke: float, *,
                    first: Mapping[int, Any], given: Mapping[str, list[tuple[float, str, int]]]
@@ -2208,8 +2280,19 @@ class _Runner:
         future.add_done_callback(self._returned)
         return future
 
-    def _returned(self, _: object) -> None:
+    def _returned(self, future: cf.Future[Any]) -> None:
+        self.returned_calls.append(future)
         self.returned.set()
+
+    def _landed(self) -> dict[cf.Future[Any], Any]:
+        """:attr:`landed`, with the calls returned since the last look read in."""
+        landed = self.landed
+        calls = self.returned_calls
+        while calls:
+            future = calls.popleft()
+            landed[future] = (None if future.cancelled() or future.exception() is not None
+                              else future.result())
+        return landed
 
     async def _gated(self, agent_id: AgentId, spec: ActionSpec,
                      when: float) -> tuple[bool, Any, float]:
