@@ -614,14 +614,11 @@ class EventEngine(SocietyEngine):
         reason, chain = payload
         runner = self._runner
         assert runner is not None  # noqa: S101  (entries run inside run())
-        if runner.early and agent_id in runner.early and not runner.busy_in_kernel(agent_id):
+        if runner.early and agent_id in runner.early:
             runner.adopt(agent_id, entry, window, chain + 1)
             return
         book = self._book[agent_id]
-        # Coalesce: it wakes again when its turn resolves. (Busy with a turn the kernel
-        # has reached, whatever turns it started early after it: a wake-up now folds
-        # into that one's, which its next turn was predicted with: _Runner._next_wake.)
-        if book.busy:
+        if book.busy:  # coalesce: it wakes again when its turn resolves
             if book.pending is None or chain > book.pending[1]:
                 book.pending = (reason, chain)
             return
@@ -1952,9 +1949,6 @@ class _Runner:
         #: earliest resolution is that turn's, whatever wakes them.
         pinned = [False] * len(affected)
         first: dict[int, tuple[Any, ...]] = {}
-        #: Wake-ups queued on the kernel and not taken by a turn started early, by agent
-        #: key: (time, reason, chain), for _next_wake.
-        queued: dict[str, list[tuple[float, str, int]]] = {}
         #: Turns whose outcome is known, not yet in the forward world: (time, index, spec,
         #: outcome, chain).
         ready: list[tuple[float, int, ActionSpec, tuple[bool, Any, float], int]] = []
@@ -1975,7 +1969,6 @@ class _Runner:
             elif (key, n) not in begun:
                 dist[i] = min(dist[i], when + m)
                 seen[i] = min(seen[i], when)
-                queued.setdefault(key, []).append((when, payload[0], payload[1]))
                 best = first.get(i)
                 if best is None or entry[:2] < best[:2]:
                     first[i] = entry
@@ -2003,7 +1996,7 @@ class _Runner:
             for (key, n), (r, _, woke, _) in ahead.items():
                 agent_id = by_key[key]
                 i = index[agent_id]
-                wake = self._next_wake(agent_id, n, r, woke, queued=queued, given=given)
+                wake = self._next_wake(agent_id, n, r, woke, first=first, given=given)
                 if wake is None:  # its next turn is in flight, queued, or its own to choose
                     if n == book[agent_id].turns - 1:
                         dist[i] = min(dist[i], r + m)
@@ -2031,7 +2024,7 @@ class _Runner:
         committed = False
         if fwd is not None and ready:
             cap, committed = self._commit_ahead(fwd, ready, dist=dist, seen=seen, pinned=pinned,
-                                                queued=queued, given=given)
+                                                first=first, given=given)
         ids = engine._ids
         last = None if fwd is None else fwd.last
         world = engine._world if fwd is None else fwd.world
@@ -2049,7 +2042,7 @@ class _Runner:
                 # those committed in this pass too (the prediction is made again).
                 wakes_at = None if i in predicted else given.get(entry[3])
                 if i in predicted:
-                    again = self._next_wake(agent_id, *predicted[i], queued=queued, given=given)
+                    again = self._next_wake(agent_id, *predicted[i], first=first, given=given)
                     if again != entry:
                         continue
                 if (last[i] > when or any(last[c] >= when for c in affected[i])
@@ -2092,30 +2085,27 @@ class _Runner:
         return _relax_vector(dist, pinned, self.inbound, step, horizon)
 
     def _next_wake(self, agent_id: AgentId, n: int, r: float, woke: float, *,
-                   queued: Mapping[str, list[tuple[float, str, int]]],
-                   given: Mapping[str, list[tuple[float, str, int]]]
+                   first: Mapping[int, Any], given: Mapping[str, list[tuple[float, str, int]]]
                    ) -> tuple[Any, ...] | None:
         """The wake entry the kernel will push for *agent_id* when its turn *n* resolves at *r*.
 
-        For a turn committed ahead that is the agent's latest: its coalesced
-        wake-up at *r* if one is pending for it, else its own pause after *r*
-        (the (wakes + turns still to resolve - 1)-th entry). The wake-ups that
-        come while turn *n* (woken at *woke*) is out fold into the pending one,
-        as the kernel folds them: those on the kernel's queue (*queued*, which
-        fold as they fire) and those that turns committed ahead give it
-        (*given*, which fold as they are given). Those before *woke* folded
-        into an earlier turn (whose prediction allowed for them).
-        None where that is not known: a later turn has started, a wake-up comes
-        between *r* and the one predicted (or at *woke* or *r*: the order is
-        then the kernel's keys'), the agent chooses its own wake-ups
-        (``next_wake``), or it blocks. Something may still wake it first: an
-        agent it is affected by that resolves before (the callers' bounds see to
-        that).
+        For a turn committed ahead that is the agent's latest, with no wake-up
+        queued for it: its coalesced wake-up at *r* if one is pending for it,
+        else its own pause after *r* (the (wakes + turns still to resolve - 1)-th entry).
+        The wake-ups that turns committed ahead give it (*given*) while turn *n*
+        (woken at *woke*) is out fold into the pending one, as the kernel will
+        fold them.
+        None where that is not known: a later turn has started, a wake-up is
+        queued (it would fold into a turn, or start one), a turn committed ahead
+        wakes it between *r* and that wake-up (or at either instant), the agent
+        chooses its own wake-ups (``next_wake``), or it blocks. Something may
+        still wake it first: an agent it is affected by that resolves before (the
+        callers' bounds see to that).
         """
         engine = self.engine
         mine = engine._book[agent_id]
-        if (n != mine.turns - 1 or agent_id in engine._choosers
-                or agent_id in engine._blocking):
+        if (n != mine.turns - 1 or engine._index[agent_id] in first
+                or agent_id in engine._choosers or agent_id in engine._blocking):
             return None
         key = mine.key
         wake = mine.wakes + mine.turns - mine.resolved - 1
@@ -2123,13 +2113,12 @@ class _Runner:
         # A coalesced wake-up is the oldest unresolved turn's: it is *n*'s if n is that one.
         pending = mine.pending if n == mine.resolved else None
         later: list[float] = []
-        coming = [*given.get(key, ()), *queued.get(key, ())]
-        for t, kind, chain in sorted(coming, key=lambda item: item[0]):  # stable
+        for t, kind, chain in sorted(given.get(key, ()), key=lambda item: item[0]):  # stable
             if t < woke:  # before turn n started, which allowed for it
                 continue
             if t in (woke, r):  # the same instant: the order is the kernel's keys'
                 return None
-            if t < r:  # while turn n is out: folded, as _trigger and _on_wake fold it
+            if t < r:  # while turn n is out: folded, as _trigger folds it
                 if pending is None or chain > pending[1]:
                     pending = (kind, chain)
             else:
@@ -2142,8 +2131,8 @@ class _Runner:
     def _commit_ahead(self, fwd: _Forward,
                       ready: list[tuple[float, int, ActionSpec, tuple[bool, Any, float], int]], *,
                       dist: list[float], seen: list[float], pinned: list[bool],
-                      queued: Mapping[str, list[tuple[float, str, int]]],
-                      given: dict[str, list[tuple[float, str, int]]]) -> tuple[float, bool]:
+                      first: Mapping[int, Any], given: dict[str, list[tuple[float, str, int]]]
+                      ) -> tuple[float, bool]:
         """Commit to the forward world, in time order, the *ready* turns nothing can precede.
 
         A turn of agent ``b`` resolving at ``r`` goes in when no agent within two
@@ -2155,8 +2144,8 @@ class _Runner:
         before ``r`` (*seen*, or a wake-up a neighbour gives it): what it sees
         there must not hold ``b``'s turn. Returns the time from which *dist* may
         be too late (a commit woke an agent: the shortest paths from it were not
-        followed), and whether any turn went in. *queued* (wake-ups on the kernel's
-        queue) and *given* (_Forward.wakes_given, which this updates) are the pass's.
+        followed), and whether any turn went in. *first* (agents with a wake-up
+        queued) and *given* (_Forward.wakes_given, which this updates) are the pass's.
         """
         engine = self.engine
         graph = self.graph
@@ -2209,7 +2198,7 @@ class _Runner:
                 given.setdefault(target, []).append((r, kind, chain))
             # Its next resolution: after its next wake-up, or one that an agent it is
             # affected by gives it.
-            wake = self._next_wake(agent_id, spec.step, r, spec.time, queued=queued, given=given)
+            wake = self._next_wake(agent_id, spec.step, r, spec.time, first=first, given=given)
             own = r + m if wake is None else wake[0] + m
             dist[i] = min(own, min((dist[j] for j in affected[i]), default=math.inf) + step)
             seen[i] = own - m
