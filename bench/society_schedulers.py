@@ -447,6 +447,12 @@ def main() -> None:
                         help="where the mock server runs: a child process of its own (as a "
                              "real server runs apart from the engine), or threads of this one")
     args = parser.parse_args()
+    for name in ("turns", "repeat", "capacity", "concurrency", "follows"):
+        if getattr(args, name) < 1:
+            parser.error(f"--{name} must be at least 1, got {getattr(args, name)}")
+    for name in ("scale", "think", "window"):
+        if not getattr(args, name) > 0:
+            parser.error(f"--{name} must be above 0, got {getattr(args, name)}")
     print(f"latency (simulated s) {LATENCY}, x{args.scale} wall; server capacity "
           f"{args.capacity}; {args.turns} turns an agent; think {args.think}; event engine "
           f"steps: windows of {args.window}")
