@@ -53,6 +53,7 @@ import random
 import threading
 import time as _time
 import types
+import weakref
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final, NamedTuple, final
@@ -1696,12 +1697,15 @@ class _Runner:
         self.draining = False
         #: Set when any call of this run returns (the kernel's wait looks again then).
         self.returned = threading.Event()
-        #: Calls that returned, as their done-callbacks put them (any thread), and those
-        #: the kernel has read (:meth:`_landed`): the outcome of each that returned one,
-        #: else None (cancelled or raised). The kernel reads a call's state once, not at
-        #: each look: a future's ``done()`` takes a lock the worker threads contend for.
+        #: Calls that returned, as their done-callbacks put them (any thread; only where
+        #: turns start early, whose looks take them off), and those the kernel has read
+        #: (:meth:`_landed`): the outcome of each that returned one, else None (cancelled
+        #: or raised), for as long as its future is held. The kernel reads a call's state
+        #: once, not at each look: a future's ``done()`` takes a lock the worker threads
+        #: contend for.
         self.returned_calls: collections.deque[cf.Future[Any]] = collections.deque()
-        self.landed: dict[cf.Future[Any], Any] = {}
+        self.landed: weakref.WeakKeyDictionary[cf.Future[Any], Any] = (
+            weakref.WeakKeyDictionary())
         #: The agents' inbound neighbours (``World.affected_by``) as a padded index matrix
         #: for :meth:`_relax`, or False where some agent has too many; None: not made yet.
         self.inbound: Any = None
@@ -2281,10 +2285,11 @@ class _Runner:
         return future
 
     def _returned(self, future: cf.Future[Any]) -> None:
-        self.returned_calls.append(future)
+        if self.graph is not None:
+            self.returned_calls.append(future)
         self.returned.set()
 
-    def _landed(self) -> dict[cf.Future[Any], Any]:
+    def _landed(self) -> weakref.WeakKeyDictionary[cf.Future[Any], Any]:
         """:attr:`landed`, with the calls returned since the last look read in."""
         landed = self.landed
         calls = self.returned_calls

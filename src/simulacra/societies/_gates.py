@@ -78,6 +78,9 @@ class PriorityPool(cf.Executor):
         self._spawner: threading.Thread | None = None
         self._threads: list[threading.Thread] = []
         self._closed = False
+        #: Taken by submitters only (the kernel's one thread, uncontended): two threads
+        #: submitting at once count right.
+        self._submitting = threading.Lock()
 
     def submit_at(self, priority: Any, fn: Callable[..., Any], /, *args: Any) -> cf.Future[Any]:
         """Run ``fn(*args)`` once no work of a lower *priority* waits; its future."""
@@ -86,15 +89,16 @@ class PriorityPool(cf.Executor):
         future: cf.Future[Any] = cf.Future()
         self._inbox.put((priority, next(self._seq), future, fn, args))
         self._tokens.put(True)
-        self._submitted += 1
-        # Work not finished beyond the threads asked for: one more, up to *workers*.
-        if self._asked < self._workers and self._submitted - self._done > self._asked:
-            self._asked += 1
-            if self._spawner is None:
-                self._spawner = threading.Thread(target=self._spawning, daemon=True,
-                                                 name=f"{self._name}_spawner")
-                self._spawner.start()
-            self._spawn.put(True)
+        with self._submitting:
+            self._submitted += 1
+            # Work not finished beyond the threads asked for: one more, up to *workers*.
+            if self._asked < self._workers and self._submitted - self._done > self._asked:
+                self._asked += 1
+                if self._spawner is None:
+                    self._spawner = threading.Thread(target=self._spawning, daemon=True,
+                                                     name=f"{self._name}_spawner")
+                    self._spawner.start()
+                self._spawn.put(True)
         return future
 
     def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> cf.Future[Any]:
@@ -150,9 +154,11 @@ class PriorityPool(cf.Executor):
                 for item in self._heap:
                     item[2].cancel()
                 self._heap.clear()
-        if self._spawner is not None:
+        with self._submitting:
+            spawner = self._spawner
+        if spawner is not None:
             self._spawn.put(None)
-            self._spawner.join()  # every thread asked for has started
+            spawner.join()  # every thread asked for has started
         for _ in self._threads:
             self._tokens.put(None)  # after every piece of work's token: the work runs first
         if wait:
