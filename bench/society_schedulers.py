@@ -87,8 +87,9 @@ time; the peak is a sweep over the intervals ``[at, at + wall_s]``.
 
 Usage::
 
-    python bench/society_schedulers.py --scale 1.0 --capacity 512     # 25 and 100 agents
-    python bench/society_schedulers.py --scale 1.0 --capacity 512 --agents 1000 --repeat 1
+    python bench/society_schedulers.py --scale 1.0 --capacity 512 --concurrency 512  # 25, 100
+    python bench/society_schedulers.py --scale 1.0 --capacity 512 --concurrency 512 \
+        --agents 1000 --repeat 1
 """
 
 from __future__ import annotations
