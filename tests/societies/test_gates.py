@@ -218,3 +218,19 @@ def test_a_submit_never_waits_for_the_workers() -> None:
         assert [f.result(30) for f in futures] == [0, 1, 2, 3, 4]
     finally:
         pool.shutdown()
+
+
+def test_a_run_of_many_windows_keeps_no_returned_call() -> None:
+    """Calls that returned are queued for the early starts' looks only: without them (this
+    world names no neighbours) nothing takes them off, so nothing may be queued; and what
+    the looks read is held no longer than the calls' futures."""
+    engine = _engine("threads", ScriptedModel(seed=2), 4)
+    for window in range(1, 7):
+        engine.run(max_turns=4, until=float(window), drain=False)
+        runner = engine._runner
+        assert runner is not None
+        assert runner.graph is None
+        assert not runner.returned_calls
+        assert len(runner.landed) == 0
+    engine.drain()
+    assert engine._turns > 24  # the windows ran turns, many of them carried over
