@@ -23,6 +23,8 @@ world rebuilds it.
 
 from __future__ import annotations
 
+import bisect
+import math
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -75,7 +77,10 @@ class SocialWorld(World):
             while turns far away are still in flight. A post's id then depends
             on its author and how many posts the author wrote before, not on
             the posts far away (``n * (agents + 1) + the author's place``), so
-            the engine may also commit turns out of order (``out_of_order``).
+            the engine may also commit turns out of order (``out_of_order``). Its
+            inboxes are then in the order of the posts' times, not of arrival, so
+            turns of different agents commute (:meth:`commutes`) and a turn goes
+            into the engine's forward world as soon as its call returns.
     """
 
     def __init__(self, handles: Sequence[str], follows: Mapping[str, Sequence[str]],
@@ -83,7 +88,8 @@ class SocialWorld(World):
         super().__init__()
         self.handles = sorted(handles)
         self.feed_size = feed_size
-        #: Posts by id: [author, text, reply_to, step, mentions, likes, chain].
+        #: Posts by id: [author, text, reply_to, step, mentions, likes, chain], and on a
+        #: street the time it was posted (its inboxes' order).
         self.posts: list[list[Any]] = []
         self.follows: dict[str, list[str]] = {h: sorted(follows.get(h, ())) for h in self.handles}
         self.by_author: dict[str, list[int]] = {h: [] for h in self.handles}
@@ -315,16 +321,20 @@ class SocialWorld(World):
                 if who in parent[4]:  # answering a mention: the chain grows
                     chain = parent[6] + 1
                     self.answered[who].append(reply_to)
-                if parent[0] != who and parent[0] in self.inbox:
-                    self.inbox[parent[0]].append(post_id)
-                    self.received[parent[0]][1] += 1
+            record = [who, data["text"], reply_to, event.step, mentions, [], chain]
             if self._local:
                 self._at[post_id] = len(self.posts)
-            self.posts.append([who, data["text"], reply_to, event.step, mentions, [], chain])
+                record.append(event.time)  # the inboxes' order: see _deliver
+            self.posts.append(record)
+            if reply_to is not None:
+                parent = self._post(reply_to)
+                if parent[0] != who and parent[0] in self.inbox:
+                    self._deliver(parent[0], post_id)
+                    self.received[parent[0]][1] += 1
             self.by_author.setdefault(who, []).append(post_id)  # the system account too
             for name in mentions:
                 if reply_to is None or self._post(reply_to)[0] != name:
-                    self.inbox[name].append(post_id)
+                    self._deliver(name, post_id)
                 self.received[name][2] += 1
             self.counts["mention"] += len(mentions)
         elif kind == "like":
@@ -337,6 +347,30 @@ class SocialWorld(World):
             follows.sort()
         elif kind == "knob" and data.get("knob") == "feed_size":
             self.feed_size = int(data["to"])
+
+    def _deliver(self, name: str, post_id: int) -> None:
+        """Put post *post_id* in *name*'s inbox.
+
+        On a street the inbox is in the order of the posts' times, then ids, not
+        of arrival: the same whatever order the turns of different agents went
+        in (:meth:`commutes`). The kernel resolves in time order, so a post goes
+        at the end there; only at one instant, or in a forward world that took a
+        turn ahead of another, does it go before some.
+        """
+        box = self.inbox[name]
+        if not self._local or not box or self._order(box[-1]) <= self._order(post_id):
+            box.append(post_id)
+        else:
+            bisect.insort(box, post_id, key=self._order)
+
+    def _order(self, post_id: int) -> tuple[float, int]:
+        """A street inbox's key: the post's time (a state from before times were kept: none)."""
+        post = self._post(post_id)
+        return (post[7] if len(post) > 7 else -math.inf), post_id
+
+    def commutes(self) -> bool:
+        """On a street, turns of different agents commute: ids per author, inboxes by time."""
+        return self._local
 
     # -- reporting -----------------------------------------------------------------
 

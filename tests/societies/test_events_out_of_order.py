@@ -14,7 +14,9 @@ a different run.
 
 from __future__ import annotations
 
+import bisect
 import hashlib
+import random
 import threading
 import time
 from collections.abc import Mapping, Sequence
@@ -72,6 +74,37 @@ class Street(World):
             self.inbox[name].append([who, len(self.posts[who]) - 1])
 
 
+class SortedStreet(Street):
+    """A street whose inboxes are in time order (then author, then post): its turns commute.
+
+    *claim* alone (an inbox still in order of arrival) is a world that says its
+    turns commute when they do not.
+    """
+
+    def __init__(self, watches: Mapping[str, Sequence[str]], *, claim_only: bool = False,
+                 says: bool = True) -> None:
+        super().__init__(watches)
+        self._claim_only = claim_only
+        self._says = says
+
+    _NOT_STATE = Street._NOT_STATE | {"_claim_only", "_says"}
+
+    def commutes(self) -> bool:
+        return self._says
+
+    def apply(self, event: Any) -> None:
+        World.apply(self, event)
+        who = event.agent
+        self.posts[who].append(event.data["text"])
+        self.total += 1
+        for name in event.data["mentions"]:
+            line = [event.time, who, len(self.posts[who]) - 1]
+            if self._claim_only:
+                self.inbox[name].append(line)
+            else:
+                bisect.insort(self.inbox[name], line)
+
+
 class Walker:
     """Posts a digest of what it saw; mentions one of its watchers now and then."""
 
@@ -106,6 +139,14 @@ class Walker:
         self.turns = state["turns"]
 
 
+class Shouter(Walker):
+    """Mentions every agent that watches it, every turn: inboxes that fill from all sides."""
+
+    def act(self, spec: ActionSpec) -> Any:
+        text, _ = super().act(spec)
+        return text, tuple(self.watchers)
+
+
 class Gate:
     """Holds the first turn of one slow agent until the far agents have acted *needed* times."""
 
@@ -132,12 +173,19 @@ class Gate:
 
 
 def society(watches: Mapping[str, Sequence[str]], sleeps: Mapping[str, Sequence[float]], *,
-            gate: Gate | None = None, global_ids: bool = False,
-            mentions: bool = True) -> tuple[Street, list[Walker]]:
+            gate: Gate | None = None, global_ids: bool = False, mentions: bool = True,
+            commutes: bool | str = False) -> tuple[Street, list[Walker]]:
+    """A street and its walkers.
+
+    *commutes*: a SortedStreet; ``"claim"``: one that only says its turns commute,
+    ``"quiet"``: one whose turns commute and that does not say so.
+    """
     watchers = {n: sorted(o for o, seen in watches.items() if n in seen) for n in watches}
     agents = [Walker(n, watchers[n], sleeps=sleeps.get(n, ()), gate=gate, mentions=mentions)
               for n in sorted(watches)]
-    return Street(watches, global_ids=global_ids), agents
+    world = (SortedStreet(watches, claim_only=commutes == "claim", says=commutes != "quiet")
+             if commutes else Street(watches, global_ids=global_ids))
+    return world, agents
 
 
 def engine_for(world: Street, agents: list[Walker], *, mode: str = "threads",
@@ -171,10 +219,13 @@ def streets(draw: st.DrawFn) -> dict[str, Any]:
 
 
 @settings(max_examples=25, deadline=None)
-@given(street=streets(), mode=st.sampled_from(["threads", "asyncio"]))
-def test_out_of_order_changes_nothing_but_the_wall_clock(street: dict[str, Any], mode: str) -> None:
+@given(street=streets(), mode=st.sampled_from(["threads", "asyncio"]), commutes=st.booleans())
+def test_out_of_order_changes_nothing_but_the_wall_clock(street: dict[str, Any], mode: str,
+                                                          commutes: bool) -> None:
+    """Whatever the street, and whether the world says its turns commute (one commit rule or
+    the other), out of order is the sequential run."""
     def digest(**options: Any) -> str:
-        world, agents = society(street["watches"], street["sleeps"])
+        world, agents = society(street["watches"], street["sleeps"], commutes=commutes)
         engine = engine_for(world, agents, reaction=street["reaction"], wake=street["wake"],
                             concurrency=street["concurrency"], **options)
         return engine.run(max_turns=street["turns"]).digest
@@ -215,6 +266,72 @@ def test_far_agents_run_further_ahead_of_a_slow_call_out_of_order(mentions: bool
     assert ahead == in_order == reference
     assert nearer <= len(far)  # at most one turn each
     assert further > nearer
+
+
+def test_where_turns_commute_the_far_agents_run_further_still() -> None:
+    """A world that says its turns commute lets a turn in without waiting two hops.
+
+    The same street and the same slow first call as above, with inboxes in time
+    order: said (World.commutes), the far agents act more turns while the slow
+    call is out than where the same world does not say it. The run is the
+    sequential one either way.
+    """
+    watches = ring(24)
+    far = {f"a{i:02d}" for i in range(6, 19)}
+    turns = 6
+
+    def run(commutes: str | bool) -> tuple[str, int]:
+        gate = Gate("a00", far, needed=len(far) * turns, timeout=1.0)
+        world, agents = society(watches, {}, gate=gate, commutes=commutes)
+        engine = engine_for(world, agents, out_of_order=True, reaction=5.0, wake=0.2)
+        return engine.run(max_turns=turns).digest, gate.before
+
+    world, agents = society(watches, {}, commutes=True)
+    reference = engine_for(world, agents, mode="sequential", reaction=5.0,
+                           wake=0.2).run(max_turns=turns).digest
+    said, further = run(True)
+    quiet, nearer = run("quiet")
+    assert said == quiet == reference
+    assert further > nearer, (further, nearer)
+
+
+def shouters(watches: Mapping[str, Sequence[str]], sleeps: Mapping[str, Sequence[float]],
+             commutes: bool | str) -> tuple[Street, list[Walker]]:
+    world, walkers = society(watches, sleeps, commutes=commutes)
+    return world, [Shouter(w.id, w.watchers, sleeps=w.sleeps) for w in walkers]
+
+
+@pytest.mark.parametrize("commutes", [True, "claim"])
+def test_a_world_that_says_its_turns_commute_and_does_not_stops_never_wrong(
+        commutes: bool | str) -> None:
+    """Every turn mentions every watcher, so inboxes fill from several sides at once.
+
+    Sorted by time (it commutes, and says so): the sequential run. In order of
+    arrival while commutes() says True: the check stops it, by name, or (where
+    no turn happened to go in out of order) it is the sequential run.
+    """
+    stopped = 0
+    rnd = random.Random(7)
+    for _ in range(4):
+        watches = ring(12, reach=2)
+        sleeps = {n: [rnd.choice([0.0, 0.0, 0.002, 0.01]) for _ in range(3)] for n in watches}
+        world, agents = shouters(watches, sleeps, commutes)
+        engine = engine_for(world, agents, out_of_order=True, reaction=0.05, wake=0.3)
+        caught: ConfigError | None = None
+        try:
+            digest = engine.run(max_turns=6).digest
+        except ConfigError as exc:
+            caught = exc
+        if caught is not None:
+            assert commutes == "claim", caught
+            assert "SortedStreet.commutes() is True while what it shows depends" in str(caught)
+            stopped += 1
+            continue
+        world, agents = shouters(watches, sleeps, commutes)
+        assert digest == engine_for(world, agents, mode="sequential", reaction=0.05,
+                                    wake=0.3).run(max_turns=6).digest
+    if commutes == "claim":
+        assert stopped  # at least one of them was caught (twelve of twelve when tried)
 
 
 def test_a_world_whose_ids_are_global_stops_or_runs_right_never_wrong() -> None:

@@ -363,6 +363,25 @@ class World:
         """
         return None
 
+    def commutes(self) -> bool:
+        """Whether turns of different agents commute in this world (False by default).
+
+        True promises that resolving the turns of different agents in any
+        order (each agent's own turns in their order) leaves every observation,
+        every :meth:`decide` and every agent woken the same: what an agent sees
+        holds no order of arrival (an inbox is sorted by time, then by id, not
+        appended to) and no identity numbered across agents (ids per author).
+        The event-driven engine's out-of-order commit (``out_of_order``) then
+        commits a turn to its forward world as soon as its call has returned
+        and no agent it affects may still observe before it, rather than once
+        every turn within two hops of it in :meth:`affected_by` has gone in
+        first (``docs/events.md``, "Out-of-order commit"). It is checked as
+        :meth:`affected_by` is: a turn started early whose observation or
+        wake-up differs at its own time stops the run with a ConfigError,
+        never a different run.
+        """
+        return False
+
     # -- writing (under self.lock) ---------------------------------------------
 
     def decide(self, agent_id: AgentId, action: Any, step: int,

@@ -1580,9 +1580,15 @@ class _Forward:
     resolves every turn in timestamp order on the kernel.
     """
 
-    __slots__ = ("ahead", "hood", "last", "world")
+    __slots__ = ("ahead", "commutes", "hood", "last", "world")
 
     def __init__(self, world: World, size: int) -> None:
+        commutes = world.commutes()
+        if not isinstance(commutes, bool):
+            raise ConfigError(f"{type(world).__name__}.commutes() must return True or False, "
+                              f"got {type(commutes).__name__} {commutes!r}"[:300])
+        #: World.commutes: a turn waits for no other agent's turn, only for its observers.
+        self.commutes = commutes
         try:
             self.world: World = copy.deepcopy(world, {id(world.lock): threading.Lock()})
         except Exception as exc:
@@ -1601,7 +1607,8 @@ class _Forward:
     def wakes_given(self) -> dict[str, list[tuple[float, str, int]]]:
         """Per agent key: each wake-up a turn committed ahead gives it, in kernel order.
 
-        As (time, event kind, chain), in the order of the commits, which go in time order.
+        As (time, event kind, chain), in the order of the commits, which go in time order
+        for each target unless the world commutes (:meth:`_Runner._next_wake` sorts them).
         """
         given: dict[str, list[tuple[float, str, int]]] = {}
         for r, targets, _, chain in self.ahead.values():
@@ -1826,7 +1833,7 @@ class _Runner:
             raise ConfigError(
                 f"agent {agent_id!r} was woken at t={entry[0]:.6g} ({entry[5][0]}) before its "
                 f"turn started early for t={early.when:.6g}: {type(world).__name__}.affected_by"
-                f"({agent_id!r}) leaves out an agent that can wake it")
+                f"({agent_id!r}) leaves out an agent that can wake it{self._claims()}")
         if _snapshot(world.observation_for(agent_id, None)) != early.observation:
             # A turn kept by a checkpoint may be adopted by a run with no graph (another
             # mode): then no agent counts as named.
@@ -1841,7 +1848,7 @@ class _Runner:
                 f"agent {agent_id!r} sees another world at t={early.when:.6g} than when its turn "
                 f"started early: {type(world).__name__}.affected_by({agent_id!r}) leaves out "
                 f"an agent whose actions it observes{who} (or its observation reads state that "
-                f"no agent's action changes, such as the number of all posts)")
+                f"no agent's action changes, such as the number of all posts{self._claims()})")
         if not self.early:
             self.resolved.clear()
         engine._book[agent_id].busy = True  # its turn is in flight from now
@@ -1850,6 +1857,15 @@ class _Runner:
         flight.future = early.future
         engine._schedule_harvest(early.when + engine._min, functools.partial(
             self._harvest, agent_id, flight))
+
+    def _claims(self) -> str:
+        """The end of a failed check's message where the world says its turns commute."""
+        fwd = self.engine._fwd
+        if fwd is None or not fwd.commutes:
+            return ""
+        return (f"; or {type(self.engine._world).__name__}.commutes() is True while what it "
+                "shows depends on the order of other agents' turns, such as an inbox in order "
+                "of arrival")
 
     def busy_in_kernel(self, agent_id: AgentId) -> bool:
         """Whether a turn of *agent_id* that the kernel has reached is still to resolve.
@@ -2117,11 +2133,15 @@ class _Runner:
         # A coalesced wake-up is the oldest unresolved turn's: it is *n*'s if n is that one.
         pending = mine.pending if n == mine.resolved else None
         later: list[float] = []
+        folded: set[float] = set()
         for t, kind, chain in sorted(given.get(key, ()), key=lambda item: item[0]):  # stable
             if t < woke:  # before turn n started, which allowed for it
                 continue
-            if t in (woke, r):  # the same instant: the order is the kernel's keys'
+            if t in (woke, r) or t in folded:
+                # The same instant: the order is the kernel's keys' (two turns that
+                # commute may have gone in either way round).
                 return None
+            folded.add(t)
             if t < r:  # while turn n is out: folded, as _trigger folds it
                 if pending is None or chain > pending[1]:
                     pending = (kind, chain)
@@ -2146,7 +2166,10 @@ class _Runner:
         neighbours' turns in the forward world in the order the kernel will
         resolve them. And no agent that ``b`` affects may still observe at or
         before ``r`` (*seen*, or a wake-up a neighbour gives it): what it sees
-        there must not hold ``b``'s turn. Returns the time from which *dist* may
+        there must not hold ``b``'s turn. Where the world says turns of different
+        agents commute (``World.commutes``), the first condition is only ``b``'s
+        own order: each observer's view is then the same whatever order its
+        neighbours' turns went in. Returns the time from which *dist* may
         be too late (a commit woke an agent: the shortest paths from it were not
         followed), and whether any turn went in. *first* (agents with a wake-up
         queued) and *given* (_Forward.wakes_given, which this updates) are the pass's.
@@ -2155,11 +2178,11 @@ class _Runner:
         graph = self.graph
         assert graph is not None  # noqa: S101
         affected, affects = graph
-        if fwd.hood is None:
+        if fwd.hood is None and not fwd.commutes:
             near = [set(affected[i]).union(affects[i]) for i in range(len(affected))]
             fwd.hood = [tuple(sorted(near[i].union(*(near[j] for j in near[i])) - {i}))
                         for i in range(len(near))]
-        hood = fwd.hood
+        hood = fwd.hood or []
         last = fwd.last
         ids = engine._ids
         book = engine._book
@@ -2182,11 +2205,14 @@ class _Runner:
                 return True
             return any(dist[j] + reaction <= r for j in affected[a])
 
+        commutes = fwd.commutes
         for r, i, spec, outcome, chain in ready:
             if r >= cap:
                 break
-            # Its own bound is this turn's (pinned): only the others' count.
-            if last[i] >= r or any(dist[c] <= r or last[c] >= r for c in hood[i]):
+            # Its own bound is this turn's (pinned): only the others' count. Where turns
+            # of different agents commute (World.commutes), their order does not either.
+            if last[i] >= r or (not commutes and any(dist[c] <= r or last[c] >= r
+                                                     for c in hood[i])):
                 continue
             if any(observes_by(a, r) for a in affects[i]):
                 continue
@@ -2206,6 +2232,10 @@ class _Runner:
             own = r + m if wake is None else wake[0] + m
             dist[i] = min(own, min((dist[j] for j in affected[i]), default=math.inf) + step)
             seen[i] = own - m
+            if commutes and any(dist[j] + reaction <= r for j in affected[i]):
+                # A turn not yet in may wake it before r, while this one is out: the
+                # kernel folds that into a wake-up at r, which no prediction saw.
+                seen[i] = r
             pinned[i] = False
             for target, _ in targets:
                 j = index[by_key[target]]
