@@ -153,12 +153,31 @@ class SocialWorld(World):
         posts are not seen (the engine resolves none while observations are
         built, so this only matters for callers that interleave).
         """
-        me = str(agent_id)
+        return self._observe(str(agent_id), snapshot, None)
+
+    def observation_at(self, agent_id: AgentId, time: float) -> SocialObservation:
+        """On a street: what the agent sees at *time*, counting others' posts before it only.
+
+        Each post there holds its time, and inboxes and authors' posts are in
+        time order, so the posts of *time* or later are left out from the end.
+        """
+        if not self._local:
+            raise NotImplementedError("only a street's posts hold their times")
+        return self._observe(str(agent_id), None, time)
+
+    def _observe(self, me: str, snapshot: Any, before: float | None) -> SocialObservation:
+        """observation_for, or (*before*, a street only) observation_at."""
         posts = self.posts
         limit = len(posts) if snapshot is None or self._local else int(snapshot)
         by_author = self.by_author
         follows = self.follows[me]
-        if limit >= len(posts):  # every post is seen (the engines' case): nothing to filter
+        if before is not None:
+            inbox = self._before(self.inbox[me], before, 3)
+            picked = set(inbox)
+            for other in follows:
+                picked.update(self._before(by_author[other], before, 2))
+            picked.update(self._before(by_author.get(SYSTEM, []), before, 2))
+        elif limit >= len(posts):  # every post is seen (the engines' case): nothing to filter
             inbox = self.inbox[me][-3:]
             picked = set(inbox)
             for other in follows:
@@ -190,6 +209,13 @@ class SocialWorld(World):
             ids = set(shown)
             mentions = [m for m in mentions if m in ids]
         return SocialObservation(me, agents, feed, tuple(mentions))
+
+    def _before(self, ids: list[int], before: float, last: int) -> list[int]:
+        """The *last* of *ids* (posts in time order) posted before *before*."""
+        end = len(ids)
+        while end and self._order(ids[end - 1])[0] >= before:
+            end -= 1
+        return ids[max(0, end - last):end]
 
     def affected_by(self, agent_id: AgentId) -> frozenset[str] | None:
         """A local network's neighbours of *agent_id*: all it can see or be woken by."""

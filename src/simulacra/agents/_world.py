@@ -363,6 +363,23 @@ class World:
         """
         return None
 
+    def observation_at(self, agent_id: AgentId, time: float) -> Any:
+        """What *agent_id* would see at *time*, counting others' turns before *time* only.
+
+        Its :meth:`observation_for`, with every turn of its own and only the
+        turns of other agents that resolved before *time*. Optional, for a
+        world whose turns commute (:meth:`commutes`) and whose records carry
+        their time: the event-driven engine's out-of-order commit then puts
+        every returned turn into its forward world at once, and a turn started
+        early reads the world with this, however far its neighbours have gone
+        ahead. Without it (the default raises NotImplementedError and is never
+        called), a turn waits to go in until no agent it affects can still
+        observe before it. Checked as :meth:`affected_by` is: the observation
+        a turn started early with must be the one the world gives at its own
+        time. Like :meth:`observation_for`, it must only read.
+        """
+        raise NotImplementedError(f"{type(self).__qualname__} does not define observation_at()")
+
     def commutes(self) -> bool:
         """Whether turns of different agents commute in this world (False by default).
 

@@ -956,7 +956,13 @@ class EventEngine(SocietyEngine):
         with world.lock:
             events, _ = self._apply_turn(world, agent_id, when, spec, action=action,
                                          failure=None if ok else action, fail_fast=False)
-        fwd.last[self._index[agent_id]] = when
+        i = self._index[agent_id]
+        fwd.last[i] = when
+        if fwd.as_of:
+            times = fwd.times[i]
+            times.append(when)
+            while times[0] < self._now:
+                times.popleft()
         key = self._book[agent_id].key
         return tuple((t, e.kind) for e in events for t in e.triggers
                      if t != key and t in self._by_key)
@@ -1580,7 +1586,7 @@ class _Forward:
     resolves every turn in timestamp order on the kernel.
     """
 
-    __slots__ = ("ahead", "commutes", "hood", "last", "world")
+    __slots__ = ("ahead", "as_of", "commutes", "hood", "last", "times", "world")
 
     def __init__(self, world: World, size: int) -> None:
         commutes = world.commutes()
@@ -1589,6 +1595,14 @@ class _Forward:
                               f"got {type(commutes).__name__} {commutes!r}"[:300])
         #: World.commutes: a turn waits for no other agent's turn, only for its observers.
         self.commutes = commutes
+        #: With World.observation_at too: for nothing (a turn started early reads as of
+        #: its time).
+        self.as_of = commutes and type(world).observation_at is not World.observation_at
+        #: Per agent index (as_of only): the times of its resolutions in the forward world
+        #: from the kernel's time on; a turn may not start early at one of them (the
+        #: kernel's order at one instant is its keys').
+        self.times: list[collections.deque[float]] = (
+            [collections.deque() for _ in range(size)] if self.as_of else [])
         try:
             self.world: World = copy.deepcopy(world, {id(world.lock): threading.Lock()})
         except Exception as exc:
@@ -2065,10 +2079,12 @@ class _Runner:
                     again = self._next_wake(agent_id, *predicted[i], first=first, given=given)
                     if again != entry:
                         continue
-                if (last[i] > when or any(last[c] >= when for c in affected[i])
-                        or (wakes_at and min(t for t, _, _ in wakes_at) <= when)):
+                if (last[i] > when or (wakes_at and min(t for t, _, _ in wakes_at) <= when)
+                        or (any(when in fwd.times[c] for c in affected[i]) if fwd.as_of
+                            else any(last[c] >= when for c in affected[i]))):
                     continue
-            observation = world.observation_for(agent_id, None)
+            observation = (world.observation_at(agent_id, when) if fwd is not None and fwd.as_of
+                           else world.observation_for(agent_id, None))
             snapshot = _snapshot(observation)
             if snapshot is None:  # cannot be checked at its own time: not started early
                 continue
@@ -2214,7 +2230,7 @@ class _Runner:
             if last[i] >= r or (not commutes and any(dist[c] <= r or last[c] >= r
                                                      for c in hood[i])):
                 continue
-            if any(observes_by(a, r) for a in affects[i]):
+            if not fwd.as_of and any(observes_by(a, r) for a in affects[i]):
                 continue
             ok, action, _ = outcome
             if not ok and (engine._fail_fast or isinstance(action, engine._fatal)):
