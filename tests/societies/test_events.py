@@ -331,3 +331,56 @@ def test_rebuilding_a_world_from_its_log_is_idempotent() -> None:
     assert fresh.state_digest() == result.world_digest
     with pytest.raises(ConfigError, match=r"cannot follow event #-1: the log has a gap"):
         social.build(agents=30, seed=SeedTree(7), llm={})[0].replay(events[1:])
+
+
+def test_a_street_reads_as_of_a_time_what_its_turns_before_then_made(tmp_path: Path) -> None:
+    """SocialWorld.observation_at(agent, t) on a street: what a world of only the turns
+    before t shows the agent, read from a world that holds the others' later turns too.
+
+    The turns of different agents commute there (SocialWorld.commutes), so a
+    subset of a run's events may be applied on its own, in the run's order; the
+    street's inboxes and authors' posts are in time order, so a read as of t can
+    leave the later posts out.
+    """
+    import json
+
+    from simulacra import load_config
+    from simulacra.societies import build_society, run_society
+
+    config = load_config(SOCIAL / "config.yaml", [
+        "sim.agents=12", "sim.world.local=true", "sim.engine.step.built_in=async_event",
+        "sim.steps=6", "run.checkpoint_every=null"])
+    world = run_society(config, out=tmp_path / "run").world
+    assert type(world).__name__ == "SocialWorld"  # the run loads the module on its own
+    assert world.commutes()
+    with (tmp_path / "run" / "action_events.jsonl").open(encoding="utf-8") as file:
+        events = [ActionEvent.from_json(json.loads(line)) for line in file]
+    times = sorted({e.time for e in events})
+    assert len(times) > 10
+    compared = 0
+    for t in [*times[:: max(1, len(times) // 8)], times[-1] + 1.0]:
+        past, _ = build_society(config)  # every turn before t
+        for event in events:
+            if event.time < t:
+                past.apply(event)
+        for handle in world.handles:
+            # A forward world: the others' turns at any time, the agent's own before t
+            # only (and none of the others' that answer or like what it wrote later).
+            ahead, _ = build_society(config)
+            later: set[int] = set()
+            for event in events:
+                data = event.data
+                if ((event.agent == handle and event.time >= t)
+                        or data.get("reply_to") in later
+                        or (event.kind == "like" and data["post"] in later)):
+                    if "post" in data and event.kind != "like":
+                        later.add(data["post"])
+                    continue
+                ahead.apply(event)
+            assert ahead.observation_at(handle, t) == past.observation_for(handle), (handle, t)
+            compared += 1
+    assert compared > 12 * 8
+    # Not a street: its ids and its newest posts are everyone's; it does not say so.
+    assert not SocialWorld(["a", "b"], {}).commutes()
+    with pytest.raises(NotImplementedError, match="street"):
+        SocialWorld(["a", "b"], {}).observation_at("a", 1.0)

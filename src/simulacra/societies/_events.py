@@ -1879,7 +1879,8 @@ class _Runner:
             return ""
         return (f"; or {type(self.engine._world).__name__}.commutes() is True while what it "
                 "shows depends on the order of other agents' turns, such as an inbox in order "
-                "of arrival")
+                "of arrival" + (", or its observation_at() shows turns of the time it is given "
+                                "or later" if fwd.as_of else ""))
 
     def busy_in_kernel(self, agent_id: AgentId) -> bool:
         """Whether a turn of *agent_id* that the kernel has reached is still to resolve.
