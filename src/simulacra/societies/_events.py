@@ -1983,6 +1983,15 @@ class _Runner:
         #: order): a wake-up given them before it resolves folds into it, so their
         #: earliest resolution is that turn's, whatever wakes them.
         pinned = [False] * len(affected)
+        #: Agents that have started every turn this run allows (max_turns): nothing wakes
+        #: them into another, so they neither resolve again nor pass a wake-up on; pinned,
+        #: so that no bound is lowered through them.
+        spent = [False] * len(affected)
+        if self.limit is not None:
+            limit_turns = self.limit
+            for agent_id, i in index.items():
+                if book[agent_id].turns >= limit_turns:
+                    spent[i] = pinned[i] = True
         first: dict[int, tuple[Any, ...]] = {}
         #: Turns whose outcome is known, not yet in the forward world: (time, index, spec,
         #: outcome, chain).
@@ -2001,7 +2010,7 @@ class _Runner:
                 dist[i] = min(dist[i], when)
                 seen[i] = min(seen[i], when)  # it wakes again once this turn has resolved
                 pinned[i] = True
-            elif (key, n) not in begun:
+            elif (key, n) not in begun and not spent[i]:
                 dist[i] = min(dist[i], when + m)
                 seen[i] = min(seen[i], when)
                 best = first.get(i)
@@ -2031,11 +2040,12 @@ class _Runner:
             for (key, n), (r, _, woke, _) in ahead.items():
                 agent_id = by_key[key]
                 i = index[agent_id]
+                if spent[i] or n != book[agent_id].turns - 1:
+                    continue  # its last turn, or one that a later turn of it follows
                 wake = self._next_wake(agent_id, n, r, woke, first=first, given=given)
-                if wake is None:  # its next turn is in flight, queued, or its own to choose
-                    if n == book[agent_id].turns - 1:
-                        dist[i] = min(dist[i], r + m)
-                        seen[i] = min(seen[i], r)
+                if wake is None:  # a wake-up is queued for it, or it chooses its own
+                    dist[i] = min(dist[i], r + m)
+                    seen[i] = min(seen[i], r)
                     continue
                 # Its next turn resolves after the wake-up the kernel will give it, unless
                 # an agent it is affected by wakes it first (the shortest paths, below).
@@ -2046,7 +2056,8 @@ class _Runner:
                     predicted[i] = (n, r, woke)
             for key, times in given.items():
                 j = index[by_key[key]]
-                dist[j] = min(dist[j], min(t for t, _, _ in times) + step)
+                if not spent[j]:
+                    dist[j] = min(dist[j], min(t for t, _, _ in times) + step)
         if not candidates and not ready:
             return False
         candidates.sort()
