@@ -78,3 +78,49 @@ def test_an_agent_with_too_many_inbound_neighbours_falls_back_to_the_heap() -> N
     affected = [tuple(i for i in range(70) if i != j) for j in range(70)]
     assert _inbound_matrix(affected) is False
     assert _inbound_matrix(affected, widest=69).shape == (70, 69)
+
+
+def _by_definition(affected: list[tuple[int, ...]], dist: list[float], pinned: list[bool],
+                   step: float, horizon: float, *, fold: list[float],
+                   least: float) -> list[float]:
+    """Bellman-Ford on the rule itself: a neighbour's wake-up before ``fold[j]`` folds into
+    j's turn out, which then wakes j again at once: ``fold[j] + least``."""
+    bound = list(dist)
+    changed = True
+    while changed:
+        changed = False
+        for j, sources in enumerate(affected):
+            if pinned[j]:
+                continue
+            for i in sources:
+                reach = fold[j] + least if bound[i] < fold[j] else bound[i] + step
+                if reach <= horizon and reach < bound[j]:
+                    bound[j] = reach
+                    changed = True
+    return bound
+
+
+@settings(max_examples=300, deadline=None)
+@given(_bounds(), st.data())
+def test_a_wake_up_that_folds_into_a_turn_out_lowers_the_bound_to_that_turns_end(
+        case: tuple[list[tuple[int, ...]], list[float], list[bool], float, float],
+        data: st.DataObject) -> None:
+    """An agent whose latest turn (out of order, in the forward world) resolves at
+    ``fold[j]``: a neighbour that may resolve before then wakes it at once after it, so
+    its next resolution may come ``least`` after ``fold[j]``, sooner than a hop."""
+    affected, dist, pinned, step, horizon = case
+    fold = data.draw(st.lists(st.one_of(st.just(-math.inf),
+                                        st.integers(0, 40).map(lambda t: t / 4)),
+                              min_size=len(dist), max_size=len(dist)))
+    least = data.draw(st.sampled_from([0.0, 0.1, step / 2]))
+    expected = _by_definition(affected, dist, pinned, step, horizon, fold=fold, least=least)
+    affects: list[list[int]] = [[] for _ in dist]
+    for j, sources in enumerate(affected):
+        for i in sources:
+            affects[i].append(j)
+    assert _relax_heap(list(dist), pinned, affects, step, horizon, fold=fold,
+                       least=least) == expected
+    inbound = _inbound_matrix(affected)
+    if inbound is not False:
+        assert _relax_vector(list(dist), pinned, inbound, step, horizon, fold=fold,
+                             least=least) == expected

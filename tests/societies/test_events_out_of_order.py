@@ -462,3 +462,78 @@ def test_out_of_order_without_dependencies_is_refused() -> None:
     with pytest.raises(ConfigError, match=r"^sim\.engine\.step\.options\.out_of_order needs "
                                           r"sim\.engine\.step\.options\.dependencies"):
         run_society(config, write=False)
+
+
+class Caller(Walker):
+    """A walker that mentions every agent that watches it (*every*), or one now and then."""
+
+    def __init__(self, name: str, watchers: Sequence[str], *, sleeps: Sequence[float],
+                 every: bool) -> None:
+        super().__init__(name, watchers, sleeps=sleeps)
+        self.every = every
+
+    def act(self, spec: ActionSpec) -> Any:
+        text, picked = super().act(spec)
+        return text, tuple(self.watchers) if self.every else picked
+
+
+def callers(draw_seed: int) -> tuple[dict[str, Any], Any]:
+    """A ring of callers drawn from *draw_seed*, and a maker of its world and agents."""
+    rnd = random.Random(draw_seed)
+    watches = ring(rnd.choice([12, 24, 40]), reach=rnd.choice([1, 2]))
+    sleeps = {k: [rnd.choice([0.0, 0.0, 0.002, 0.01, 0.03]) for _ in range(3)] for k in watches}
+    shape = {"commutes": rnd.choice([True, "as_of"]), "every": rnd.random() < 0.5,
+             "reaction": rnd.choice([0.05, 0.2, 0.5]), "wake": rnd.choice([0.3, 1.0])}
+
+    def make(sleep: bool = True) -> tuple[Street, list[Walker]]:
+        """The world and its callers; *sleep* False: calls that take no wall-clock time
+        (a sequential reference: its digest does not depend on them)."""
+        world, walkers = society(watches, {}, commutes=shape["commutes"])
+        return world, [Caller(w.id, w.watchers, sleeps=sleeps[w.id] if sleep else (),
+                              every=shape["every"]) for w in walkers]
+
+    return shape, make
+
+
+@settings(max_examples=25, deadline=None)
+@given(seed=st.integers(0, 2**32 - 1))
+def test_streets_whose_turns_commute_run_the_sequential_run_whatever_wakes_whom(
+        seed: int) -> None:
+    """Rings of 12 to 40 agents whose turns commute (said, or read as of a time too), each
+    mentioning every watcher or now and then: out of order is the sequential run, and no
+    check stops it (a run of these once stopped: a wake-up folded into a turn committed
+    ahead lowers the agent's next bound to that turn's end, which the bounds now count)."""
+    shape, make = callers(seed)
+    world, agents = make()
+    ahead = engine_for(world, agents, out_of_order=True, reaction=shape["reaction"],
+                       wake=shape["wake"], concurrency=16).run(max_turns=6).digest
+    world, agents = make(sleep=False)
+    assert ahead == engine_for(world, agents, mode="sequential", reaction=shape["reaction"],
+                               wake=shape["wake"]).run(max_turns=6).digest
+
+
+def test_a_turn_starts_early_at_a_wake_up_another_agent_gives_it_between_its_turns(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Woken by a neighbour's turn before its own next wake-up, an agent's next turn is
+    predicted at that wake-up and starts early; the kernel then pushes that very wake-up
+    (``_Runner.foreseen``) rather than refusing it, and the run is the sequential one."""
+    from simulacra.societies import _events
+
+    hits: list[bool] = []
+    foreseen = _events._Runner.foreseen
+
+    def counted(self: Any, *args: Any) -> bool:
+        hits.append(foreseen(self, *args))
+        return hits[-1]
+
+    monkeypatch.setattr(_events._Runner, "foreseen", counted)
+    for seed in range(8):
+        shape, make = callers(seed)
+        world, agents = make()
+        ahead = engine_for(world, agents, out_of_order=True, reaction=shape["reaction"],
+                           wake=shape["wake"], concurrency=16).run(max_turns=6).digest
+        world, agents = make(sleep=False)
+        assert ahead == engine_for(world, agents, mode="sequential",
+                                   reaction=shape["reaction"],
+                                   wake=shape["wake"]).run(max_turns=6).digest
+    assert any(hits)  # some turn started early at such a wake-up

@@ -1109,6 +1109,10 @@ class EventEngine(SocietyEngine):
                     runner = self._runner
                     if (runner is not None and target_id in runner.early
                             and not runner.busy_in_kernel(target_id)):
+                        if runner.foreseen(target_id, when + self._reaction, event.kind, chain):
+                            # The wake-up its turn started early was predicted with.
+                            self._wake(target_id, when + self._reaction, event.kind, chain)
+                            continue
                         runner.check_trigger(agent_id, target_id, when + self._reaction)
                     self._trigger(target_id, when + self._reaction, event.kind, chain)
         if self._on_turn is not None:
@@ -1651,22 +1655,31 @@ def _inbound_matrix(affected: Sequence[Sequence[int]], widest: int = 64) -> Any:
 
 
 def _relax_vector(dist: list[float], pinned: list[bool], inbound: Any, step: float,
-                  horizon: float) -> list[float]:
+                  horizon: float, *, fold: list[float] | None = None,
+                  least: float = 0.0) -> list[float]:
     """The bounds *dist* lowered along the agents' inbound edges: shortest paths, *step* a hop.
 
     An agent is reached from one it is affected by at that one's bound plus
     *step*, where that is at most *horizon* (later bounds decide nothing) and
-    the agent is not *pinned* (a pinned one still reaches others). A fixed
-    point over *inbound* (:func:`_inbound_matrix`), one numpy operation per
-    hop; the numbers equal :func:`_relax_heap`'s, each the least of the same sums.
+    the agent is not *pinned* (a pinned one still reaches others). An agent
+    whose latest turn resolves at ``fold[i]`` and that a neighbour may wake
+    before then (a bound below it) is reached at ``fold[i] + least`` instead:
+    the kernel folds that wake-up into the turn out, and wakes it again at once
+    when it resolves, sooner than the reaction delay. A fixed point over
+    *inbound* (:func:`_inbound_matrix`), one numpy operation per hop; the
+    numbers equal :func:`_relax_heap`'s, each the least of the same sums.
     """
     import numpy as np  # noqa: PLC0415  (lazy: only runs that start turns early need it)
 
     size = len(dist)
     bound = np.array([*dist, math.inf])
     free = ~np.array(pinned, dtype=bool)
+    folds = None if fold is None else np.array(fold)
     while True:
-        reach = bound[inbound].min(axis=1) + step
+        nearest = bound[inbound].min(axis=1)
+        reach = nearest + step
+        if folds is not None:
+            reach = np.where(nearest < folds, folds + least, reach)
         lower = free & (reach < bound[:size]) & (reach <= horizon)
         if not lower.any():
             return bound[:size].tolist()  # type: ignore[no-any-return]
@@ -1674,19 +1687,23 @@ def _relax_vector(dist: list[float], pinned: list[bool], inbound: Any, step: flo
 
 
 def _relax_heap(dist: list[float], pinned: list[bool], affects: Sequence[Sequence[int]],
-                step: float, horizon: float) -> list[float]:
-    """:func:`_relax_vector` by Dijkstra's algorithm on the outbound edges (*affects*), in place."""
+                step: float, horizon: float, *, fold: list[float] | None = None,
+                least: float = 0.0) -> list[float]:
+    """:func:`_relax_vector` by Dijkstra's algorithm on the outbound edges (*affects*), in place.
+
+    The reach through an edge never falls below the time it leaves (a fold is
+    at ``fold[j] + least``, after a source below ``fold[j]``), so the least
+    bound first still settles each agent.
+    """
     heap = [(t, i) for i, t in enumerate(dist) if t <= horizon]
     heapq.heapify(heap)
     while heap:
         t, i = heapq.heappop(heap)
         if t > dist[i]:
             continue
-        reach = t + step
-        if reach > horizon:
-            continue
         for j in affects[i]:
-            if reach < dist[j] and not pinned[j]:
+            reach = (fold[j] + least if fold is not None and t < fold[j] else t + step)
+            if reach <= horizon and reach < dist[j] and not pinned[j]:
                 dist[j] = reach
                 heapq.heappush(heap, (reach, j))
     return dist
@@ -1895,6 +1912,21 @@ class _Runner:
         book = self.engine._book[agent_id]
         return book.turns - book.resolved > ahead
 
+    def foreseen(self, target: AgentId, when: float, kind: str, chain: int) -> bool:
+        """Whether the wake-up of *target* at *when* is the one its turn started early awaits.
+
+        A turn started early between the agent's turns (``_next_wake``) was
+        predicted with the wake-up another agent's turn gives it: the kernel
+        then pushes that wake-up, which the turn is adopted at, rather than
+        refusing it (:meth:`check_trigger`).
+        """
+        early = self.early[target]
+        book = self.engine._book[target]
+        n = book.wakes
+        return (early.entry[:5] == (when, self.engine._tiebreak(_WAKE, book.key, n), _WAKE,
+                                    book.key, n)
+                and tuple(early.entry[5]) == (kind, chain))
+
     def check_trigger(self, source: AgentId, target: AgentId, when: float) -> None:
         """*source*'s event wakes *target*, whose turn started early and is not busy: refused.
 
@@ -1992,6 +2024,10 @@ class _Runner:
             for agent_id, i in index.items():
                 if book[agent_id].turns >= limit_turns:
                     spent[i] = pinned[i] = True
+        #: Out of order: each agent's latest turn in the forward world and not yet resolved
+        #: by the kernel, its time; a wake-up given it before then folds into that turn
+        #: (_relax_vector).
+        fold = [-inf] * len(affected)
         first: dict[int, tuple[Any, ...]] = {}
         #: Turns whose outcome is known, not yet in the forward world: (time, index, spec,
         #: outcome, chain).
@@ -2042,6 +2078,7 @@ class _Runner:
                 i = index[agent_id]
                 if spent[i] or n != book[agent_id].turns - 1:
                     continue  # its last turn, or one that a later turn of it follows
+                fold[i] = r
                 wake = self._next_wake(agent_id, n, r, woke, first=first, given=given)
                 if wake is None:  # a wake-up is queued for it, or it chooses its own
                     dist[i] = min(dist[i], r + m)
@@ -2065,7 +2102,7 @@ class _Runner:
         if ready:
             ready.sort(key=lambda item: item[:2])
             horizon = max(horizon, ready[-1][0])
-        dist = self._relax(dist, pinned, step, horizon)
+        dist = self._relax(dist, pinned, step, horizon, fold if fwd is not None else None)
         cap = inf  # bounds past it would need the shortest paths again (a commit woke someone)
         committed = False
         if fwd is not None and ready:
@@ -2120,7 +2157,7 @@ class _Runner:
         return committed
 
     def _relax(self, dist: list[float], pinned: list[bool], step: float,
-               horizon: float) -> list[float]:
+               horizon: float, fold: list[float] | None = None) -> list[float]:
         """*dist* lowered along the ``affects`` edges: :func:`_relax_vector`.
 
         :func:`_relax_heap` where some agent has over 64 inbound neighbours.
@@ -2129,8 +2166,10 @@ class _Runner:
         if self.inbound is None:
             self.inbound = _inbound_matrix(self.graph[0])
         if self.inbound is False:
-            return _relax_heap(dist, pinned, self.graph[1], step, horizon)
-        return _relax_vector(dist, pinned, self.inbound, step, horizon)
+            return _relax_heap(dist, pinned, self.graph[1], step, horizon, fold=fold,
+                               least=self.engine._min)
+        return _relax_vector(dist, pinned, self.inbound, step, horizon, fold=fold,
+                             least=self.engine._min)
 
     def _next_wake(self, agent_id: AgentId, n: int, r: float, woke: float, *,
                    first: Mapping[int, Any], given: Mapping[str, list[tuple[float, str, int]]]
@@ -2156,14 +2195,22 @@ class _Runner:
                 or agent_id in engine._choosers or agent_id in engine._blocking):
             return None
         key = mine.key
+        fwd = engine._fwd
+        before = None if fwd is None else fwd.ahead.get((key, n - 1))
+        if before is not None and woke not in (before[0],
+                                               before[0] + engine._pause("wake", key, n)):
+            # Turn n was woken by another agent between its turns (below): the wake-up
+            # that turn n - 1 gave it is still to come, and no prediction holds it.
+            return None
         wake = mine.wakes + mine.turns - mine.resolved - 1
-        tiebreak = engine._tiebreak(_WAKE, key, wake)
         # A coalesced wake-up is the oldest unresolved turn's: it is *n*'s if n is that one.
         pending = mine.pending if n == mine.resolved else None
-        later: list[float] = []
+        later: list[tuple[float, str, int]] = []
         folded: set[float] = set()
+        early = False
         for t, kind, chain in sorted(given.get(key, ()), key=lambda item: item[0]):  # stable
             if t < woke:  # before turn n started, which allowed for it
+                early = True
                 continue
             if t in (woke, r) or t in folded:
                 # The same instant: the order is the kernel's keys' (two turns that
@@ -2174,11 +2221,22 @@ class _Runner:
                 if pending is None or chain > pending[1]:
                     pending = (kind, chain)
             else:
-                later.append(t)
+                later.append((t, kind, chain))
         when = r if pending is not None else r + engine._pause("wake", key, n + 1)
-        if any(t <= when for t in later):  # it is woken between its turns: not known
-            return None
-        return (when, tiebreak, _WAKE, key, wake, pending or ("wake", 0))
+        if later and later[0][0] <= when:
+            # Woken between its turns, at the first wake-up another agent's turn gives it,
+            # if that comes before its own: the kernel pushes that one right after turn
+            # n's own (the callers' bounds see that no other can come between).
+            t, kind, chain = later[0]
+            at = t + engine._reaction
+            if (pending is not None or early or at >= when
+                    or (len(later) > 1 and later[1][0] <= at)):
+                # Another wake-up given it before that one fires would fold into the
+                # turn it starts (or come first): not known.
+                return None
+            wake += 1
+            return (at, engine._tiebreak(_WAKE, key, wake), _WAKE, key, wake, (kind, chain))
+        return (when, engine._tiebreak(_WAKE, key, wake), _WAKE, key, wake, pending or ("wake", 0))
 
     def _commit_ahead(self, fwd: _Forward,
                       ready: list[tuple[float, int, ActionSpec, tuple[bool, Any, float], int]], *,
@@ -2258,12 +2316,15 @@ class _Runner:
             # affected by gives it.
             wake = self._next_wake(agent_id, spec.step, r, spec.time, first=first, given=given)
             own = r + m if wake is None else wake[0] + m
-            dist[i] = min(own, min((dist[j] for j in affected[i]), default=math.inf) + step)
+            nearest = min((dist[j] for j in affected[i]), default=math.inf)
             seen[i] = own - m
-            if commutes and any(dist[j] + reaction <= r for j in affected[i]):
+            if nearest < r:
                 # A turn not yet in may wake it before r, while this one is out: the
                 # kernel folds that into a wake-up at r, which no prediction saw.
+                dist[i] = min(own, r + m)
                 seen[i] = r
+            else:
+                dist[i] = min(own, nearest + step)
             pinned[i] = False
             for target, _ in targets:
                 j = index[by_key[target]]
