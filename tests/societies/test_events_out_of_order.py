@@ -333,6 +333,14 @@ def test_where_turns_commute_the_far_agents_run_further_still() -> None:
     assert furthest > further, (furthest, further)
 
 
+def run_or_stop(engine: EventEngine, turns: int) -> tuple[str, ConfigError | None]:
+    """The run's digest, or the ConfigError that stopped it (and an empty digest)."""
+    try:
+        return engine.run(max_turns=turns).digest, None
+    except ConfigError as exc:
+        return "", exc
+
+
 def shouters(watches: Mapping[str, Sequence[str]], sleeps: Mapping[str, Sequence[float]],
              commutes: bool | str) -> tuple[Street, list[Walker]]:
     world, walkers = society(watches, sleeps, commutes=commutes)
@@ -354,12 +362,8 @@ def test_a_world_that_says_its_turns_commute_and_does_not_stops_never_wrong(
         watches = ring(12, reach=2)
         sleeps = {n: [rnd.choice([0.0, 0.0, 0.002, 0.01]) for _ in range(3)] for n in watches}
         world, agents = shouters(watches, sleeps, commutes)
-        engine = engine_for(world, agents, out_of_order=True, reaction=0.05, wake=0.3)
-        caught: ConfigError | None = None
-        try:
-            digest = engine.run(max_turns=6).digest
-        except ConfigError as exc:
-            caught = exc
+        digest, caught = run_or_stop(
+            engine_for(world, agents, out_of_order=True, reaction=0.05, wake=0.3), 6)
         if caught is not None:
             assert commutes in ("claim", "ignores"), caught
             assert f"{type(world).__name__}.commutes() is True while what it shows depends" in (
@@ -379,12 +383,7 @@ def test_a_world_whose_ids_are_global_stops_or_runs_right_never_wrong() -> None:
     watches = ring(10)
     sleeps = {"a00": [0.05, 0.0], "a05": [0.0, 0.03]}
     world, agents = society(watches, sleeps, global_ids=True)
-    engine = engine_for(world, agents, out_of_order=True)
-    stopped: ConfigError | None = None
-    try:
-        digest = engine.run(max_turns=4).digest
-    except ConfigError as exc:
-        stopped = exc
+    digest, stopped = run_or_stop(engine_for(world, agents, out_of_order=True), 4)
     if stopped is not None:
         assert "sees another world" in str(stopped)
     else:  # it ran: then it is the sequential run
