@@ -536,3 +536,21 @@ def test_a_turn_starts_early_at_a_wake_up_another_agent_gives_it_between_its_tur
                                    reaction=shape["reaction"],
                                    wake=shape["wake"]).run(max_turns=6).digest
     assert any(hits)  # some turn started early at such a wake-up
+
+
+class Unsure(Street):
+    """A street whose commutes() answers neither True nor False."""
+
+    def commutes(self) -> bool:
+        return "yes"  # type: ignore[return-value]
+
+
+def test_a_commutes_that_is_not_a_boolean_stops_before_any_turn() -> None:
+    watches = ring(6)
+    _, agents = society(watches, {})
+    world = Unsure(watches)
+    engine = engine_for(world, agents, out_of_order=True)
+    with pytest.raises(ConfigError, match=r"^Unsure\.commutes\(\) must return True or False, "
+                                          r"got str 'yes'$"):
+        engine.run(max_turns=3)
+    assert world.events == 0  # nothing resolved, no call paid
