@@ -398,6 +398,7 @@ def test_no_agent_state_is_read_while_its_turn_is_carried() -> None:
     assert result.agents_digest  # taken once every turn had returned
 
 
+@pytest.mark.slow
 def test_a_budget_stop_never_checkpoints_a_refused_turn(tmp_path: Path) -> None:
     """A helper's find: a budget stop with turns started early or carried could write a
     checkpoint holding a turn the budget refused, which no resume could serve."""

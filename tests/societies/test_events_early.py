@@ -138,6 +138,7 @@ def boards(draw: st.DrawFn) -> dict[str, Any]:
 REACTIONS = st.sampled_from([0.0, 0.0, 0.05, 0.3, 0.7])
 
 
+@pytest.mark.slow
 @settings(max_examples=60, deadline=None)
 @given(board=boards(), mode=st.sampled_from(["threads", "asyncio"]), reaction=REACTIONS)
 def test_early_starts_change_nothing_but_the_wall_clock(board: dict[str, Any], mode: str,

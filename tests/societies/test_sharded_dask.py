@@ -74,6 +74,7 @@ def test_without_an_address_the_shards_run_on_a_local_cluster(tmp_path: Path) ->
     assert many.result.digest == one.result.digest
 
 
+@pytest.mark.slow
 def test_a_killed_worker_stops_the_run_and_the_checkpoint_resumes_it(
         cluster: Any, tmp_path: Path) -> None:
     folder = tmp_path / "model"
