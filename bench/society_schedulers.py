@@ -43,7 +43,9 @@ same service times. The server runs in a child process of its own
 (``--server process``, the default since 2026-12-06), as an inference server
 runs apart from the engine: its HTTP handling then takes none of the run's
 CPU or GIL. ``--server thread`` serves from threads of the bench's process, as
-the rows before that date did.
+the rows before that date did. ``--mode asyncio`` makes the event engine's calls
+on one asyncio loop (``sim.engine.mode=asyncio``) rather than on a pool of
+threads (the default, ``threads``).
 
 Think time. "Issue the next turn's call as the previous one completes plus its
 recorded think time": on (b) an agent's next wake-up is the resolution of its
@@ -179,8 +181,9 @@ EVENT_SCHEDULERS = SCHEDULERS[:4]
 
 
 def overrides(scheduler: str, agents: int, turns: int, concurrency: int, *, think: float,
-              base_url: str, local: bool, follows: int, window: float) -> list[str]:
-    common = [f"sim.agents={agents}", "sim.engine.mode=threads",
+              base_url: str, local: bool, follows: int, window: float,
+              mode: str = "threads") -> list[str]:
+    common = [f"sim.agents={agents}", f"sim.engine.mode={mode}",
               f"sim.engine.concurrency={concurrency}", "sim.llm.provider=openai_compatible",
               f"sim.llm.base_url={base_url}", f"sim.llm.concurrency={concurrency}",
               "sim.llm.timeout=600", "run.checkpoint_every=null",
@@ -267,7 +270,8 @@ def run_once(scheduler: str, args: argparse.Namespace, agents: int,
         config = load_config(CONFIG, overrides(scheduler, agents, args.turns, concurrency,
                                                think=args.think, base_url=base_url,
                                                local=args.world == "local",
-                                               follows=args.follows, window=args.window))
+                                               follows=args.follows, window=args.window,
+                                               mode=args.mode))
         start, cpu = time.perf_counter(), time.process_time()
         run = run_society(config, out=out)
         wall = time.perf_counter() - start
@@ -447,6 +451,9 @@ def main() -> None:
     parser.add_argument("--server", choices=("process", "thread"), default="process",
                         help="where the mock server runs: a child process of its own (as a "
                              "real server runs apart from the engine), or threads of this one")
+    parser.add_argument("--mode", choices=("threads", "asyncio"), default="threads",
+                        help="where the event engine's model calls run (sim.engine.mode): a "
+                             "pool of threads, or one asyncio loop")
     args = parser.parse_args()
     for name in ("turns", "repeat", "capacity", "concurrency", "follows"):
         if getattr(args, name) < 1:

@@ -1945,7 +1945,7 @@ class _Runner:
             f"reached the turn {target!r} started early for t={early.when:.6g}: "
             f"{type(world).__name__}.affected_by({target!r}) does not name {source!r}")
 
-    def prestart(self) -> None:
+    def prestart(self, awaited: cf.Future[Any] | None = None) -> None:
         """Start early the turns whose wake-ups no turn still to resolve can reach.
 
         A turn of agent ``a`` waking at ``t`` may start now, before the kernel
@@ -1969,11 +1969,12 @@ class _Runner:
         every agent that observes the committing one and may still observe
         before its time: what it sees must not hold the future. A pass that
         committed a turn is followed by another (up to four): the agents it
-        lets wake may start at once.
+        lets wake may start at once, unless the call the kernel waits for
+        (*awaited*) has returned meanwhile.
         """
         for _ in range(4):
-            if not self._prestart_pass():
-                return
+            if not self._prestart_pass() or (awaited is not None and awaited.done()):
+                return  # (the kernel's awaited call is in: it goes on, and looks again later)
 
     def _prestart_pass(self) -> bool:
         """One pass of :meth:`prestart`; whether it committed a turn ahead (and room is left)."""
@@ -2393,7 +2394,7 @@ class _Runner:
             returned = self.returned
             while not future.done():
                 returned.clear()
-                self.prestart()
+                self.prestart(future)
                 if not future.done():
                     returned.wait()
         return future.result()
