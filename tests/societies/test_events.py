@@ -384,3 +384,47 @@ def test_a_street_reads_as_of_a_time_what_its_turns_before_then_made(tmp_path: P
     assert not SocialWorld(["a", "b"], {}).commutes()
     with pytest.raises(NotImplementedError, match="street"):
         SocialWorld(["a", "b"], {}).observation_at("a", 1.0)
+
+
+def test_a_street_saved_before_its_posts_held_their_time_resumes_as_older_than_any_new_post(
+        tmp_path: Path) -> None:
+    """A street's state from a checkpoint written before posts held their time (7
+    fields, not 8) loads, shows each agent what the same state with times shows, and
+    the turns after it go in after its posts, as they would with the times."""
+    import copy
+    import json
+
+    from simulacra import load_config
+    from simulacra.societies import build_society, run_society
+
+    config = load_config(SOCIAL / "config.yaml", [
+        "sim.agents=10", "sim.world.local=true", "sim.engine.step.built_in=async_event",
+        "sim.steps=8", "run.checkpoint_every=null"])
+    run_society(config, out=tmp_path / "run")
+    with (tmp_path / "run" / "action_events.jsonl").open(encoding="utf-8") as file:
+        events = [ActionEvent.from_json(json.loads(line)) for line in file]
+    half = len(events) // 2
+    assert 10 < half < len(events) - 10
+    then, _ = build_society(config)
+    for event in events[:half]:
+        then.apply(event)
+    state = then.get_state()
+    old = copy.deepcopy(state)
+    assert old["posts"]
+    assert all(len(post) == 8 for post in old["posts"])
+    for post in old["posts"]:
+        del post[7]  # as written before the time was kept
+    kept, _ = build_society(config)
+    kept.set_state(state)
+    loaded, _ = build_society(config)
+    loaded.set_state(old)
+    late = events[half].time
+    for handle in loaded.handles:
+        assert loaded.observation_for(handle) == kept.observation_for(handle), handle
+        assert loaded.observation_at(handle, late) == kept.observation_at(handle, late)
+    for event in events[half:]:
+        kept.apply(event)
+        loaded.apply(event)
+    for handle in loaded.handles:
+        assert loaded.observation_for(handle) == kept.observation_for(handle), handle
+        assert loaded.inbox[handle] == kept.inbox[handle], handle
