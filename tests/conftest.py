@@ -33,6 +33,19 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
         pytest.skip("this Python has sub-interpreters: the 'interpreters' backend works here")
 
 
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, exitstatus: int,
+                            config: pytest.Config) -> None:
+    """Say what the default run left out: the slow tests (``-m "not slow"`` in pyproject.toml)."""
+    if config.option.markexpr != "not slow":
+        return
+    left = sum(1 for item in terminalreporter.stats.get("deselected", [])
+               if isinstance(item, pytest.Item) and item.get_closest_marker("slow"))
+    if left:
+        terminalreporter.write_line(
+            f"{left} slow test{'s' if left != 1 else ''} left out: `python -m pytest -m slow` "
+            "runs them (CI runs both)")
+
+
 @pytest.fixture
 def sim() -> Iterator[Sim]:
     """A fresh ``Sim(seed=0)``; the kernel's invariants are checked after the test."""
