@@ -33,6 +33,16 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
         pytest.skip("this Python has sub-interpreters: the 'interpreters' backend works here")
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    """A test named by its node id (``file.py::test``) runs even if it is slow.
+
+    ``-m "not slow"`` (pyproject.toml) leaves the slow tests out of a plain run;
+    naming one on the command line asks for it.
+    """
+    if config.option.markexpr == "not slow" and any("::" in arg for arg in config.args):
+        config.option.markexpr = ""
+
+
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, exitstatus: int,
                             config: pytest.Config) -> None:
     """Say what the default run left out: the slow tests (``-m "not slow"`` in pyproject.toml)."""
