@@ -78,7 +78,9 @@ graph is exact for this world.
 Digests. Each scheduler is run ``--repeat`` times and its digests must be
 identical, and (a), (b) and (b')'s must be one.
 
-The bench warns when a scheduler made fewer than N K calls.
+The bench warns when a scheduler made fewer than N K calls, when a call failed,
+and when its slowest call took over 30 s and 20 times the median (a call that
+waited out the client's timeout and was retried: a stall, not the scheduler's).
 
 CPU is the process's (``time.process_time``: the engine and the HTTP client,
 and with ``--server thread`` the loopback server) during the run.
@@ -276,12 +278,35 @@ def run_once(scheduler: str, args: argparse.Namespace, agents: int,
         run = run_society(config, out=out)
         wall = time.perf_counter() - start
         cpu = time.process_time() - cpu
-    calls = [c for c in read_jsonl(out / "calls.jsonl") if c.get("ok", True)]
-    if len(calls) != agents * args.turns:
-        print(f"  warning: {scheduler} made {len(calls)} calls, not {agents * args.turns}")
+    lines = read_jsonl(out / "calls.jsonl")
+    for warning in call_warnings(scheduler, lines, agents * args.turns):
+        print(f"  warning: {warning}")
+    calls = [c for c in lines if c.get("ok", True)]
     mean, peak = in_flight(calls, wall)
     return {"wall_s": wall, "digest": run.result.digest, "calls": len(calls),
             "mean": mean, "peak": peak, "served_peak": stats["peak"], "cpu_s": cpu}
+
+
+def call_warnings(scheduler: str, lines: list[dict[str, Any]], expected: int) -> list[str]:
+    """What is off in a run's ``calls.jsonl`` *lines*: too few calls, failed ones, a stall.
+
+    A stall is a call slower than 30 s and 20 times the median: one that waited
+    out the client's timeout and was retried. Its wall time is in the run's, and
+    is not the scheduler's doing.
+    """
+    calls = [c for c in lines if c.get("ok", True)]
+    warnings = []
+    if len(calls) != expected:
+        warnings.append(f"{scheduler} made {len(calls)} calls, not {expected}")
+    if len(calls) != len(lines):
+        warnings.append(f"{scheduler}: {len(lines) - len(calls)} calls failed")
+    if calls:
+        took = sorted(c["wall_s"] for c in calls)
+        median = took[len(took) // 2]
+        if took[-1] > max(30.0, 20 * median):
+            warnings.append(f"{scheduler}: its slowest call took {took[-1]:.1f} s (median "
+                            f"{median:.2f} s): a stall, not the scheduler's; run it again")
+    return warnings
 
 
 def recorded_turns(run_dir: Path, scale: float) -> dict[tuple[str, int], dict[str, Any]]:

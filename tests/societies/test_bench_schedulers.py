@@ -18,12 +18,13 @@ BENCH = Path(__file__).resolve().parents[2] / "bench" / "society_schedulers.py"
 pytestmark = pytest.mark.timeout(300)
 
 
-@pytest.mark.parametrize("server", ["process", "thread"])
-def test_the_schedulers_bench_runs_and_its_schedulers_agree(server: str) -> None:
+@pytest.mark.parametrize(("server", "mode"), [("process", "threads"), ("thread", "threads"),
+                                              ("process", "asyncio")])
+def test_the_schedulers_bench_runs_and_its_schedulers_agree(server: str, mode: str) -> None:
     done = subprocess.run(
         [sys.executable, str(BENCH), "--agents", "8", "--turns", "2", "--repeat", "1",
          "--scale", "0.01", "--capacity", "4", "--concurrency", "4", "--follows", "1",
-         "--server", server],
+         "--server", server, "--mode", mode],
         capture_output=True, text=True, timeout=280, check=False)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     assert "warning" not in done.stdout
@@ -40,3 +41,23 @@ def test_the_schedulers_bench_refuses_bad_numbers(flag: str, value: str) -> None
                           capture_output=True, text=True, timeout=60, check=False)
     assert done.returncode == 2
     assert f"{flag} must be" in done.stderr
+
+
+def test_the_schedulers_bench_warns_of_a_stalled_or_failed_call() -> None:
+    """A call that waited out a timeout is named, not silently in the wall time."""
+    sys.path.insert(0, str(BENCH.parent))
+    try:
+        import society_schedulers as bench
+    finally:
+        sys.path.remove(str(BENCH.parent))
+    calls = [{"wall_s": 0.5 + i / 100, "ok": True} for i in range(40)]
+    assert bench.call_warnings("lookahead", calls, 40) == []
+    stalled = [*calls[:-1], {"wall_s": 600.4, "ok": True}]
+    (warning,) = bench.call_warnings("lookahead", stalled, 40)
+    assert "slowest call took 600.4 s" in warning
+    # Slow calls all round are the server's pace, not a stall.
+    assert bench.call_warnings("lookahead", [{**c, "wall_s": 40 + c["wall_s"]} for c in calls],
+                               40) == []
+    failed = [*calls, {"wall_s": 0.1, "ok": False}]
+    assert bench.call_warnings("round", failed, 40) == ["round: 1 calls failed"]
+    assert bench.call_warnings("round", calls[:30], 40) == ["round made 30 calls, not 40"]
