@@ -33,27 +33,64 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
         pytest.skip("this Python has sub-interpreters: the 'interpreters' backend works here")
 
 
-def pytest_configure(config: pytest.Config) -> None:
-    """A test named by its node id (``file.py::test``) runs even if it is slow.
+#: The tests named by node id on the command line (``file.py::test``), when the
+#: default ``-m "not slow"`` (pyproject.toml) is in force: they run even if slow.
+_NAMED: list[str] = []
 
-    ``-m "not slow"`` (pyproject.toml) leaves the slow tests out of a plain run;
-    naming one on the command line asks for it.
+
+def pytest_configure(config: pytest.Config) -> None:
+    """A slow test named by its node id runs; the others a plain run leaves out still don't.
+
+    ``-m "not slow"`` (pyproject.toml's addopts) leaves the slow tests out of a
+    plain run; naming one on the command line asks for it. A ``-m`` typed on the
+    command line is left as it is.
     """
-    if config.option.markexpr == "not slow" and any("::" in arg for arg in config.args):
-        config.option.markexpr = ""
+    typed = any(arg == "-m" or (arg.startswith("-m") and not arg.startswith("--"))
+                for arg in config.invocation_params.args)
+    named = [arg for arg in config.args if "::" in arg]
+    if config.option.markexpr != "not slow" or typed or not named:
+        return
+    root = config.rootpath
+    _NAMED.clear()
+    for arg in named:
+        where, _, rest = arg.partition("::")
+        path = Path(where).resolve()
+        try:
+            where = path.relative_to(root).as_posix()
+        except ValueError:
+            where = path.as_posix()
+        _NAMED.append(f"{where}::{rest}")
+    config.option.markexpr = ""  # this hook deselects the slow ones not named (below)
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """With tests named by node id: leave out the slow tests that none of them names."""
+    if not _NAMED:
+        return
+
+    def named(item: pytest.Item) -> bool:
+        return any(item.nodeid == name or item.nodeid.startswith((f"{name}[", f"{name}::"))
+                   for name in _NAMED)
+
+    kept = [item for item in items if named(item) or not item.get_closest_marker("slow")]
+    if len(kept) != len(items):
+        left = [item for item in items if item not in kept]
+        config.hook.pytest_deselected(items=left)
+        items[:] = kept
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, exitstatus: int,
                             config: pytest.Config) -> None:
     """Say what the default run left out: the slow tests (``-m "not slow"`` in pyproject.toml)."""
-    if config.option.markexpr != "not slow":
+    if config.option.markexpr != "not slow" and not _NAMED:
         return
     left = sum(1 for item in terminalreporter.stats.get("deselected", [])
                if isinstance(item, pytest.Item) and item.get_closest_marker("slow"))
     if left:
         terminalreporter.write_line(
-            f"{left} slow test{'s' if left != 1 else ''} left out: `python -m pytest -m slow` "
-            "runs them (CI runs both)")
+            f"{left} slow test{'s' if left != 1 else ''} left out: add -m slow to run "
+            f"{'them' if left != 1 else 'it'} (CI runs both)")
 
 
 @pytest.fixture
