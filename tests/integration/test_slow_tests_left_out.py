@@ -12,7 +12,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 FILE = "tests/integration/test_readme_fresh_venv.py"
 SLOW = f"{FILE}::test_the_first_command_works_in_a_fresh_virtual_environment"
 FAST = f"{FILE}::test_the_readme_gives_two_commands_and_ci_runs_the_second"
