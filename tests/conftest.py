@@ -73,9 +73,11 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         return any(item.nodeid == name or item.nodeid.startswith((f"{name}[", f"{name}::"))
                    for name in _NAMED)
 
-    kept = [item for item in items if named(item) or not item.get_closest_marker("slow")]
-    if len(kept) != len(items):
-        left = [item for item in items if item not in kept]
+    kept: list[pytest.Item] = []
+    left: list[pytest.Item] = []
+    for item in items:
+        (kept if named(item) or not item.get_closest_marker("slow") else left).append(item)
+    if left:
         config.hook.pytest_deselected(items=left)
         items[:] = kept
 
