@@ -438,15 +438,30 @@ class Unsteady(Street):
     _NOT_STATE = Street._NOT_STATE | {"ticker"}
 
 
-def test_a_world_that_cannot_be_copied_stops_before_any_turn() -> None:
-    watches = ring(8)
+class Unsure(Street):
+    """A street whose commutes() answers neither True nor False."""
+
+    def commutes(self) -> bool:
+        return "yes"  # type: ignore[return-value]
+
+
+@pytest.mark.parametrize(("kind", "size", "message"), [
+    # The copy for the forward world is made first.
+    (Unsteady, 8,
+     r"^out_of_order: Unsteady cannot be copied for the forward world \(TypeError: "
+     r".*generator"),
+    (Unsure, 6,
+     r"^Unsure\.commutes\(\) must return True or False, got str 'yes'$"),
+], ids=["cannot be copied", "commutes not a boolean"])
+def test_a_world_out_of_order_cannot_use_stops_before_any_turn(
+        kind: type[Street], size: int, message: str) -> None:
+    watches = ring(size)
     _, agents = society(watches, {})
-    world = Unsteady(watches)
+    world = kind(watches)
     engine = engine_for(world, agents, out_of_order=True)
-    with pytest.raises(ConfigError, match=r"^out_of_order: Unsteady cannot be copied for the "
-                                          r"forward world \(TypeError: .*generator"):
+    with pytest.raises(ConfigError, match=message):
         engine.run(max_turns=3)
-    assert world.events == 0  # no turn resolved, none paid: the copy is made first
+    assert world.events == 0  # no turn resolved, none paid
 
 
 def test_out_of_order_without_dependencies_is_refused() -> None:
@@ -536,21 +551,3 @@ def test_a_turn_starts_early_at_a_wake_up_another_agent_gives_it_between_its_tur
                                    reaction=shape["reaction"],
                                    wake=shape["wake"]).run(max_turns=6).digest
     assert any(hits)  # some turn started early at such a wake-up
-
-
-class Unsure(Street):
-    """A street whose commutes() answers neither True nor False."""
-
-    def commutes(self) -> bool:
-        return "yes"  # type: ignore[return-value]
-
-
-def test_a_commutes_that_is_not_a_boolean_stops_before_any_turn() -> None:
-    watches = ring(6)
-    _, agents = society(watches, {})
-    world = Unsure(watches)
-    engine = engine_for(world, agents, out_of_order=True)
-    with pytest.raises(ConfigError, match=r"^Unsure\.commutes\(\) must return True or False, "
-                                          r"got str 'yes'$"):
-        engine.run(max_turns=3)
-    assert world.events == 0  # nothing resolved, no call paid
